@@ -1,0 +1,38 @@
+"""graphpickle: ship task graphs and Python objects between processes in one pass.
+
+Everything the receiver can import is pickled by reference by the C pickler,
+exactly as ``pickle.dumps`` would; only what it cannot import (functions and
+classes of ``__main__``, lambdas, closures, dynamic classes, modules registered
+for pickling by value) is pickled by value, through cloudpickle.
+"""
+
+from ._pickler import DEFAULT_PROTOCOL, Pickler, dump, dumps, load, loads
+from ._policy import (
+    ByValueReason,
+    list_registry_pickle_by_value,
+    register_pickle_by_value,
+    unregister_pickle_by_value,
+)
+from ._reducers import Reducer, register_reducer, unregister_reducer
+from .errors import PicklingError, UnpicklingError
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "DEFAULT_PROTOCOL",
+    "ByValueReason",
+    "Pickler",
+    "PicklingError",
+    "Reducer",
+    "UnpicklingError",
+    "__version__",
+    "dump",
+    "dumps",
+    "list_registry_pickle_by_value",
+    "load",
+    "loads",
+    "register_pickle_by_value",
+    "register_reducer",
+    "unregister_pickle_by_value",
+    "unregister_reducer",
+]

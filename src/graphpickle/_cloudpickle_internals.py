@@ -1,0 +1,131 @@
+"""Every use of cloudpickle's private internals, in one module.
+
+graphpickle decides *which* objects go by value; cloudpickle decides *how* a
+function, class or module is written by value and how the receiver rebuilds it.
+Payloads therefore reference only cloudpickle's reconstructors, and a receiver
+needs cloudpickle, never graphpickle.
+
+cloudpickle does not promise these names are stable. The supported range is
+pinned in ``pyproject.toml`` (``SUPPORTED_VERSIONS`` below says the same), and
+``tests/test_cloudpickle_internals.py`` fails loudly if any of them moves.
+Importing this module raises ``ImportError`` with a clear message if a name is
+missing, rather than failing later in the middle of a ``dumps``.
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+from cloudpickle import cloudpickle as _cp
+
+SUPPORTED_VERSIONS = ">=3.1,<3.2"
+
+_REQUIRED = (
+    "_PICKLE_BY_VALUE_MODULES",
+    "_BUILTIN_TYPE_NAMES",
+    "_class_reduce",
+    "_dynamic_class_reduce",
+    "_function_getstate",
+    "_function_setstate",
+    "_make_function",
+    "_method_reduce",
+    "_module_reduce",
+    "_decompose_typevar",
+    "_make_typevar",
+    "subimport",
+    "dynamic_subimport",
+)
+_missing = [name for name in _REQUIRED if not hasattr(_cp, name)]
+if _missing or not hasattr(_cp.Pickler, "_function_getnewargs"):
+    raise ImportError(
+        f"graphpickle needs cloudpickle{SUPPORTED_VERSIONS}; the installed "
+        f"cloudpickle {cloudpickle.__version__} lacks {_missing or ['Pickler._function_getnewargs']}"
+    )
+
+Reduction = tuple[Any, ...]
+
+#: Names of the modules registered for pickling by value. This is cloudpickle's
+#: own set, so a module registered through either library is honoured by both.
+REGISTERED_BY_VALUE: set[str] = _cp._PICKLE_BY_VALUE_MODULES
+
+#: Types that ``types`` exposes but that are not importable under their own
+#: ``__module__``/``__qualname__`` (``types.FunctionType`` is ``builtins.function``).
+_SPECIAL_CLASSES = frozenset(_cp._BUILTIN_TYPE_NAMES) | {
+    type(None),
+    type(Ellipsis),
+    type(NotImplemented),
+}
+
+
+class _FunctionGlobalsHolder:
+    """What ``cloudpickle.Pickler._function_getnewargs`` reads from its pickler."""
+
+    globals_ref: dict[int, dict[str, Any]]
+
+
+def reduce_function_by_value(pickler: _FunctionGlobalsHolder, func: types.FunctionType) -> Reduction:
+    """Reduce ``func`` to its code, defaults, closure and the globals it uses.
+
+    Functions reduced through the same ``pickler`` that shared a globals dict when
+    pickled share one again when loaded (``pickler.globals_ref`` keeps the map).
+    """
+    newargs = _cp.Pickler._function_getnewargs(pickler, func)
+    state = _cp._function_getstate(func)
+    return (_cp._make_function, newargs, state, None, None, _cp._function_setstate)
+
+
+def reduce_class_by_value(cls: type) -> Reduction:
+    """Reduce a class that the receiver cannot import to a rebuildable skeleton."""
+    if cls in _SPECIAL_CLASSES:
+        reduction: Reduction = _cp._class_reduce(cls)
+        return reduction
+    # Calling the dynamic reducer directly (not ``_class_reduce``) matters for
+    # ``__mp_main__``: cloudpickle would otherwise pickle it by reference.
+    reduction = _cp._dynamic_class_reduce(cls)
+    return reduction
+
+
+def reduce_module(module: types.ModuleType, *, by_value: bool) -> Reduction:
+    """A module is re-imported by name, or rebuilt from its ``__dict__``."""
+    if by_value:
+        state = dict(module.__dict__)
+        state.pop("__builtins__", None)  # may hold unpicklable objects; rebuilt on load
+        return (_cp.dynamic_subimport, (module.__name__, state))
+    return (_cp.subimport, (module.__name__,))
+
+
+def reduce_method_by_value(method: types.MethodType) -> Reduction:
+    reduction: Reduction = _cp._method_reduce(method)
+    return reduction
+
+
+def reduce_typevar_by_value(typevar: Any) -> Reduction:
+    return (_cp._make_typevar, _cp._decompose_typevar(typevar))
+
+
+def _type_reducers() -> dict[type, Callable[[Any], Reduction]]:
+    """cloudpickle's reducers for types the standard pickler cannot handle.
+
+    Left out on purpose: the types the standard library pickles itself (loggers)
+    so that output stays byte-identical to ``pickle.dumps``; and the types
+    graphpickle reduces with its own rules (functions, classes, modules, methods,
+    TypeVars, memoryviews). Non-type keys (cloudpickle also registers the
+    ``abc.abstractmethod`` function) never match ``type(obj)`` and are skipped.
+    """
+    own_rules = {types.ModuleType, types.MethodType, typing.TypeVar, memoryview}
+    stdlib_handles = {logging.Logger, logging.RootLogger}
+    return {
+        cls: reducer
+        for cls, reducer in _cp.Pickler._dispatch_table.items()
+        if isinstance(cls, type)
+        and cls not in own_rules
+        and cls not in stdlib_handles
+    }
+
+
+TYPE_REDUCERS = _type_reducers()

@@ -1,0 +1,155 @@
+"""The pickler and the ``dump``/``dumps``/``load``/``loads`` functions.
+
+graphpickle's ``Pickler`` is the C pickler (``_pickle.Pickler``) with one hook,
+``reducer_override``. The C pickler handles atoms, strings, bytes and builtin
+containers itself and never calls the hook for them; every other object costs
+one dict lookup on its type. Functions and classes that the receiver can import
+fall through to the C pickler unchanged, so when nothing needs pickling by
+value the output is byte for byte what ``pickle.dumps`` writes. Only the
+objects that cannot be imported are reduced by value (through cloudpickle), in
+the same single pass.
+"""
+
+from __future__ import annotations
+
+import _pickle
+import io
+import pickle
+from collections.abc import Callable, Iterable, Mapping
+from typing import IO, Any
+
+from ._locate import pickling_error
+from ._reducers import Reducer, TypeDispatch
+from .errors import UnpicklingError
+
+__all__ = ["DEFAULT_PROTOCOL", "Pickler", "dump", "dumps", "load", "loads"]
+
+DEFAULT_PROTOCOL = 5
+
+BufferCallback = Callable[[pickle.PickleBuffer], Any]
+
+
+class Pickler(_pickle.Pickler):
+    """Write pickles that load where the sender's ``__main__``, lambdas, closures
+    and by-value modules are unavailable.
+
+    A drop-in for ``pickle.Pickler``: subclass it, set ``dispatch_table`` or
+    ``persistent_id``, or override ``reducer_override`` (call
+    ``super().reducer_override(obj)`` for what it does not handle).
+
+    ``reducers`` maps classes to reducers for this pickler only; they take
+    precedence over :func:`graphpickle.register_reducer`'s global table and
+    never leak into other picklers.
+    """
+
+    def __init__(
+        self,
+        file: IO[bytes],
+        protocol: int | None = None,
+        *,
+        buffer_callback: BufferCallback | None = None,
+        reducers: Mapping[type, Reducer] | None = None,
+    ) -> None:
+        if protocol is None:
+            protocol = DEFAULT_PROTOCOL
+        elif protocol < 0:
+            protocol = pickle.HIGHEST_PROTOCOL
+        super().__init__(file, protocol, buffer_callback=buffer_callback)
+        self.protocol: int = protocol
+        # Maps id(func.__globals__) to the globals dict the receiver will build,
+        # so that functions sharing globals here share them after loading.
+        # The name is the one cloudpickle's function reducer reads.
+        self.globals_ref: dict[int, dict[str, Any]] = {}
+        self._dispatch = TypeDispatch(reducers)
+        self._handlers = self._dispatch.handlers
+
+    def reducer_override(self, obj: Any) -> Any:
+        # The hot path: called for every object that is not an atom, a str,
+        # bytes or a builtin container. Keep it to one lookup.
+        try:
+            handler = self._handlers[type(obj)]
+        except KeyError:
+            handler = self._dispatch.resolve(type(obj))
+        if handler is None:
+            return NotImplemented
+        return handler(self, obj)
+
+    def dump(self, obj: Any) -> None:
+        """Write the pickle of ``obj``; raise :class:`graphpickle.PicklingError`
+        naming the failing object's type and its path in ``obj`` if it fails."""
+        try:
+            super().dump(obj)
+        except (OSError, MemoryError):
+            raise  # trouble with the output, not with the object
+        except Exception as exc:
+            raise pickling_error(self, obj, exc) from exc
+
+
+def dump(
+    obj: Any,
+    file: IO[bytes],
+    protocol: int | None = None,
+    *,
+    buffer_callback: BufferCallback | None = None,
+) -> None:
+    """Write the pickle of ``obj`` to the binary file ``file``."""
+    Pickler(file, protocol, buffer_callback=buffer_callback).dump(obj)
+
+
+def dumps(
+    obj: Any,
+    protocol: int | None = None,
+    *,
+    buffer_callback: BufferCallback | None = None,
+) -> bytes:
+    """Return the pickle of ``obj`` as bytes (protocol 5 by default).
+
+    With protocol 5 and a ``buffer_callback``, buffers (numpy arrays,
+    ``PickleBuffer``, ``memoryview``) are handed to the callback instead of being
+    copied into the payload, as with ``pickle.dumps``.
+    """
+    out = io.BytesIO()
+    Pickler(out, protocol, buffer_callback=buffer_callback).dump(obj)
+    return out.getvalue()
+
+
+def loads(data: bytes | bytearray | memoryview, *, buffers: Iterable[Any] | None = ()) -> Any:
+    """Load a pickle from bytes. ``buffers`` supplies, in order, the out-of-band
+    buffers that ``dumps`` handed to its ``buffer_callback``."""
+    try:
+        return _pickle.loads(data, buffers=buffers)
+    except Exception as exc:
+        raise _unpickling_error(exc) from exc
+
+
+def load(file: IO[bytes], *, buffers: Iterable[Any] | None = ()) -> Any:
+    """Load one pickle from the binary file ``file``."""
+    try:
+        return _pickle.load(file, buffers=buffers)
+    except (OSError, MemoryError):
+        raise
+    except Exception as exc:
+        raise _unpickling_error(exc) from exc
+
+
+def _unpickling_error(exc: Exception) -> UnpicklingError | TypeError:
+    if isinstance(exc, TypeError) and "bytes-like object is required" in str(exc):
+        return TypeError(f"loads() needs bytes or a bytes-like object: {exc}")
+    if isinstance(exc, EOFError) or "truncated" in str(exc):
+        detail = "the data is truncated or empty"
+    elif isinstance(exc, ImportError):
+        detail = (
+            f"it references module {exc.name!r}, which this interpreter cannot import "
+            "(install it here, or register it for pickling by value on the sender)"
+        )
+    elif isinstance(exc, AttributeError) and "Can't get attribute" in str(exc):
+        detail = (
+            "it references a global this interpreter does not have (was it pickled by "
+            "reference from the sender's __main__ with plain pickle?)"
+        )
+    elif isinstance(exc, pickle.UnpicklingError | KeyError | ValueError | IndexError):
+        detail = "the data is corrupted or is not a pickle"
+    else:
+        detail = "rebuilding an object failed"
+    return UnpicklingError(f"cannot load the pickle: {detail}: {type(exc).__name__}: {exc}")
+

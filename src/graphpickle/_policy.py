@@ -1,0 +1,152 @@
+"""The one decision graphpickle makes: can the receiver import this, or must it
+travel by value?
+
+Everything here runs once per distinct function or class in a payload (the
+pickler's memo catches repeats), so clarity wins over micro-optimisation.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from ._cloudpickle_internals import REGISTERED_BY_VALUE
+
+__all__ = [
+    "ByValueReason",
+    "list_registry_pickle_by_value",
+    "register_pickle_by_value",
+    "unregister_pickle_by_value",
+]
+
+# The script or notebook of the sender. ``__mp_main__`` is how a child started
+# with ``spawn`` or ``forkserver`` names the parent's main module; no other
+# process can import either by that name.
+_MAIN_MODULES = frozenset({"__main__", "__mp_main__"})
+_MISSING = object()
+
+
+class ByValueReason:
+    """Why an object is pickled by value (the strings appear in reports)."""
+
+    MAIN = "__main__"
+    LAMBDA = "lambda"
+    CLOSURE = "closure"
+    LOCAL = "local"
+    REGISTERED = "registered module"
+    NOT_IMPORTABLE = "not importable"
+
+
+def register_pickle_by_value(module: types.ModuleType) -> None:
+    """Pickle the functions, classes and modules of ``module`` (and of its
+    submodules) by value from now on, wherever they sit in a graph.
+
+    Use it for local modules that workers do not have. The registry is shared
+    with ``cloudpickle.register_pickle_by_value``.
+    """
+    if not isinstance(module, types.ModuleType):
+        raise TypeError(f"expected a module object, got {type(module).__qualname__}: {module!r}")
+    if sys.modules.get(module.__name__) is not module:
+        raise ValueError(
+            f"module {module.__name__!r} is not in sys.modules; import it with an import "
+            "statement before registering it"
+        )
+    REGISTERED_BY_VALUE.add(module.__name__)
+
+
+def unregister_pickle_by_value(module: types.ModuleType) -> None:
+    """Undo :func:`register_pickle_by_value`."""
+    if not isinstance(module, types.ModuleType):
+        raise TypeError(f"expected a module object, got {type(module).__qualname__}: {module!r}")
+    if module.__name__ not in REGISTERED_BY_VALUE:
+        raise ValueError(f"module {module.__name__!r} is not registered for pickling by value")
+    REGISTERED_BY_VALUE.discard(module.__name__)
+
+
+def list_registry_pickle_by_value() -> set[str]:
+    """The names of the modules registered for pickling by value (a copy)."""
+    return set(REGISTERED_BY_VALUE)
+
+
+def is_registered(module_name: str) -> bool:
+    """Whether ``module_name`` or one of its parent packages is registered."""
+    if not REGISTERED_BY_VALUE:
+        return False
+    name = module_name
+    while True:
+        if name in REGISTERED_BY_VALUE:
+            return True
+        parent, dot, _ = name.rpartition(".")
+        if not dot:
+            return False
+        name = parent
+
+
+def _found_by_name(obj: object, module_name: str, qualname: str) -> bool:
+    """Whether importing ``module_name`` and walking ``qualname`` gives ``obj`` back,
+    which is what loading a by-reference pickle does."""
+    target: Any = sys.modules.get(module_name)
+    if target is None:
+        # Not imported here (a module built at run time, or removed from
+        # sys.modules): assume the receiver cannot import it either.
+        return False
+    for part in qualname.split("."):
+        try:
+            target = getattr(target, part, _MISSING)
+        except Exception:  # a module __getattr__ with side effects
+            return False
+        if target is _MISSING:
+            return False
+    return target is obj
+
+
+def function_reason(func: types.FunctionType) -> str | None:
+    """Why ``func`` must go by value, or ``None`` if a reference will do."""
+    module_name = func.__module__
+    qualname = func.__qualname__
+    if module_name in _MAIN_MODULES:
+        return ByValueReason.MAIN
+    if "<lambda>" in qualname:
+        return ByValueReason.LAMBDA
+    if "<locals>" in qualname:
+        return ByValueReason.CLOSURE if func.__closure__ else ByValueReason.LOCAL
+    if module_name is None or not _found_by_name(func, module_name, qualname):
+        return ByValueReason.NOT_IMPORTABLE
+    if is_registered(module_name):
+        return ByValueReason.REGISTERED
+    return None
+
+
+def class_reason(cls: type) -> str | None:
+    """Why the class ``cls`` must go by value, or ``None`` if a reference will do."""
+    module_name = cls.__module__
+    qualname = cls.__qualname__
+    if module_name in _MAIN_MODULES:
+        return ByValueReason.MAIN
+    if "<locals>" in qualname:
+        return ByValueReason.LOCAL
+    if not _found_by_name(cls, module_name, qualname):
+        return ByValueReason.NOT_IMPORTABLE
+    if is_registered(module_name):
+        return ByValueReason.REGISTERED
+    return None
+
+
+def named_object_reason(obj: Any, name: str) -> str | None:
+    """The same decision for objects found by ``__module__`` and ``__name__``
+    (``typing.TypeVar`` instances)."""
+    module_name = getattr(obj, "__module__", None)
+    if module_name in _MAIN_MODULES:
+        return ByValueReason.MAIN
+    if module_name is None or not _found_by_name(obj, module_name, name):
+        return ByValueReason.NOT_IMPORTABLE
+    if is_registered(module_name):
+        return ByValueReason.REGISTERED
+    return None
+
+
+def module_by_value(module: types.ModuleType) -> bool:
+    """A module is rebuilt from its ``__dict__`` when registered or not importable."""
+    name = module.__name__
+    return is_registered(name) or sys.modules.get(name) is not module

@@ -1,0 +1,172 @@
+"""How each kind of object is reduced, and the per-type table the pickler uses.
+
+A *handler* is called as ``handler(pickler, obj)`` and returns what
+``__reduce__`` would, or ``NotImplemented`` to let the C pickler do exactly what
+``pickle.dumps`` does. Returning ``NotImplemented`` for everything that can be
+imported is what keeps graphpickle's output byte-identical to ``pickle``'s.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+import typing
+from collections.abc import Callable, Mapping
+from pickle import PickleBuffer
+from typing import Any, Protocol
+
+from . import _cloudpickle_internals as cp
+from ._policy import class_reason, function_reason, module_by_value, named_object_reason
+from .errors import PicklingError
+
+__all__ = ["Reducer", "register_reducer", "unregister_reducer"]
+
+Reducer = Callable[[Any], Any]
+"""``reducer(obj)`` returns what ``obj.__reduce__()`` would (as with ``copyreg``)."""
+
+
+class PicklerState(Protocol):
+    protocol: int
+    globals_ref: dict[int, dict[str, Any]]
+
+
+Handler = Callable[[PicklerState, Any], Any]
+
+
+def _reduce_function(pickler: PicklerState, func: types.FunctionType) -> Any:
+    if function_reason(func) is None:
+        return NotImplemented
+    return cp.reduce_function_by_value(pickler, func)
+
+
+def _reduce_class(pickler: PicklerState, cls: type) -> Any:
+    if class_reason(cls) is None:
+        return NotImplemented
+    return cp.reduce_class_by_value(cls)
+
+
+def _reduce_module(pickler: PicklerState, module: types.ModuleType) -> Any:
+    return cp.reduce_module(module, by_value=module_by_value(module))
+
+
+def _reduce_method(pickler: PicklerState, method: types.MethodType) -> Any:
+    # The standard reduction, getattr(owner, name), is kept whenever it finds this
+    # very function again; a function bound by hand, or a name-mangled private
+    # method, goes as MethodType(func, owner) instead.
+    func = method.__func__
+    try:
+        found_again = getattr(method.__self__, func.__name__).__func__ is func
+    except Exception:
+        found_again = False
+    if found_again:
+        return NotImplemented
+    return cp.reduce_method_by_value(method)
+
+
+def _reduce_typevar(pickler: PicklerState, typevar: Any) -> Any:
+    if named_object_reason(typevar, typevar.__name__) is None:
+        return NotImplemented
+    return cp.reduce_typevar_by_value(typevar)
+
+
+def _reduce_memoryview(pickler: PicklerState, view: memoryview) -> Any:
+    """A flat byte view becomes a ``PickleBuffer``, so protocol 5 with a
+    ``buffer_callback`` ships it out of band without a copy. Other views are
+    rebuilt by casting a flat view back to their format and shape. Whether the
+    view is read-only survives the round trip."""
+    if view.format == "B" and view.ndim == 1 and view.c_contiguous:
+        if pickler.protocol >= 5:
+            return (memoryview, (PickleBuffer(view),))
+        return (memoryview, (view.tobytes() if view.readonly else bytearray(view),))
+    if view.c_contiguous:
+        flat = view.cast("B")
+    else:
+        data = view.tobytes()
+        flat = memoryview(data if view.readonly else bytearray(data))
+    try:
+        flat.cast(view.format, view.shape)
+    except (TypeError, ValueError) as exc:
+        raise PicklingError(
+            f"cannot pickle a memoryview of format {view.format!r} and shape {view.shape}: "
+            f"it cannot be rebuilt by memoryview.cast ({exc})"
+        ) from exc
+    return (memoryview.cast, (flat, view.format, view.shape))
+
+
+def _adapt(reducer: Reducer) -> Handler:
+    return lambda pickler, obj: reducer(obj)
+
+
+_BUILTIN_HANDLERS: dict[type, Handler] = {
+    **{cls: _adapt(reducer) for cls, reducer in cp.TYPE_REDUCERS.items()},
+    types.FunctionType: _reduce_function,
+    type: _reduce_class,
+    types.ModuleType: _reduce_module,
+    types.MethodType: _reduce_method,
+    typing.TypeVar: _reduce_typevar,
+    memoryview: _reduce_memoryview,
+}
+
+_global_reducers: dict[type, Reducer] = {}
+_global_reducers_lock = threading.Lock()
+
+
+def register_reducer(cls: type, reducer: Reducer) -> None:
+    """Reduce every instance of ``cls`` (and of its subclasses) with ``reducer``,
+    in every pickler created from now on, wherever the instance sits in a graph.
+
+    ``reducer(obj)`` returns what ``__reduce__`` would: ``(callable, args)`` and
+    optionally state, list items, dict items and a state setter, as with
+    ``copyreg``; returning ``NotImplemented`` falls back to the default. The most
+    specific registration in the class's MRO wins; ``Pickler(reducers=...)``
+    overrides this global table for one pickler.
+    """
+    if not isinstance(cls, type):
+        raise TypeError(f"register_reducer() needs a class, got {type(cls).__qualname__}: {cls!r}")
+    if not callable(reducer):
+        raise TypeError(f"the reducer for {cls.__qualname__} is not callable: {reducer!r}")
+    with _global_reducers_lock:
+        _global_reducers[cls] = reducer
+
+
+def unregister_reducer(cls: type) -> None:
+    """Remove a reducer added with :func:`register_reducer`."""
+    with _global_reducers_lock:
+        if _global_reducers.pop(cls, None) is None:
+            raise KeyError(f"no reducer is registered for {cls.__module__}.{cls.__qualname__}")
+
+
+class TypeDispatch:
+    """One pickler's map from a type to its handler (``None``: the C pickler's
+    default). Misses are resolved once per type and remembered, so the pickler's
+    hot path is a single dict lookup per object."""
+
+    __slots__ = ("handlers", "user_reducers")
+
+    def __init__(self, local_reducers: Mapping[type, Reducer] | None) -> None:
+        with _global_reducers_lock:
+            user_reducers = dict(_global_reducers)
+        if local_reducers:
+            for cls, reducer in local_reducers.items():
+                if not isinstance(cls, type) or not callable(reducer):
+                    raise TypeError(
+                        f"reducers must map classes to callables, got {cls!r}: {reducer!r}"
+                    )
+            user_reducers.update(local_reducers)
+        self.user_reducers = user_reducers
+        self.handlers: dict[type, Handler | None] = dict(_BUILTIN_HANDLERS)
+        for cls, reducer in user_reducers.items():
+            self.handlers[cls] = _adapt(reducer)
+
+    def resolve(self, cls: type) -> Handler | None:
+        """Find and remember the handler of a type seen for the first time."""
+        handler: Handler | None = None
+        for base in cls.__mro__[1:]:
+            if base in self.user_reducers:
+                handler = self.handlers[base]
+                break
+        else:
+            if issubclass(cls, type):  # a metaclass: its instances are classes
+                handler = _reduce_class
+        self.handlers[cls] = handler
+        return handler

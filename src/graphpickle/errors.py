@@ -1,0 +1,33 @@
+"""Exceptions raised by graphpickle.
+
+Both are subclasses of the standard library's, so code that already catches
+``pickle.PicklingError`` or ``pickle.UnpicklingError`` keeps working.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+__all__ = ["PicklingError", "UnpicklingError"]
+
+
+class PicklingError(pickle.PicklingError):
+    """An object in the graph could not be pickled.
+
+    ``path`` says where the object sits, starting at ``root`` (the object passed
+    to ``dumps``), for example ``root['tasks'][('x', 3)]<arg 1>``; it is ``None``
+    when the failing object could not be located. ``type_name`` is the qualified
+    name of the failing object's type. The original exception is chained as
+    ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, type_name: str | None = None):
+        super().__init__(message)
+        self.path = path
+        self.type_name = type_name
+
+
+class UnpicklingError(pickle.UnpicklingError):
+    """A payload could not be loaded: truncated, corrupted, not a pickle, or it
+    references something this interpreter cannot import. The original exception
+    is chained as ``__cause__``."""

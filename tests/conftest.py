@@ -1,0 +1,85 @@
+"""Shared helpers: run code in fresh interpreters.
+
+The point of graphpickle is that the receiver does not have what the sender
+had (its ``__main__``, its local modules), so round trips that test that load in
+a separate interpreter started from an empty directory.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+# Loads a payload with plain pickle in an interpreter where graphpickle cannot
+# be imported, then runs a check. Its own globals are underscored so that they
+# cannot stand in for a missing __main__ attribute of the sender.
+_RECEIVER = """
+import pickle as _pickle, sys as _sys
+_sys.modules["graphpickle"] = None  # the receiver must not need graphpickle
+with open(_sys.argv[1], "rb") as _payload_file:
+    obj = _pickle.load(_payload_file)
+{check}
+"""
+
+
+def run_python(
+    code: str, *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> str:
+    """Run ``code`` as the ``__main__`` script of a new interpreter; return its stdout."""
+    script = cwd / "script.py"
+    script.write_text(textwrap.dedent(code))
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("PYTHONPATH", None)
+    proc = subprocess.run(
+        [sys.executable, str(script), *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"subprocess failed ({proc.returncode})\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+        )
+    return proc.stdout
+
+
+@pytest.fixture
+def receiver(tmp_path: Path):
+    """``receiver(payload, check)``: load ``payload`` in a fresh interpreter run
+    from an empty directory with plain ``pickle`` and run ``check`` (code that
+    sees the loaded object as ``obj`` and prints results); return its stdout."""
+
+    def load_elsewhere(payload: bytes, check: str = "print(repr(obj))") -> str:
+        where = tmp_path / "receiver"
+        where.mkdir(exist_ok=True)
+        payload_file = where / "payload.pkl"
+        payload_file.write_bytes(payload)
+        code = _RECEIVER.format(check=textwrap.dedent(check))
+        return run_python(code, str(payload_file), cwd=where)
+
+    return load_elsewhere
+
+
+@pytest.fixture
+def sender(tmp_path: Path):
+    """``sender(code)``: run ``code`` as ``__main__`` in a fresh interpreter in
+    its own directory; the code writes its payload to ``sys.argv[1]``. Returns
+    the payload bytes."""
+
+    def send(code: str, *, files: dict[str, str] | None = None) -> bytes:
+        where = tmp_path / "sender"
+        where.mkdir(exist_ok=True)
+        for name, text in (files or {}).items():
+            (where / name).write_text(textwrap.dedent(text))
+        out = where / "payload.pkl"
+        run_python(code, str(out), cwd=where)
+        return out.read_bytes()
+
+    return send
