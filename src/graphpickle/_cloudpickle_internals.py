@@ -55,11 +55,7 @@ REGISTERED_BY_VALUE: set[str] = _cp._PICKLE_BY_VALUE_MODULES
 
 #: Types that ``types`` exposes but that are not importable under their own
 #: ``__module__``/``__qualname__`` (``types.FunctionType`` is ``builtins.function``).
-_SPECIAL_CLASSES = frozenset(_cp._BUILTIN_TYPE_NAMES) | {
-    type(None),
-    type(Ellipsis),
-    type(NotImplemented),
-}
+BUILTIN_TYPES = frozenset(_cp._BUILTIN_TYPE_NAMES)
 
 
 class _FunctionGlobalsHolder:
@@ -81,7 +77,7 @@ def reduce_function_by_value(pickler: _FunctionGlobalsHolder, func: types.Functi
 
 def reduce_class_by_value(cls: type) -> Reduction:
     """Reduce a class that the receiver cannot import to a rebuildable skeleton."""
-    if cls in _SPECIAL_CLASSES:
+    if cls in BUILTIN_TYPES:
         reduction: Reduction = _cp._class_reduce(cls)
         return reduction
     # Calling the dynamic reducer directly (not ``_class_reduce``) matters for

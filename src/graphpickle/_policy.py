@@ -25,6 +25,8 @@ __all__ = [
 # process can import either by that name.
 _MAIN_MODULES = frozenset({"__main__", "__mp_main__"})
 _MISSING = object()
+# Not importable by name, yet the C pickler has its own recipe for them.
+_PICKLED_BY_STDLIB = frozenset({type(None), type(Ellipsis), type(NotImplemented)})
 
 
 class ByValueReason:
@@ -126,6 +128,8 @@ def class_reason(cls: type) -> str | None:
         return ByValueReason.MAIN
     if "<locals>" in qualname:
         return ByValueReason.LOCAL
+    if cls in _PICKLED_BY_STDLIB:
+        return None
     if not _found_by_name(cls, module_name, qualname):
         return ByValueReason.NOT_IMPORTABLE
     if is_registered(module_name):
