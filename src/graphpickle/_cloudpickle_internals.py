@@ -18,7 +18,7 @@ import logging
 import types
 import typing
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import cloudpickle
 from cloudpickle import cloudpickle as _cp
@@ -58,13 +58,15 @@ REGISTERED_BY_VALUE: set[str] = _cp._PICKLE_BY_VALUE_MODULES
 BUILTIN_TYPES = frozenset(_cp._BUILTIN_TYPE_NAMES)
 
 
-class _FunctionGlobalsHolder:
+class _FunctionGlobalsHolder(Protocol):
     """What ``cloudpickle.Pickler._function_getnewargs`` reads from its pickler."""
 
     globals_ref: dict[int, dict[str, Any]]
 
 
-def reduce_function_by_value(pickler: _FunctionGlobalsHolder, func: types.FunctionType) -> Reduction:
+def reduce_function_by_value(
+    pickler: _FunctionGlobalsHolder, func: types.FunctionType
+) -> Reduction:
     """Reduce ``func`` to its code, defaults, closure and the globals it uses.
 
     Functions reduced through the same ``pickler`` that shared a globals dict when
@@ -118,9 +120,7 @@ def _type_reducers() -> dict[type, Callable[[Any], Reduction]]:
     return {
         cls: reducer
         for cls, reducer in _cp.Pickler._dispatch_table.items()
-        if isinstance(cls, type)
-        and cls not in own_rules
-        and cls not in stdlib_handles
+        if isinstance(cls, type) and cls not in own_rules and cls not in stdlib_handles
     }
 
 

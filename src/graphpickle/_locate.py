@@ -196,7 +196,9 @@ def _render(path: _Path) -> str:
 
 def _type_name(obj: Any) -> str:
     cls = type(obj)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
 
 
 def _describe(obj: Any) -> str:

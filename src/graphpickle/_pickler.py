@@ -119,6 +119,12 @@ def loads(data: bytes | bytearray | memoryview, *, buffers: Iterable[Any] | None
     try:
         return _pickle.loads(data, buffers=buffers)
     except Exception as exc:
+        try:
+            memoryview(data)
+        except TypeError:
+            raise TypeError(
+                f"loads() needs bytes or a bytes-like object, got {type(data).__qualname__}"
+            ) from None
         raise _unpickling_error(exc) from exc
 
 
@@ -132,9 +138,7 @@ def load(file: IO[bytes], *, buffers: Iterable[Any] | None = ()) -> Any:
         raise _unpickling_error(exc) from exc
 
 
-def _unpickling_error(exc: Exception) -> UnpicklingError | TypeError:
-    if isinstance(exc, TypeError) and "bytes-like object is required" in str(exc):
-        return TypeError(f"loads() needs bytes or a bytes-like object: {exc}")
+def _unpickling_error(exc: Exception) -> UnpicklingError:
     if isinstance(exc, EOFError) or "truncated" in str(exc):
         detail = "the data is truncated or empty"
     elif isinstance(exc, ImportError):
@@ -152,4 +156,3 @@ def _unpickling_error(exc: Exception) -> UnpicklingError | TypeError:
     else:
         detail = "rebuilding an object failed"
     return UnpicklingError(f"cannot load the pickle: {detail}: {type(exc).__name__}: {exc}")
-

@@ -78,6 +78,7 @@ def _reduce_memoryview(pickler: PicklerState, view: memoryview) -> Any:
         if pickler.protocol >= 5:
             return (memoryview, (PickleBuffer(view),))
         return (memoryview, (view.tobytes() if view.readonly else bytearray(view),))
+    flat: Any  # typeshed types cast() by literal format; formats here are run-time values
     if view.c_contiguous:
         flat = view.cast("B")
     else:

@@ -1,0 +1,83 @@
+"""graphpickle leans on a few private names of cloudpickle. These tests fail
+loudly, with the name, when an upgrade moves any of them."""
+
+from __future__ import annotations
+
+import inspect
+import tomllib
+from pathlib import Path
+
+import cloudpickle
+from cloudpickle import cloudpickle as cp
+
+from graphpickle import _cloudpickle_internals as internals
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".")[:2])
+
+
+def test_installed_version_is_in_the_supported_range():
+    low, high = (part.strip(">=<") for part in internals.SUPPORTED_VERSIONS.split(","))
+    assert _version_tuple(low) <= _version_tuple(cloudpickle.__version__) < _version_tuple(high)
+
+
+def test_pyproject_pins_the_same_range():
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert f"cloudpickle{internals.SUPPORTED_VERSIONS}" in pyproject["project"]["dependencies"]
+
+
+def test_private_names_exist_with_the_expected_signatures():
+    expected = {
+        "_function_getstate": ["func"],
+        "_function_setstate": ["obj", "state"],
+        "_make_function": ["code", "globals", "name", "argdefs", "closure"],
+        "_class_reduce": ["obj"],
+        "_dynamic_class_reduce": ["obj"],
+        "_method_reduce": ["obj"],
+        "_decompose_typevar": ["obj"],
+        "subimport": ["name"],
+        "dynamic_subimport": ["name", "vars"],
+    }
+    for name, params in expected.items():
+        assert list(inspect.signature(getattr(cp, name)).parameters) == params, name
+    getnewargs = cp.Pickler._function_getnewargs
+    assert list(inspect.signature(getnewargs).parameters) == ["self", "func"]
+    # The only pickler attribute it reads:
+    assert "globals_ref" in inspect.getsource(getnewargs)
+    assert isinstance(cp._PICKLE_BY_VALUE_MODULES, set)
+    assert internals.REGISTERED_BY_VALUE is cp._PICKLE_BY_VALUE_MODULES
+
+
+def test_type_reducer_table_is_the_expected_one():
+    names = {cls.__name__ for cls in internals.TYPE_REDUCERS}
+    assert {
+        "classmethod",
+        "staticmethod",
+        "property",
+        "cell",
+        "code",
+        "mappingproxy",
+        "dict_keys",
+        "dict_values",
+        "dict_items",
+        "WeakSet",
+        "getset_descriptor",
+    } <= names
+    # Types graphpickle reduces itself, or leaves to the standard library:
+    assert not names & {"function", "type", "module", "method", "memoryview", "Logger", "TypeVar"}
+
+
+def test_function_reduction_shape():
+    def f(x):
+        return x
+
+    class Holder:
+        def __init__(self):
+            self.globals_ref = {}
+
+    reduction = internals.reduce_function_by_value(Holder(), f)
+    assert reduction[0] is cp._make_function
+    assert reduction[5] is cp._function_setstate
+    _state, slotstate = reduction[2]
+    assert "__globals__" in slotstate and "__closure__" in slotstate
