@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any
 
 from ._locate import pickling_error
-from ._reducers import Reducer, TypeDispatch
+from ._reducers import Reducer, dispatch_for
 from .errors import UnpicklingError
 
 __all__ = ["DEFAULT_PROTOCOL", "Pickler", "dump", "dumps", "load", "loads"]
@@ -60,7 +60,7 @@ class Pickler(_pickle.Pickler):
         # so that functions sharing globals here share them after loading.
         # The name is the one cloudpickle's function reducer reads.
         self.globals_ref: dict[int, dict[str, Any]] = {}
-        self._dispatch = TypeDispatch(reducers)
+        self._dispatch = dispatch_for(reducers)
         self._handlers = self._dispatch.handlers
 
     def reducer_override(self, obj: Any) -> Any:

@@ -126,34 +126,31 @@ def register_reducer(cls: type, reducer: Reducer) -> None:
         raise TypeError(f"register_reducer() needs a class, got {type(cls).__qualname__}: {cls!r}")
     if not callable(reducer):
         raise TypeError(f"the reducer for {cls.__qualname__} is not callable: {reducer!r}")
+    global _shared_dispatch
     with _global_reducers_lock:
         _global_reducers[cls] = reducer
+        _shared_dispatch = None
 
 
 def unregister_reducer(cls: type) -> None:
     """Remove a reducer added with :func:`register_reducer`."""
+    global _shared_dispatch
     with _global_reducers_lock:
         if _global_reducers.pop(cls, None) is None:
             raise KeyError(f"no reducer is registered for {cls.__module__}.{cls.__qualname__}")
+        _shared_dispatch = None
 
 
 class TypeDispatch:
-    """One pickler's map from a type to its handler (``None``: the C pickler's
-    default). Misses are resolved once per type and remembered, so the pickler's
-    hot path is a single dict lookup per object."""
+    """A map from a type to its handler (``None``: the C pickler's default).
+
+    Misses are resolved once per type and remembered, so the pickler's hot path
+    is a single dict lookup per object.
+    """
 
     __slots__ = ("handlers", "user_reducers")
 
-    def __init__(self, local_reducers: Mapping[type, Reducer] | None) -> None:
-        with _global_reducers_lock:
-            user_reducers = dict(_global_reducers)
-        if local_reducers:
-            for cls, reducer in local_reducers.items():
-                if not isinstance(cls, type) or not callable(reducer):
-                    raise TypeError(
-                        f"reducers must map classes to callables, got {cls!r}: {reducer!r}"
-                    )
-            user_reducers.update(local_reducers)
+    def __init__(self, user_reducers: dict[type, Reducer]) -> None:
         self.user_reducers = user_reducers
         self.handlers: dict[type, Handler | None] = dict(_BUILTIN_HANDLERS)
         for cls, reducer in user_reducers.items():
@@ -171,3 +168,27 @@ class TypeDispatch:
                 handler = _reduce_class
         self.handlers[cls] = handler
         return handler
+
+
+# Picklers without reducers of their own share one table, so that creating a
+# pickler costs no copy. Its cache of resolved types is bounded: it would
+# otherwise keep every class ever pickled alive.
+_MAX_SHARED_TYPES = 4096
+_shared_dispatch: TypeDispatch | None = None
+
+
+def dispatch_for(local_reducers: Mapping[type, Reducer] | None) -> TypeDispatch:
+    """The dispatch table of a new pickler."""
+    global _shared_dispatch
+    if local_reducers:
+        for cls, reducer in local_reducers.items():
+            if not isinstance(cls, type) or not callable(reducer):
+                raise TypeError(f"reducers must map classes to callables, got {cls!r}: {reducer!r}")
+        with _global_reducers_lock:
+            user_reducers = {**_global_reducers, **local_reducers}
+        return TypeDispatch(user_reducers)
+    shared = _shared_dispatch
+    if shared is None or len(shared.handlers) > _MAX_SHARED_TYPES:
+        with _global_reducers_lock:
+            shared = _shared_dispatch = TypeDispatch(dict(_global_reducers))
+    return shared
