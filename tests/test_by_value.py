@@ -301,3 +301,59 @@ def test_one_pass_and_precision_in_a_script(sender):
     assert len(graph) == 100_000
     func, dep, i = graph[("t", 99_999)]
     assert func(i) == 100_000 and dep == ("t", 99_998)
+
+
+def test_not_found_by_name_goes_by_value(monkeypatch):
+    module = types.ModuleType("gp_decorated_module")
+    exec(
+        "def register(func):\n"
+        "    registry.append(func)\n"
+        "    return lambda *a: ('wrapped', func(*a))\n"
+        "registry = []\n"
+        "@register\n"
+        "def work(x):\n"
+        "    return x * 2\n"
+        "class Kept:\n"
+        "    pass\n",
+        module.__dict__,
+    )
+    monkeypatch.setitem(sys.modules, "gp_decorated_module", module)
+    original = module.registry[0]  # the module attribute `work` is the wrapper
+    assert function_reason(original) == ByValueReason.NOT_IMPORTABLE
+    assert roundtrip(original)(4) == 8
+    assert class_reason(module.Kept) is None  # found by name: by reference
+    assert roundtrip(module.Kept) is module.Kept
+    monkeypatch.delitem(sys.modules, "gp_decorated_module")
+    assert class_reason(module.Kept) == ByValueReason.NOT_IMPORTABLE
+    assert b"_make_skeleton_class" in graphpickle.dumps(module.Kept)
+
+
+def test_dynamic_class_identity_across_payloads_in_another_process(sender, receiver):
+    # Pickled in separate payloads, a class and its instances load as one class in
+    # the receiver (cloudpickle's class tracker); two distinct classes that share
+    # a name stay distinct.
+    payload = sender(
+        """
+        import pickle, sys, graphpickle
+
+        def make(tag):
+            class Thing:
+                kind = tag
+            return Thing
+
+        A, B = make("a"), make("b")
+        payloads = [graphpickle.dumps(A), graphpickle.dumps(A()), graphpickle.dumps([A(), B()])]
+        with open(sys.argv[1], "wb") as f:
+            f.write(pickle.dumps(payloads))
+        """
+    )
+    out = receiver(
+        payload,
+        """
+        cls = _pickle.loads(obj[0])
+        inst = _pickle.loads(obj[1])
+        a, b = _pickle.loads(obj[2])
+        print(type(inst) is cls, isinstance(a, cls), type(b) is cls, b.kind)
+        """,
+    )
+    assert out.split() == ["True", "True", "False", "b"]

@@ -203,3 +203,42 @@ def test_fuzz_mutated_payloads_raise_only_graphpickle_errors(edits, cut):
 def test_fuzz_random_bytes_raise_only_graphpickle_errors(data):
     with contextlib.suppress(graphpickle.UnpicklingError):
         graphpickle.loads(data)
+
+
+def test_raised_recursion_limit_never_crashes(tmp_path):
+    # With a raised limit the C pickler would run off the C stack (a segfault,
+    # with plain pickle too); graphpickle pickles on a stack sized for the limit.
+    from conftest import run_python
+
+    out = run_python(
+        """
+        import sys, graphpickle
+
+        class Node:
+            def __init__(self, nxt):
+                self.nxt = nxt
+
+        def chain(n):
+            node = None
+            for _ in range(n):
+                node = Node(node)
+            return node
+
+        sys.setrecursionlimit(1_000_000)
+        deep = []
+        for _ in range(200_000):
+            deep = [deep]
+        assert graphpickle.loads(graphpickle.dumps(deep)) is not None
+        assert graphpickle.loads(graphpickle.dumps(chain(100_000))).nxt.nxt is not None
+        print("deep ok")
+
+        sys.setrecursionlimit(50_000)
+        try:
+            graphpickle.dumps(chain(100_000))
+        except graphpickle.PicklingError as exc:
+            assert "recursion limit" in str(exc)
+            print("clear error")
+        """,
+        cwd=tmp_path,
+    )
+    assert out.split("\n")[:2] == ["deep ok", "clear error"]

@@ -24,7 +24,7 @@ from typing import Any
 from ._pickler import dumps, loads
 
 # Executed in __main__, as a notebook executes its cells there.
-NOTEBOOK_CELL = '''
+NOTEBOOK_CELL = """
 import numpy as np
 
 OFFSET = 3
@@ -44,7 +44,7 @@ class Accumulator:
         return self.start + x
 
 square = lambda x: x * x
-'''
+"""
 
 
 @dataclass
@@ -67,7 +67,12 @@ def run_chunk(payload: bytes) -> list[Any]:
 def _define_notebook_objects() -> types.SimpleNamespace:
     main = sys.modules["__main__"]
     exec(compile(NOTEBOOK_CELL, "<notebook cell>", "exec"), main.__dict__)
-    return types.SimpleNamespace(**{k: main.__dict__[k] for k in ("weighted_sum", "make_scaler", "Accumulator", "square", "np")})
+    return types.SimpleNamespace(
+        **{
+            k: main.__dict__[k]
+            for k in ("weighted_sum", "make_scaler", "Accumulator", "square", "np")
+        }
+    )
 
 
 def build_tasks(n_tasks: int) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
@@ -95,16 +100,13 @@ def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
 
 
 def _serializers() -> dict[str, Callable[[Any], bytes]]:
+    import cloudpickle
+
     found: dict[str, Callable[[Any], bytes]] = {
         "graphpickle": dumps,
         "pickle": lambda obj: pickle.dumps(obj, protocol=5),
+        "cloudpickle": cloudpickle.dumps,  # protocol 5, its default
     }
-    try:
-        import cloudpickle
-
-        found["cloudpickle"] = lambda obj: cloudpickle.dumps(obj, protocol=5)
-    except ImportError:  # pragma: no cover - cloudpickle is a dependency
-        pass
     try:
         from distributed.protocol import pickle as distributed_pickle
 
@@ -117,14 +119,21 @@ def _serializers() -> dict[str, Callable[[Any], bytes]]:
 def _progress(done: int, total: int, label: str) -> None:
     width = 30
     filled = width * done // total
-    print(f"\r  {label:12} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end="", file=sys.stderr, flush=True)
+    print(
+        f"\r  {label:12} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
     if done == total:
         print(file=sys.stderr)
 
 
 def run_demo(n_tasks: int = 100_000, workers: int = 2, chunk_size: int = 5_000) -> int:
-    print(f"graphpickle demo: {n_tasks:,} tasks from __main__ functions, lambdas, closures, "
-          f"bound methods and numpy arrays, on {workers} spawned worker processes")
+    print(
+        f"graphpickle demo: {n_tasks:,} tasks from __main__ functions, lambdas, closures, "
+        f"bound methods and numpy arrays, on {workers} spawned worker processes"
+    )
     tasks = build_tasks(n_tasks)
     expected = [func(*args) for func, args in tasks]
     chunks = list(_chunks(tasks, chunk_size))
@@ -137,7 +146,9 @@ def run_demo(n_tasks: int = 100_000, workers: int = 2, chunk_size: int = 5_000) 
             try:
                 payloads = [serialize(chunk) for chunk in chunks]
             except Exception as exc:
-                outcomes.append(Outcome(name, None, None, False, f"dumps failed: {type(exc).__name__}"))
+                outcomes.append(
+                    Outcome(name, None, None, False, f"dumps failed: {type(exc).__name__}")
+                )
                 continue
             elapsed = time.perf_counter() - start
             size = sum(len(p) for p in payloads)
@@ -148,7 +159,9 @@ def run_demo(n_tasks: int = 100_000, workers: int = 2, chunk_size: int = 5_000) 
                     _progress(i + 1, len(payloads), name)
             except Exception as exc:
                 print(file=sys.stderr)
-                outcomes.append(Outcome(name, elapsed, size, False, f"{type(exc).__name__}: {exc}"[:90]))
+                outcomes.append(
+                    Outcome(name, elapsed, size, False, f"{type(exc).__name__}: {exc}"[:90])
+                )
                 continue
             if results != expected:
                 outcomes.append(Outcome(name, elapsed, size, False, "wrong results"))

@@ -15,11 +15,13 @@ from __future__ import annotations
 import _pickle
 import io
 import pickle
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any
 
 from ._locate import pickling_error
 from ._reducers import Reducer, dispatch_for
+from ._stack import SAFE_RECURSION_LIMIT, run_on_deep_stack
 from .errors import UnpicklingError
 
 __all__ = ["DEFAULT_PROTOCOL", "Pickler", "dump", "dumps", "load", "loads"]
@@ -78,7 +80,10 @@ class Pickler(_pickle.Pickler):
         """Write the pickle of ``obj``; raise :class:`graphpickle.PicklingError`
         naming the failing object's type and its path in ``obj`` if it fails."""
         try:
-            super().dump(obj)
+            if sys.getrecursionlimit() <= SAFE_RECURSION_LIMIT:
+                super().dump(obj)
+            else:
+                run_on_deep_stack(lambda: super(Pickler, self).dump(obj))
         except (OSError, MemoryError):
             raise  # trouble with the output, not with the object
         except Exception as exc:
