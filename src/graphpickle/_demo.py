@@ -11,6 +11,7 @@ payload loads on a worker at all.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import pickle
 import sys
@@ -110,7 +111,7 @@ def _serializers() -> dict[str, Callable[[Any], bytes]]:
     try:
         from distributed.protocol import pickle as distributed_pickle
 
-        found["distributed"] = lambda obj: distributed_pickle.dumps(obj, protocol=5)
+        found["distributed"] = functools.partial(distributed_pickle.dumps, protocol=5)
     except ImportError:
         pass
     return found
