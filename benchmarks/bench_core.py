@@ -1,6 +1,6 @@
 """graphpickle against pickle, cloudpickle and distributed, in one run.
 
-Run it as a script, so that ``inc_main`` below really is a ``__main__`` function:
+Run it as a script, so that ``inc`` below really is a ``__main__`` function:
 
     .venv/bin/python benchmarks/bench_core.py            # full sizes, a few minutes
     .venv/bin/python benchmarks/bench_core.py --quick    # 1/20 of the sizes, seconds
@@ -31,20 +31,22 @@ from pathlib import Path
 from typing import Any
 
 import cloudpickle
+import workloads
 from distributed.protocol import pickle as distributed_pickle
-from workloads import WORKLOADS, Workload, inc
+from workloads import WORKLOADS, Workload
 
 import graphpickle
 
 
-def inc_main(x: Any, *args: Any) -> Any:
-    """The same task function, defined in ``__main__``."""
+def inc(x: Any, *args: Any) -> Any:
+    """The same task function as ``workloads.inc``, with the same name (dask puts
+    it in keys), defined in ``__main__``."""
     return x + 1
 
 
 VARIANTS: dict[str, Callable[..., Any]] = {
-    "importable": inc,
-    "__main__": inc_main,
+    "importable": workloads.inc,
+    "__main__": inc,
     "lambda": lambda x, *args: x + 1,
 }
 

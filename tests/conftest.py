@@ -83,3 +83,15 @@ def sender(tmp_path: Path):
         return out.read_bytes()
 
     return send
+
+
+@pytest.fixture(params=["C", "Python"])
+def implementation(request, monkeypatch):
+    """Run a test with the C reducer_override and with the pure-Python one."""
+    from graphpickle import _pickler
+
+    if request.param == "Python":
+        monkeypatch.setattr(_pickler, "_speedups", None)
+    elif _pickler._speedups is None:
+        pytest.skip("graphpickle._speedups is not built")
+    return request.param

@@ -67,6 +67,11 @@ graphs = st.recursive(
 )
 
 
+@pytest.fixture(autouse=True)
+def _both_implementations(implementation):
+    """Every test here runs with the C and the pure-Python reducer_override."""
+
+
 def _same_bytes(obj: object, protocol: int) -> None:
     expected = pickle.dumps(obj, protocol=protocol)
     assert graphpickle.dumps(obj, protocol=protocol) == expected

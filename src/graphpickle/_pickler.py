@@ -14,19 +14,36 @@ from __future__ import annotations
 
 import _pickle
 import io
+import os
 import pickle
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from types import ModuleType
 from typing import IO, Any
 
 from ._locate import pickling_error
-from ._reducers import Reducer, dispatch_for
+from ._reducers import PicklerState, Reducer, dispatch_for
 from ._stack import SAFE_RECURSION_LIMIT, run_on_deep_stack
 from .errors import UnpicklingError
 
 __all__ = ["DEFAULT_PROTOCOL", "Pickler", "dump", "dumps", "load", "loads"]
 
 DEFAULT_PROTOCOL = 5
+
+
+def _load_speedups() -> ModuleType | None:
+    """The C version of ``Pickler.reducer_override`` (``_speedups.c``), unless it
+    was not built or ``GRAPHPICKLE_NO_SPEEDUPS`` is set. Output is the same."""
+    if os.environ.get("GRAPHPICKLE_NO_SPEEDUPS"):
+        return None
+    try:
+        from . import _speedups
+    except ImportError:
+        return None
+    return _speedups
+
+
+_speedups = _load_speedups()
 
 BufferCallback = Callable[[pickle.PickleBuffer], Any]
 
@@ -58,23 +75,28 @@ class Pickler(_pickle.Pickler):
             protocol = pickle.HIGHEST_PROTOCOL
         super().__init__(file, protocol, buffer_callback=buffer_callback)
         self.protocol: int = protocol
-        # Maps id(func.__globals__) to the globals dict the receiver will build,
-        # so that functions sharing globals here share them after loading.
-        # The name is the one cloudpickle's function reducer reads.
-        self.globals_ref: dict[int, dict[str, Any]] = {}
-        self._dispatch = dispatch_for(reducers)
-        self._handlers = self._dispatch.handlers
+        self._state = PicklerState(protocol)
+        dispatch = dispatch_for(reducers)
+        self._handlers = dispatch.handlers
+        self._resolve = dispatch.resolve
+        if _speedups is not None and type(self).reducer_override is Pickler.reducer_override:
+            # The C pickler looks reducer_override up on the instance at each
+            # dump(): this puts the C version of the method below in its place.
+            self.reducer_override = _speedups.Dispatch(  # type: ignore[method-assign]
+                self._handlers, self._resolve, self._state
+            )
 
     def reducer_override(self, obj: Any) -> Any:
         # The hot path: called for every object that is not an atom, a str,
-        # bytes or a builtin container. Keep it to one lookup.
+        # bytes or a builtin container. Keep it to one lookup. _speedups.c
+        # does the same in C; keep the two in step.
         try:
             handler = self._handlers[type(obj)]
         except KeyError:
-            handler = self._dispatch.resolve(type(obj))
+            handler = self._resolve(type(obj))
         if handler is None:
             return NotImplemented
-        return handler(self, obj)
+        return handler(self._state, obj)
 
     def dump(self, obj: Any) -> None:
         """Write the pickle of ``obj``; raise :class:`graphpickle.PicklingError`

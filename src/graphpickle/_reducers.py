@@ -1,6 +1,7 @@
 """How each kind of object is reduced, and the per-type table the pickler uses.
 
-A *handler* is called as ``handler(pickler, obj)`` and returns what
+A *handler* is called as ``handler(state, obj)`` (``state`` is the pickler's
+``PicklerState``) and returns what
 ``__reduce__`` would, or ``NotImplemented`` to let the C pickler do exactly what
 ``pickle.dumps`` does. Returning ``NotImplemented`` for everything that can be
 imported is what keeps graphpickle's output byte-identical to ``pickle``'s.
@@ -13,7 +14,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from pickle import PickleBuffer
-from typing import Any, Protocol
+from typing import Any
 
 from . import _cloudpickle_internals as cp
 from ._policy import class_reason, function_reason, module_by_value, named_object_reason
@@ -25,31 +26,38 @@ Reducer = Callable[[Any], Any]
 """``reducer(obj)`` returns what ``obj.__reduce__()`` would (as with ``copyreg``)."""
 
 
-class PicklerState(Protocol):
-    protocol: int
-    globals_ref: dict[int, dict[str, Any]]
+class PicklerState:
+    """What handlers need of their pickler: the protocol, and cloudpickle's map
+    from ``id(func.__globals__)`` to the globals dict the receiver will build
+    (so that functions sharing globals here share them after loading too)."""
+
+    __slots__ = ("globals_ref", "protocol")
+
+    def __init__(self, protocol: int) -> None:
+        self.protocol = protocol
+        self.globals_ref: dict[int, dict[str, Any]] = {}
 
 
 Handler = Callable[[PicklerState, Any], Any]
 
 
-def _reduce_function(pickler: PicklerState, func: types.FunctionType) -> Any:
+def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     if function_reason(func) is None:
         return NotImplemented
-    return cp.reduce_function_by_value(pickler, func)
+    return cp.reduce_function_by_value(state, func)
 
 
-def _reduce_class(pickler: PicklerState, cls: type) -> Any:
+def _reduce_class(state: PicklerState, cls: type) -> Any:
     if class_reason(cls) is None:
         return NotImplemented
     return cp.reduce_class_by_value(cls)
 
 
-def _reduce_module(pickler: PicklerState, module: types.ModuleType) -> Any:
+def _reduce_module(state: PicklerState, module: types.ModuleType) -> Any:
     return cp.reduce_module(module, by_value=module_by_value(module))
 
 
-def _reduce_method(pickler: PicklerState, method: types.MethodType) -> Any:
+def _reduce_method(state: PicklerState, method: types.MethodType) -> Any:
     # The standard reduction, getattr(owner, name), is kept whenever it finds this
     # very function again; a function bound by hand, or a name-mangled private
     # method, goes as MethodType(func, owner) instead.
@@ -63,19 +71,19 @@ def _reduce_method(pickler: PicklerState, method: types.MethodType) -> Any:
     return cp.reduce_method_by_value(method)
 
 
-def _reduce_typevar(pickler: PicklerState, typevar: Any) -> Any:
+def _reduce_typevar(state: PicklerState, typevar: Any) -> Any:
     if named_object_reason(typevar, typevar.__name__) is None:
         return NotImplemented
     return cp.reduce_typevar_by_value(typevar)
 
 
-def _reduce_memoryview(pickler: PicklerState, view: memoryview) -> Any:
+def _reduce_memoryview(state: PicklerState, view: memoryview) -> Any:
     """A flat byte view becomes a ``PickleBuffer``, so protocol 5 with a
     ``buffer_callback`` ships it out of band without a copy. Other views are
     rebuilt by casting a flat view back to their format and shape. Whether the
     view is read-only survives the round trip."""
     if view.format == "B" and view.ndim == 1 and view.c_contiguous:
-        if pickler.protocol >= 5:
+        if state.protocol >= 5:
             return (memoryview, (PickleBuffer(view),))
         return (memoryview, (view.tobytes() if view.readonly else bytearray(view),))
     flat: Any  # typeshed types cast() by literal format; formats here are run-time values
@@ -95,7 +103,7 @@ def _reduce_memoryview(pickler: PicklerState, view: memoryview) -> Any:
 
 
 def _adapt(reducer: Reducer) -> Handler:
-    return lambda pickler, obj: reducer(obj)
+    return lambda state, obj: reducer(obj)
 
 
 _BUILTIN_HANDLERS: dict[type, Handler] = {

@@ -1,0 +1,11 @@
+from collections.abc import Callable
+from typing import Any
+
+class Dispatch:
+    def __init__(
+        self,
+        handlers: dict[type, Any],
+        resolve: Callable[[type], Any],
+        state: Any,
+    ) -> None: ...
+    def __call__(self, obj: Any, /) -> Any: ...
