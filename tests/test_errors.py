@@ -39,9 +39,9 @@ def test_path_through_dicts_tuples_and_reduce_args():
     with pytest.raises(graphpickle.PicklingError) as info:
         graphpickle.dumps(graph)
     err = info.value
-    assert err.path == "root['tasks'][('x', 3)]<arg 2>[1]"
+    assert err.path == "root['tasks'][('x', 3)].args[1]"
     assert err.type_name == "_thread.lock"
-    assert "root['tasks'][('x', 3)]<arg 2>[1]" in str(err)
+    assert "root['tasks'][('x', 3)].args[1]" in str(err)
     assert "'_thread.lock'" in str(err)
     assert isinstance(err.__cause__, TypeError)
     assert isinstance(err, pickle.PicklingError)
@@ -77,6 +77,16 @@ def test_path_through_function_globals():
     with pytest.raises(graphpickle.PicklingError) as info:
         graphpickle.dumps([reads_global])
     assert info.value.path == "root[0].__globals__['UNPICKLABLE_GLOBAL']"
+
+
+def test_reduce_args_not_held_as_attributes_are_numbered():
+    class Opaque:
+        def __reduce__(self):
+            return (Opaque, ("x", [threading.Lock()]))
+
+    with pytest.raises(graphpickle.PicklingError) as info:
+        graphpickle.dumps([Opaque()])
+    assert info.value.path == "root[0]<arg 1>[0]"
 
 
 def test_error_from_a_custom_reduce_is_located_and_chained():

@@ -6,10 +6,11 @@ reducing each object the way the pickler does, and stops at the first object
 whose reduction raises. The success path never pays for it.
 
 Paths start at ``root`` and read like Python where they can:
-``root['tasks'][('x', 3)]<arg 1>.conn``. ``[k]`` is a container item, ``.name``
-an attribute (from the object's state), ``<arg i>`` the i-th argument of the
-object's reduction (what its class is called with on load), ``<key k>`` a dict
-key and ``<element i>`` a set element.
+``root['tasks'][('x', 3)].args[1]``. ``[k]`` is a container item, ``.name`` an
+attribute (from the object's state, or a reduction argument that the object
+holds under that name), ``<arg i>`` another argument of the object's reduction
+(what its class is called with on load), ``<key k>`` a dict key and
+``<element i>`` a set element.
 """
 
 from __future__ import annotations
@@ -148,13 +149,30 @@ def _reduction_children(obj: Any, reduction: Any) -> list[tuple[str, Any]]:
     if type(obj) is types.CellType:
         children.extend((".cell_contents", arg) for arg in args)
     else:
-        children.extend((f"<arg {i}>", arg) for i, arg in enumerate(args))
+        children.extend((_arg_segment(obj, i, arg), arg) for i, arg in enumerate(args))
     if list_items is not None:
         children.extend((f"[{i}]", item) for i, item in enumerate(list_items))
     if dict_items is not None:
         children.extend((f"[{_safe_repr(k)}]", v) for k, v in dict_items)
     children.extend(_state_children(state))
     return children
+
+
+def _arg_segment(obj: Any, index: int, arg: Any) -> str:
+    """``.name`` when ``obj`` holds ``arg`` in an attribute or slot of that name
+    (a ``__reduce__`` that passes its fields to the class), else ``<arg i>``."""
+    if type(arg) not in _ATOMS:
+        names = list(getattr(obj, "__dict__", {}))
+        for cls in type(obj).__mro__:
+            slots = cls.__dict__.get("__slots__", ())
+            names.extend([slots] if isinstance(slots, str) else slots)
+        for name in names:
+            try:
+                if getattr(obj, name) is arg:
+                    return f".{name}"
+            except Exception:
+                continue
+    return f"<arg {index}>"
 
 
 def _state_children(state: Any) -> list[tuple[str, Any]]:
