@@ -6,6 +6,7 @@ classes of ``__main__``, lambdas, closures, dynamic classes, modules registered
 for pickling by value) is pickled by value, through cloudpickle.
 """
 
+from ._captures import get_large_capture_threshold, set_large_capture_threshold
 from ._pickler import DEFAULT_PROTOCOL, Pickler, dump, dumps, load, loads
 from ._policy import (
     ByValueReason,
@@ -14,13 +15,16 @@ from ._policy import (
     unregister_pickle_by_value,
 )
 from ._reducers import Reducer, register_reducer, unregister_reducer
-from .errors import PicklingError, UnpicklingError
+from .diagnostics import ExplainReport, explain
+from .errors import LargeCaptureWarning, PicklingError, UnpicklingError
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "DEFAULT_PROTOCOL",
     "ByValueReason",
+    "ExplainReport",
+    "LargeCaptureWarning",
     "Pickler",
     "PicklingError",
     "Reducer",
@@ -28,11 +32,14 @@ __all__ = [
     "__version__",
     "dump",
     "dumps",
+    "explain",
+    "get_large_capture_threshold",
     "list_registry_pickle_by_value",
     "load",
     "loads",
     "register_pickle_by_value",
     "register_reducer",
+    "set_large_capture_threshold",
     "unregister_pickle_by_value",
     "unregister_reducer",
 ]

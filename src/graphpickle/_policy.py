@@ -150,7 +150,12 @@ def named_object_reason(obj: Any, name: str) -> str | None:
     return None
 
 
-def module_by_value(module: types.ModuleType) -> bool:
-    """A module is rebuilt from its ``__dict__`` when registered or not importable."""
+def module_reason(module: types.ModuleType) -> str | None:
+    """A module is rebuilt from its ``__dict__`` when registered or not importable;
+    otherwise the receiver imports it by name."""
     name = module.__name__
-    return is_registered(name) or sys.modules.get(name) is not module
+    if is_registered(name):
+        return ByValueReason.REGISTERED
+    if sys.modules.get(name) is not module:
+        return ByValueReason.NOT_IMPORTABLE
+    return None

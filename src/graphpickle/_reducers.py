@@ -17,7 +17,8 @@ from pickle import PickleBuffer
 from typing import Any
 
 from . import _cloudpickle_internals as cp
-from ._policy import class_reason, function_reason, module_by_value, named_object_reason
+from ._captures import warn_about_large_captures
+from ._policy import class_reason, function_reason, module_reason, named_object_reason
 from .errors import PicklingError
 
 __all__ = ["Reducer", "register_reducer", "unregister_reducer"]
@@ -44,7 +45,9 @@ Handler = Callable[[PicklerState, Any], Any]
 def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     if function_reason(func) is None:
         return NotImplemented
-    return cp.reduce_function_by_value(state, func)
+    reduction = cp.reduce_function_by_value(state, func)
+    warn_about_large_captures(func, reduction[2])
+    return reduction
 
 
 def _reduce_class(state: PicklerState, cls: type) -> Any:
@@ -54,7 +57,7 @@ def _reduce_class(state: PicklerState, cls: type) -> Any:
 
 
 def _reduce_module(state: PicklerState, module: types.ModuleType) -> Any:
-    return cp.reduce_module(module, by_value=module_by_value(module))
+    return cp.reduce_module(module, by_value=module_reason(module) is not None)
 
 
 def _reduce_method(state: PicklerState, method: types.MethodType) -> Any:

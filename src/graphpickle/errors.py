@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pickle
 
-__all__ = ["PicklingError", "UnpicklingError"]
+__all__ = ["LargeCaptureWarning", "PicklingError", "UnpicklingError"]
 
 
 class PicklingError(pickle.PicklingError):
@@ -31,3 +31,11 @@ class UnpicklingError(pickle.UnpicklingError):
     """A payload could not be loaded: truncated, corrupted, not a pickle, or it
     references something this interpreter cannot import. The original exception
     is chained as ``__cause__``."""
+
+
+class LargeCaptureWarning(UserWarning):
+    """A function pickled by value captures a large global or closure variable,
+    which then travels inside every payload that contains the function.
+
+    The threshold is set with :func:`graphpickle.set_large_capture_threshold`.
+    """

@@ -1,0 +1,131 @@
+"""What a by-value function carries with it: its globals and closure variables.
+
+The most common cause of a huge graph is a notebook function that closes over a
+big DataFrame or array: the function is pickled by value, and with it what it
+captures, in every payload. ``dumps`` warns about it (:class:`LargeCaptureWarning`)
+from a cheap size estimate; :func:`graphpickle.explain` measures exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import sys
+import types
+import warnings
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from .errors import LargeCaptureWarning
+
+__all__ = ["get_large_capture_threshold", "set_large_capture_threshold"]
+
+DEFAULT_LARGE_CAPTURE_BYTES = 1_000_000
+_threshold: int | None = DEFAULT_LARGE_CAPTURE_BYTES
+
+# The estimate stops looking inside containers after this many items.
+_ESTIMATE_ITEM_BUDGET = 10_000
+
+# explain() measures captures itself and turns the warning off while it works.
+_quiet: contextvars.ContextVar[bool] = contextvars.ContextVar("graphpickle_quiet", default=False)
+
+
+@contextlib.contextmanager
+def no_capture_warnings() -> Iterator[None]:
+    token = _quiet.set(True)
+    try:
+        yield
+    finally:
+        _quiet.reset(token)
+
+
+def set_large_capture_threshold(nbytes: int | None) -> None:
+    """Warn when a function pickled by value captures more than ``nbytes`` in one
+    global or closure variable (default 1 MB); ``None`` turns the warning off."""
+    global _threshold
+    if nbytes is not None and (not isinstance(nbytes, int) or nbytes < 0):
+        raise ValueError(f"the threshold must be a non-negative int or None, got {nbytes!r}")
+    _threshold = nbytes
+
+
+def get_large_capture_threshold() -> int | None:
+    return _threshold
+
+
+def captured_values(func: types.FunctionType, state: Any) -> list[tuple[str, str, Any]]:
+    """``(name, "global" | "closure", value)`` for what ``func`` carries, read
+    from the state of its by-value reduction (cloudpickle's slot state)."""
+    slotstate = state[1]
+    found = [(name, "global", value) for name, value in slotstate["__globals__"].items()]
+    cells = slotstate["__closure__"] or ()
+    for name, cell in zip(func.__code__.co_freevars, cells, strict=False):
+        try:
+            found.append((name, "closure", cell.cell_contents))
+        except ValueError:  # an empty cell
+            continue
+    return found
+
+
+def warn_about_large_captures(func: types.FunctionType, state: Any) -> None:
+    threshold = _threshold
+    if threshold is None or _quiet.get():
+        return
+    for name, kind, value in captured_values(func, state):
+        if isinstance(value, types.ModuleType | types.FunctionType | type):
+            continue  # pickled by reference, or by value and checked on their own
+        size = estimate_nbytes(value)
+        if size > threshold:
+            warnings.warn(
+                f"{func.__module__}.{func.__qualname__} is pickled by value and captures "
+                f"{kind} {name!r} ({type(value).__qualname__}, about {size / 1e6:.1f} MB), "
+                "which travels inside every payload that holds the function; pass it as "
+                "an argument (out of band with protocol 5) or load it on the worker",
+                LargeCaptureWarning,
+                stacklevel=5,
+            )
+
+
+def estimate_nbytes(value: Any) -> int:
+    """A cheap estimate of how many bytes ``value`` pickles to."""
+    budget = [_ESTIMATE_ITEM_BUDGET]
+    return _estimate(value, budget)
+
+
+def _estimate(value: Any, budget: list[int]) -> int:
+    budget[0] -= 1
+    if isinstance(value, int | float | None):
+        return 5  # pickle writes small ints in 2-5 bytes, floats in 9
+    if isinstance(value, str):
+        return len(value)
+    try:
+        return memoryview(value).nbytes  # bytes, bytearray, arrays, numpy
+    except TypeError:
+        pass
+    nbytes = getattr(value, "nbytes", None)  # numpy scalars, pandas Series
+    if isinstance(nbytes, int):
+        return nbytes
+    memory_usage = getattr(value, "memory_usage", None)  # pandas DataFrame
+    if callable(memory_usage):
+        try:
+            return int(memory_usage(deep=False).sum())
+        except Exception:
+            pass
+    if isinstance(value, dict):
+        items = (x for item in value.items() for x in item)
+        return 2 + _estimate_items(items, len(value) * 2, budget)
+    if isinstance(value, list | tuple | set | frozenset):
+        return 2 + _estimate_items(value, len(value), budget)
+    return sys.getsizeof(value)
+
+
+def _estimate_items(items: Iterable[Any], count: int, budget: list[int]) -> int:
+    """Sum the estimates of ``items``; past the budget, extrapolate from those seen."""
+    total = seen = 0
+    for item in items:
+        if budget[0] <= 0:
+            break
+        total += _estimate(item, budget)
+        seen += 1
+    if seen and seen < count:
+        total = total * count // seen
+    return total
