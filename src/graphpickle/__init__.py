@@ -15,6 +15,7 @@ from ._policy import (
     unregister_pickle_by_value,
 )
 from ._reducers import Reducer, register_reducer, unregister_reducer
+from ._scan import InspectReport, inspect
 from .diagnostics import ExplainReport, explain
 from .errors import LargeCaptureWarning, PicklingError, UnpicklingError
 
@@ -24,6 +25,7 @@ __all__ = [
     "DEFAULT_PROTOCOL",
     "ByValueReason",
     "ExplainReport",
+    "InspectReport",
     "LargeCaptureWarning",
     "Pickler",
     "PicklingError",
@@ -34,6 +36,7 @@ __all__ = [
     "dumps",
     "explain",
     "get_large_capture_threshold",
+    "inspect",
     "list_registry_pickle_by_value",
     "load",
     "loads",

@@ -18,7 +18,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo.add_argument("--tasks", type=int, default=100_000, help="number of tasks (100,000)")
     demo.add_argument("--workers", type=int, default=2, help="worker processes (2)")
+    inspect = commands.add_parser(
+        "inspect", help="read a pickle without executing it: imports, by-value objects, risks"
+    )
+    inspect.add_argument("file", help="the pickle file, or - for standard input")
+    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
+
+    if args.command == "inspect":
+        return _inspect(args.file, as_json=args.json)
 
     if args.command == "demo":
         from ._demo import run_demo
@@ -27,6 +35,26 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--tasks and --workers must be positive")
         return run_demo(n_tasks=args.tasks, workers=args.workers)
     raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover
+
+
+def _inspect(path: str, *, as_json: bool) -> int:
+    import json
+
+    from ._scan import inspect
+    from .errors import UnpicklingError
+
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+        report = inspect(data)
+    except (OSError, UnpicklingError) as exc:
+        print(f"graphpickle inspect: {path}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.to_dict(), indent=2) if as_json else report)
+    return 0
 
 
 if __name__ == "__main__":
