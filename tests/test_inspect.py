@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -10,6 +11,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import graphpickle
 
@@ -121,3 +124,17 @@ def test_cli_help_lists_commands():
     assert result.returncode == 0
     for command in (b"demo", b"inspect"):
         assert command in result.stdout
+
+
+@settings(max_examples=1000, deadline=None)
+@given(edits=st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 255)), max_size=4))
+def test_fuzz_inspect_raises_only_unpickling_error(edits):
+    data, _ = _PAYLOAD
+    mutated = bytearray(data)
+    for pos, value in edits:
+        mutated[pos % len(mutated)] = value
+    with contextlib.suppress(graphpickle.UnpicklingError):
+        graphpickle.inspect(bytes(mutated))
+
+
+_PAYLOAD = make_payload()

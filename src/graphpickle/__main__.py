@@ -18,13 +18,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo.add_argument("--tasks", type=int, default=100_000, help="number of tasks (100,000)")
     demo.add_argument("--workers", type=int, default=2, help="worker processes (2)")
+    demo.add_argument(
+        "--engine",
+        choices=["pool", "dask", "all"],
+        default="all",
+        help="a spawned process pool, a local dask cluster, or both when distributed is installed (all)",
+    )
     inspect = commands.add_parser(
         "inspect", help="read a pickle without executing it: imports, by-value objects, risks"
     )
     inspect.add_argument("file", help="the pickle file, or - for standard input")
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    bench = commands.add_parser(
+        "bench", help="benchmark graphpickle against pickle, cloudpickle and distributed"
+    )
+    from ._bench import add_arguments
+
+    add_arguments(bench)
     args = parser.parse_args(argv)
 
+    if args.command == "bench":
+        from ._bench import run_command
+
+        return run_command(args)
     if args.command == "inspect":
         return _inspect(args.file, as_json=args.json)
 
@@ -33,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.tasks < 1 or args.workers < 1:
             parser.error("--tasks and --workers must be positive")
-        return run_demo(n_tasks=args.tasks, workers=args.workers)
+        return run_demo(n_tasks=args.tasks, workers=args.workers, engine=args.engine)
     raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover
 
 

@@ -1,12 +1,13 @@
 """``graphpickle demo``: what a notebook user does, on real worker processes.
 
 The demo runs a "notebook cell" in ``__main__`` (functions, a lambda, a closure
-and a class, exactly as Jupyter would define them), builds a graph of tasks from
-them with numpy payloads, ships it in chunks to a process pool started with
-``spawn`` (workers share nothing with this process), runs every task there and
-checks every result. Then it pickles the same chunks with ``pickle``,
-``cloudpickle`` and ``distributed`` and reports time, size, and whether the
-payload loads on a worker at all.
+and a class, exactly as Jupyter defines them), builds a graph of tasks from them
+with numpy payloads, pickles it in chunks, ships the chunks to a process pool
+started with ``spawn`` (workers share nothing with this process) and, when
+``distributed`` is installed, to a local dask cluster; runs every task there and
+checks every result. It does the same with ``pickle``, ``cloudpickle`` and
+``distributed``'s pickler and reports time, size, and whether the payload runs
+on a worker at all.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import multiprocessing
 import pickle
 import sys
 import time
-import types
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ._pickler import dumps, loads
+from ._console import print_table, progress
+from ._pickler import dumps
 
 # Executed in __main__, as a notebook executes its cells there.
 NOTEBOOK_CELL = """
@@ -46,56 +47,48 @@ class Accumulator:
 
 square = lambda x: x * x
 """
+CHUNK_SIZE = 5_000
+
+Task = tuple[Callable[..., Any], tuple[Any, ...]]
 
 
 @dataclass
 class Outcome:
-    name: str
-    dumps_seconds: float | None
-    payload_bytes: int | None
-    loads_on_workers: bool
+    engine: str
+    serializer: str
+    dumps_seconds: float | None = None
+    payload_bytes: int | None = None
+    run_seconds: float | None = None
     error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
 
 
 def run_chunk(payload: bytes) -> list[Any]:
     """Executed on a worker: load a chunk of tasks and run them.
 
-    Uses plain ``pickle.loads``: a worker needs cloudpickle, not graphpickle."""
+    Plain ``pickle.loads``: a worker needs cloudpickle, not graphpickle."""
     tasks = pickle.loads(payload)
     return [func(*args) for func, args in tasks]
 
 
-def _define_notebook_objects() -> types.SimpleNamespace:
-    main = sys.modules["__main__"]
-    exec(compile(NOTEBOOK_CELL, "<notebook cell>", "exec"), main.__dict__)
-    return types.SimpleNamespace(
-        **{
-            k: main.__dict__[k]
-            for k in ("weighted_sum", "make_scaler", "Accumulator", "square", "np")
-        }
-    )
+def build_tasks(n_tasks: int) -> list[Task]:
+    main = sys.modules["__main__"].__dict__
+    exec(compile(NOTEBOOK_CELL, "<notebook cell>", "exec"), main)
+    np = main["np"]
+    weights = np.linspace(0.0, 1.0, 64)
+    kinds: list[Callable[[int], Task]] = [
+        lambda i: (main["weighted_sum"], (np.full(64, i % 7, dtype="f8"), weights)),
+        lambda i: (main["make_scaler"](3), (i,)),
+        lambda i: (main["Accumulator"](100).add, (i,)),
+        lambda i: (main["square"], (i,)),
+    ]
+    return [kinds[i % 4](i) for i in range(n_tasks)]
 
 
-def build_tasks(n_tasks: int) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
-    nb = _define_notebook_objects()
-    weights = nb.np.linspace(0.0, 1.0, 64)
-    scale_by_3 = nb.make_scaler(3)
-    acc = nb.Accumulator(100)
-    tasks: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
-    for i in range(n_tasks):
-        kind = i % 4
-        if kind == 0:
-            tasks.append((nb.weighted_sum, (nb.np.full(64, i % 7, dtype="f8"), weights)))
-        elif kind == 1:
-            tasks.append((scale_by_3, (i,)))
-        elif kind == 2:
-            tasks.append((acc.add, (i,)))
-        else:
-            tasks.append((nb.square, (i,)))
-    return tasks
-
-
-def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+def _chunks(items: list[Task], size: int) -> Iterator[list[Task]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
 
@@ -105,7 +98,7 @@ def _serializers() -> dict[str, Callable[[Any], bytes]]:
 
     found: dict[str, Callable[[Any], bytes]] = {
         "graphpickle": dumps,
-        "pickle": lambda obj: pickle.dumps(obj, protocol=5),
+        "pickle": functools.partial(pickle.dumps, protocol=5),
         "cloudpickle": cloudpickle.dumps,  # protocol 5, its default
     }
     try:
@@ -117,66 +110,131 @@ def _serializers() -> dict[str, Callable[[Any], bytes]]:
     return found
 
 
-def _progress(done: int, total: int, label: str) -> None:
-    width = 30
-    filled = width * done // total
-    print(
-        f"\r  {label:12} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}",
-        end="",
-        file=sys.stderr,
-        flush=True,
-    )
-    if done == total:
-        print(file=sys.stderr)
+class _Engine:
+    name = ""
+
+    def map(self, payloads: list[bytes]) -> Iterator[list[Any]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
 
 
-def run_demo(n_tasks: int = 100_000, workers: int = 2, chunk_size: int = 5_000) -> int:
+class _SpawnPool(_Engine):
+    def __init__(self, workers: int) -> None:
+        self.name = f"spawn pool ({workers})"
+        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+    def map(self, payloads: list[bytes]) -> Iterator[list[Any]]:
+        return self.pool.map(run_chunk, payloads)
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
+class _DaskCluster(_Engine):
+    def __init__(self, workers: int) -> None:
+        from distributed import Client, LocalCluster
+
+        self.name = f"dask cluster ({workers})"
+        self.cluster = LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+        self.client = Client(self.cluster)
+
+    def map(self, payloads: list[bytes]) -> Iterator[list[Any]]:
+        # The payloads are bytes: distributed ships them as they are.
+        futures = self.client.map(run_chunk, payloads, pure=False)
+        for future in futures:
+            yield future.result(timeout=120)
+
+    def close(self) -> None:
+        self.client.close()
+        self.cluster.close()
+
+
+def _engines(choice: str, workers: int) -> list[Callable[[], _Engine]]:
+    engines: list[Callable[[], _Engine]] = []
+    if choice in ("pool", "all"):
+        engines.append(lambda: _SpawnPool(workers))
+    if choice in ("dask", "all"):
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            if choice == "dask":
+                raise SystemExit(
+                    "graphpickle demo: --engine dask needs distributed installed"
+                ) from None
+        else:
+            engines.append(lambda: _DaskCluster(workers))
+    return engines
+
+
+def _run(engine: _Engine, name: str, payloads: list[bytes], expected: list[Any]) -> Outcome:
+    outcome = Outcome(engine.name, name)
+    start = time.perf_counter()
+    results: list[Any] = []
+    try:
+        for part in progress(engine.map(payloads), len(payloads), name):
+            results.extend(part)
+    except Exception as exc:
+        outcome.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:70]
+        return outcome
+    outcome.run_seconds = time.perf_counter() - start
+    if results != expected:
+        outcome.error = "wrong results"
+    return outcome
+
+
+def run_demo(n_tasks: int = 100_000, workers: int = 2, engine: str = "all") -> int:
     print(
-        f"graphpickle demo: {n_tasks:,} tasks from __main__ functions, lambdas, closures, "
-        f"bound methods and numpy arrays, on {workers} spawned worker processes"
+        f"graphpickle demo: {n_tasks:,} tasks built from __main__ functions, a lambda, a "
+        f"closure, bound methods of a __main__ class and numpy arrays"
     )
     tasks = build_tasks(n_tasks)
     expected = [func(*args) for func, args in tasks]
-    chunks = list(_chunks(tasks, chunk_size))
+    chunks = list(_chunks(tasks, CHUNK_SIZE))
+
+    pickled: dict[str, tuple[float, list[bytes]] | str] = {}
+    for name, serialize in _serializers().items():
+        start = time.perf_counter()
+        try:
+            payloads = [serialize(chunk) for chunk in chunks]
+        except Exception as exc:
+            pickled[name] = f"dumps failed: {type(exc).__name__}"
+            continue
+        pickled[name] = (time.perf_counter() - start, payloads)
 
     outcomes: list[Outcome] = []
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        for name, serialize in _serializers().items():
-            start = time.perf_counter()
-            try:
-                payloads = [serialize(chunk) for chunk in chunks]
-            except Exception as exc:
-                outcomes.append(
-                    Outcome(name, None, None, False, f"dumps failed: {type(exc).__name__}")
-                )
-                continue
-            elapsed = time.perf_counter() - start
-            size = sum(len(p) for p in payloads)
-            results: list[Any] = []
-            try:
-                for i, part in enumerate(pool.map(run_chunk, payloads)):
-                    results.extend(part)
-                    _progress(i + 1, len(payloads), name)
-            except Exception as exc:
-                print(file=sys.stderr)
-                outcomes.append(
-                    Outcome(name, elapsed, size, False, f"{type(exc).__name__}: {exc}"[:90])
-                )
-                continue
-            if results != expected:
-                outcomes.append(Outcome(name, elapsed, size, False, "wrong results"))
-                continue
-            outcomes.append(Outcome(name, elapsed, size, True))
+    for make_engine in _engines(engine, workers):
+        started = make_engine()
+        try:
+            for name, result in pickled.items():
+                if isinstance(result, str):
+                    outcomes.append(Outcome(started.name, name, error=result))
+                    continue
+                seconds, payloads = result
+                outcome = _run(started, name, payloads, expected)
+                outcome.dumps_seconds = seconds
+                outcome.payload_bytes = sum(len(p) for p in payloads)
+                outcomes.append(outcome)
+        finally:
+            started.close()
 
-    print()
-    print(f"{'serializer':12} {'dumps':>9} {'payload':>10}  runs on workers")
-    for o in outcomes:
-        t = f"{o.dumps_seconds * 1e3:7.0f} ms" if o.dumps_seconds is not None else "        -"
-        s = f"{o.payload_bytes / 1e6:7.2f} MB" if o.payload_bytes is not None else "         -"
-        verdict = "yes, all results checked" if o.loads_on_workers else f"no: {o.error}"
-        print(f"{o.name:12} {t} {s}  {verdict}")
-    ours = next(o for o in outcomes if o.name == "graphpickle")
-    # graphpickle must round-trip here as well, with its own loads.
-    assert [f(*a) for f, a in loads(dumps(chunks[0]))] == expected[: len(chunks[0])]
-    return 0 if ours.loads_on_workers else 1
+    print_table(
+        f"{n_tasks:,} tasks in {len(chunks)} payloads, every result checked",
+        ["engine", "serializer", "dumps", "payload", "run", "result"],
+        [
+            [
+                o.engine,
+                o.serializer,
+                "-" if o.dumps_seconds is None else f"{o.dumps_seconds * 1e3:.0f} ms",
+                "-" if o.payload_bytes is None else f"{o.payload_bytes / 1e6:.2f} MB",
+                "-" if o.run_seconds is None else f"{o.run_seconds:.2f} s",
+                "ok" if o.ok else f"FAILS: {o.error}",
+            ]
+            for o in outcomes
+        ],
+    )
+    ours = [o for o in outcomes if o.serializer == "graphpickle"]
+    return 0 if ours and all(o.ok for o in ours) else 1

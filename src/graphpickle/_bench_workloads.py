@@ -43,10 +43,10 @@ def slot_tasks(func: Callable[..., Any], scale: float) -> list[SlotTask]:
 
 def delayed_graph(func: Callable[..., Any], scale: float) -> dict[Any, Any]:
     """A real ``dask.delayed`` graph: half leaves, half tasks depending on a leaf."""
-    import dask
+    from dask.delayed import delayed
 
     half = int(50_000 * scale)
-    task = dask.delayed(func, pure=False)
+    task = delayed(func, pure=False)
     leaves = [task(i) for i in range(half)]
     graph: dict[Any, Any] = {}
     for node in (task(leaf) for leaf in leaves):

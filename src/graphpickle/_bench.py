@@ -1,0 +1,329 @@
+"""``graphpickle bench``: graphpickle against pickle, cloudpickle and distributed, in one run.
+
+    graphpickle bench                 # full sizes, about 15 minutes on 2 cores
+    graphpickle bench --quick         # 1/20 of the sizes, seconds
+    graphpickle bench --json results.json --plot ratios.png
+
+Every workload is built three times: with an importable function, a function of
+``__main__`` and a lambda. Times are medians over ``--repeat`` samples; a sample
+repeats a call until it lasts 50 ms, and libraries take turns within each repeat
+(in alternating order) so that drift of the machine hits all alike.
+Ratios are to ``pickle.dumps(protocol=5)`` of the graph built with the
+importable function: that is the speed a by-reference pickler reaches, and the
+target graphpickle is held to for all three variants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import math
+import pickle
+import platform
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from . import _bench_workloads as workloads
+from ._bench_workloads import WORKLOADS, Workload
+from ._console import print_table, progress
+from ._pickler import dumps as graphpickle_dumps
+from ._pickler import loads as graphpickle_loads
+
+# The same task function as workloads.inc, with the same name (dask puts it in
+# keys), defined in __main__ as a script or notebook defines it.
+_MAIN_SOURCE = "def inc(x, *args):\n    return x + 1\n"
+
+
+def _main_function() -> Callable[..., Any]:
+    main = sys.modules["__main__"].__dict__
+    exec(compile(_MAIN_SOURCE, "<benchmark script>", "exec"), main)
+    func: Callable[..., Any] = main["inc"]
+    return func
+
+
+def variants() -> dict[str, Callable[..., Any]]:
+    return {
+        "importable": workloads.inc,
+        "__main__": _main_function(),
+        "lambda": lambda x, *args: x + 1,
+    }
+
+
+Dumps = Callable[[Any, Callable[[pickle.PickleBuffer], Any] | None], bytes]
+
+
+def _libraries() -> dict[str, Dumps]:
+    found: dict[str, Dumps] = {
+        "pickle": lambda obj, cb: pickle.dumps(obj, protocol=5, buffer_callback=cb),
+        "graphpickle": lambda obj, cb: graphpickle_dumps(obj, buffer_callback=cb),
+        "cloudpickle": lambda obj, cb: cloudpickle.dumps(obj, protocol=5, buffer_callback=cb),
+    }
+    try:
+        from distributed.protocol import pickle as distributed_pickle
+    except ImportError:
+        return found
+    found["distributed"] = functools.partial(_distributed_dumps, distributed_pickle.dumps)
+    return found
+
+
+def _distributed_dumps(dumps: Callable[..., bytes], obj: Any, cb: Any) -> bytes:
+    return dumps(obj, protocol=5, buffer_callback=cb)
+
+
+LIBRARIES = _libraries()
+
+
+def _keep_out_of_band(buffer: pickle.PickleBuffer) -> bool:
+    return False
+
+
+def timed(func: Callable[[], Any], number: int = 1) -> float:
+    """Seconds per call of ``func``, over ``number`` back-to-back calls."""
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for _ in range(number):
+            func()
+        return (time.perf_counter() - start) / number
+    finally:
+        gc.enable()
+
+
+def calls_per_sample(func: Callable[[], Any], min_seconds: float = 0.05) -> int:
+    """Enough calls that one timing sample lasts ``min_seconds`` (as timeit's autorange)."""
+    once = timed(func)
+    return max(1, math.ceil(min_seconds / max(once, 1e-9)))
+
+
+def peak_memory(func: Callable[[], Any]) -> int:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        func()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def measure(workload: Workload, variant: str, graph: Any, repeat: int) -> dict[str, Any]:
+    callback = _keep_out_of_band if workload.out_of_band else None
+    calls = {name: functools.partial(dumps, graph, callback) for name, dumps in LIBRARIES.items()}
+    times: dict[str, list[float]] = {name: [] for name in LIBRARIES}
+    failed: dict[str, str] = {}
+    number: dict[str, int] = {}
+    for name, call in calls.items():
+        try:
+            number[name] = calls_per_sample(call)
+        except Exception as exc:  # plain pickle cannot pickle lambdas
+            failed[name] = f"{type(exc).__name__}"
+    order = [name for name in LIBRARIES if name not in failed]
+    for _ in range(repeat):
+        for name in order:
+            times[name].append(timed(calls[name], number[name]))
+        order.reverse()  # alternate who goes first, so drift hits all alike
+    row: dict[str, Any] = {"workload": workload.name, "variant": variant}
+    for name in LIBRARIES:
+        row[name] = None if name in failed else statistics.median(times[name])
+
+    buffers: list[pickle.PickleBuffer] = []
+    payload = graphpickle_dumps(graph, buffer_callback=buffers.append if callback else None)
+    row["payload_bytes"] = len(payload)
+    loaders: dict[str, Callable[[], Any]] = {
+        "pickle.loads": lambda: pickle.loads(payload, buffers=buffers),
+        "graphpickle.loads": lambda: graphpickle_loads(payload, buffers=buffers),
+    }
+    loads_times: dict[str, list[float]] = {name: [] for name in loaders}
+    load_number = calls_per_sample(loaders["pickle.loads"])
+    load_order = list(loaders)
+    for _ in range(repeat):
+        for name in load_order:
+            loads_times[name].append(timed(loaders[name], load_number))
+        load_order.reverse()
+    for name, values in loads_times.items():
+        row[name] = statistics.median(values)
+    if variant == "importable":
+        row["peak_pickle"] = peak_memory(lambda: LIBRARIES["pickle"](graph, callback))
+        row["peak_graphpickle"] = peak_memory(lambda: LIBRARIES["graphpickle"](graph, callback))
+    return row
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    baseline = {r["workload"]: r["pickle"] for r in rows if r["variant"] == "importable"}
+    for r in rows:
+        base = baseline[r["workload"]]
+        for name in LIBRARIES:
+            r[f"{name}_ratio"] = None if r[name] is None else r[name] / base
+        r["loads_ratio"] = r["graphpickle.loads"] / r["pickle.loads"]
+    importable = [r["graphpickle_ratio"] for r in rows if r["variant"] == "importable"]
+    by_value = [r["graphpickle_ratio"] for r in rows if r["variant"] != "importable"]
+    memory = [r["peak_graphpickle"] / r["peak_pickle"] for r in rows if "peak_pickle" in r]
+    return {
+        "importable_geomean": math.exp(statistics.fmean(math.log(x) for x in importable)),
+        "importable_max": max(importable),
+        "by_value_max": max(by_value),
+        "loads_max": max(r["loads_ratio"] for r in rows),
+        "memory_max": max(memory),
+    }
+
+
+TARGETS = {
+    "importable_geomean": 1.05,
+    "importable_max": 1.15,
+    "by_value_max": 1.10,
+    "loads_max": 1.02,
+    "memory_max": 1.10,
+}
+TARGET_TEXT = {
+    "importable_geomean": "dumps, importable functions, geometric mean",
+    "importable_max": "dumps, importable functions, worst workload",
+    "by_value_max": "dumps, __main__ functions and lambdas, worst workload",
+    "loads_max": "loads, worst workload",
+    "memory_max": "peak memory of dumps, worst workload",
+}
+
+
+def render(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
+    def cell(row: dict[str, Any], name: str) -> str:
+        if row[name] is None:
+            return "fails"
+        mark = "†" if name == "pickle" and row["variant"] == "__main__" else ""
+        return f"{row[f'{name}_ratio']:.2f}x ({row[name] * 1e3:.0f} ms){mark}"
+
+    lines = [
+        "| workload | function | " + " | ".join(LIBRARIES) + " | loads | payload |",
+        "|---|---|" + "---|" * len(LIBRARIES) + "---|---|",
+    ]
+    for r in rows:
+        cells = " | ".join(cell(r, name) for name in LIBRARIES)
+        lines.append(
+            f"| {r['workload']} | {r['variant']} | {cells} | {r['loads_ratio']:.2f}x "
+            f"| {r['payload_bytes'] / 1e6:.1f} MB |"
+        )
+    lines.append("")
+    lines.append(
+        "Ratios are to pickle.dumps of the same workload built with the importable function. "
+        "† pickle's payload references __main__ and does not load in another process."
+    )
+    lines.append("")
+    for key, limit in TARGETS.items():
+        value = summary[key]
+        verdict = "met" if value <= limit else "MISSED"
+        lines.append(f"- {TARGET_TEXT[key]}: {value:.3f}x (target {limit:.2f}x, {verdict})")
+    return "\n".join(lines)
+
+
+def run(
+    *, quick: bool = False, repeat: int | None = None, only: str | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """Measure every workload and variant; return (rows, summary, meta)."""
+    scale = 0.05 if quick else 1.0
+    repeat = repeat or (3 if quick else 5)
+    plan = [
+        (workload, variant, func)
+        for workload in WORKLOADS
+        if not only or only in workload.name
+        for variant, func in variants().items()
+    ]
+    rows = []
+    for workload, variant, func in progress(plan, len(plan), "benchmark"):
+        graph = workload.build(func, scale)
+        rows.append(measure(workload, variant, graph, repeat))
+        del graph
+    meta = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cloudpickle": cloudpickle.__version__,
+        "scale": scale,
+        "repeat": repeat,
+    }
+    return rows, summarize(rows), meta
+
+
+def print_report(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    def cell(row: dict[str, Any], name: str) -> str:
+        if row[name] is None:
+            return "fails"
+        return f"{row[f'{name}_ratio']:.2f}x"
+
+    print_table(
+        "dumps time as a ratio to pickle.dumps (importable function); medians",
+        ["workload", "function", *LIBRARIES, "loads", "payload"],
+        [
+            [
+                r["workload"],
+                r["variant"],
+                *(cell(r, name) for name in LIBRARIES),
+                f"{r['loads_ratio']:.2f}x",
+                f"{r['payload_bytes'] / 1e6:.1f} MB",
+            ]
+            for r in rows
+        ],
+    )
+    for key, limit in TARGETS.items():
+        verdict = "met" if summary[key] <= limit else "MISSED"
+        print(f"- {TARGET_TEXT[key]}: {summary[key]:.3f}x (target {limit:.2f}x, {verdict})")
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """A bar chart of each library's ratio to pickle, per workload and function."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['workload']}\n{r['variant']}" for r in rows]
+    names = [n for n in LIBRARIES if n != "pickle"]
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.9), 5))
+    for i, name in enumerate(names):
+        values = [r[f"{name}_ratio"] or 0 for r in rows]
+        ax.bar([x + i * width for x in range(len(rows))], values, width, label=name)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(rows))], labels, fontsize=7)
+    ax.set_ylabel("dumps time / pickle.dumps (importable function)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="graphpickle bench", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    return run_command(args)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="1/20 of the sizes, in seconds")
+    parser.add_argument("--repeat", type=int, default=None, help="samples per measurement")
+    parser.add_argument("--only", help="only workloads whose name contains this text")
+    parser.add_argument("--json", type=Path, help="write rows, summary and metadata as JSON")
+    parser.add_argument("--plot", type=Path, help="write a bar chart of the ratios (PNG)")
+    parser.add_argument("--markdown", action="store_true", help="print the README's table")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    rows, summary, meta = run(quick=args.quick, repeat=args.repeat, only=args.only)
+    if not rows:
+        print(f"graphpickle bench: no workload matches {args.only!r}", file=sys.stderr)
+        return 2
+    if args.markdown:
+        print(render(rows, summary))
+    else:
+        print_report(rows, summary)
+    if args.json:
+        args.json.write_text(json.dumps({"meta": meta, "rows": rows, "summary": summary}, indent=1))
+    if args.plot:
+        plot(rows, args.plot)
+    return 0

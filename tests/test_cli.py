@@ -1,0 +1,59 @@
+"""The commands, run as a user runs them: in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def _run(*args: str, cwd=None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "graphpickle", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
+
+
+def test_demo_on_a_spawned_pool_checks_every_result(tmp_path):
+    result = _run("demo", "--tasks", "2000", "--engine", "pool", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = {line.split()[2]: line for line in result.stdout.splitlines() if "spawn pool" in line}
+    assert set(lines) >= {"graphpickle", "pickle", "cloudpickle"}
+    assert "ok" in lines["graphpickle"]
+    # plain pickle writes __main__ functions by reference: the workers cannot load them
+    assert "FAILS" in lines["pickle"]
+
+
+def test_demo_on_a_dask_cluster(tmp_path):
+    result = _run("demo", "--tasks", "2000", "--engine", "dask", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    ours = [line for line in result.stdout.splitlines() if "dask" in line and "graphpickle" in line]
+    assert ours and "ok" in ours[0]
+
+
+def test_demo_rejects_bad_options():
+    result = _run("demo", "--tasks", "0")
+    assert result.returncode == 2 and "positive" in result.stderr
+
+
+def test_bench_quick_writes_json_and_plot(tmp_path):
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    result = _run(
+        "bench", "--quick", "--only", "slot", "--repeat", "1", "--json", str(out), "--plot", str(png)
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert [r["variant"] for r in data["rows"]] == ["importable", "__main__", "lambda"]
+    assert all(r["graphpickle"] > 0 for r in data["rows"])
+    assert data["rows"][2]["pickle"] is None  # plain pickle cannot pickle the lambda
+    assert set(data["summary"]) >= {"importable_geomean", "by_value_max", "loads_max"}
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert "dumps, importable functions, geometric mean" in result.stdout
+
+
+def test_bench_unknown_workload_is_an_error():
+    result = _run("bench", "--quick", "--only", "no such workload")
+    assert result.returncode == 2 and "no workload matches" in result.stderr
