@@ -234,7 +234,9 @@ def run(
         if not only or only in workload.name
         for variant, func in variants().items()
     ]
-    rows = []
+    rows: list[dict[str, Any]] = []
+    if not plan:
+        return rows, {}, {}
     for workload, variant, func in progress(plan, len(plan), "benchmark"):
         graph = workload.build(func, scale)
         rows.append(measure(workload, variant, graph, repeat))

@@ -109,8 +109,15 @@ class InspectReport:
         )
         lines.append(f"globals ({len(self.globals)}): " + (", ".join(self.globals) or "none"))
         lines.append(f"pickled by value: {len(self.by_value)}")
-        for obj in sorted(self.by_value, key=lambda o: o.nbytes, reverse=True):
-            lines.append(f"  {obj.nbytes:>10,} B  {obj.kind:8}  {obj.name}")
+        groups: dict[tuple[str, str], list[int]] = {}
+        for obj in self.by_value:
+            groups.setdefault((obj.kind, obj.name), []).append(obj.nbytes)
+        ranked = sorted(groups.items(), key=lambda item: sum(item[1]), reverse=True)
+        for (kind, name), sizes in ranked[:_SHOWN_GROUPS]:
+            count = f" x{len(sizes)}" if len(sizes) > 1 else ""
+            lines.append(f"  {sum(sizes):>10,} B  {kind:8}  {name}{count}")
+        if len(ranked) > _SHOWN_GROUPS:
+            lines.append(f"  ... {len(ranked) - _SHOWN_GROUPS} more (--json lists all)")
         buffers = f"out-of-band buffers: {self.buffers} ({self.readonly_buffers} read-only)"
         if self.buffer_sizes is not None:
             buffers += f", {sum(self.buffer_sizes):,} bytes"
@@ -153,6 +160,7 @@ class _ByValueInProgress:
     end: int
 
 
+_SHOWN_GROUPS = 20
 _MARK = _Mark()
 _OTHER = object()  # a value whose content the scan does not track
 _STRING_OPS = {

@@ -9,6 +9,7 @@ bytes it pickles to on its own, and, for functions, what they capture.
 
 from __future__ import annotations
 
+import enum
 import io
 import types
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from ._captures import captured_values, no_capture_warnings
 from ._pickler import Pickler
 from ._policy import class_reason, function_reason, module_reason
 from ._reducers import PicklerState, Reducer
+from ._scan import inspect
 from ._walk import render_path, type_name, walk
 
 __all__ = ["ByValueEntry", "Capture", "ExplainReport", "explain"]
@@ -37,14 +39,16 @@ class Capture:
 
 @dataclass(frozen=True)
 class ByValueEntry:
-    """One object pickled by value."""
+    """Objects pickled by value that share a kind and a name (the 500 closures a
+    loop made count as one entry with ``count=500``)."""
 
-    path: str
+    path: str  # where the first one sits
     kind: str  # "function", "class" or "module"
     name: str
     reason: str
-    nbytes: int  # what the object pickles to on its own, captures included
-    captures: tuple[Capture, ...] = ()
+    count: int
+    nbytes: int  # bytes they span in the payload, what they pickle first included
+    captures: tuple[Capture, ...] = ()  # of the first one, each measured on its own
 
 
 @dataclass(frozen=True)
@@ -59,16 +63,18 @@ class ExplainReport:
         return asdict(self)
 
     def __str__(self) -> str:
+        count = sum(e.count for e in self.entries)
         lines = [
             f"payload: {_size(self.total_bytes)} (protocol {self.protocol}), "
-            f"{len(self.entries)} object(s) pickled by value"
+            f"{count} object(s) pickled by value"
         ]
         if self.entries:
-            lines.append(f"{'bytes':>10}  {'kind':8}  {'reason':17}  name  (path)")
+            lines.append(f"{'bytes':>10}  {'kind':8}  {'reason':17}  name  (first path)")
         for entry in self.entries:
+            times = f" x{entry.count}" if entry.count > 1 else ""
             lines.append(
                 f"{_size(entry.nbytes):>10}  {entry.kind:8}  {entry.reason:17}  "
-                f"{entry.name}  ({entry.path})"
+                f"{entry.name}{times}  ({entry.path})"
             )
             for capture in entry.captures:
                 size = "unpicklable" if capture.nbytes is None else _size(capture.nbytes)
@@ -82,64 +88,78 @@ def explain(
     """Pickle ``obj`` as ``dumps`` would and report what goes by value.
 
     Raises :class:`graphpickle.PicklingError` (with the path) if ``obj`` cannot be
-    pickled. Sizes are measured by pickling each by-value object, and each
-    variable a by-value function captures, on its own (in-band), so they may
-    overlap: a function that calls another by-value function counts it too.
+    pickled. An entry's bytes are those its objects span in the payload, from
+    their constructor to the end of their state: the first function that pulls
+    in a large global carries its bytes, and a by-value object nested in another
+    counts in both. Captures are measured by pickling each on its own.
     """
     out = io.BytesIO()
     pickler = Pickler(out, protocol, reducers=reducers)
-    entries = []
     with no_capture_warnings():  # the report shows the captures, measured
         pickler.dump(obj)
+        found: dict[tuple[str, str], list[Any]] = {}
         for path, node in walk(pickler, obj):
-            entry = _entry(node, path, pickler.protocol, reducers)
-            if entry is not None:
-                entries.append(entry)
+            described = _describe(node)
+            if described is not None:
+                kind, name, reason = described
+                found.setdefault((kind, name), [path, node, reason, 0])[3] += 1
+        payload = out.getvalue()
+        spans: dict[tuple[str, str], int] = {}
+        for scanned in inspect(payload).by_value:
+            key = (scanned.kind, scanned.name)
+            spans[key] = spans.get(key, 0) + scanned.nbytes
+        entries = [
+            ByValueEntry(
+                path=render_path(path),
+                kind=kind,
+                name=name,
+                reason=reason,
+                count=count,
+                nbytes=spans.get((kind, _scan_name(node, name)), 0),
+                captures=_captures(node, pickler.protocol, reducers),
+            )
+            for (kind, name), (path, node, reason, count) in found.items()
+        ]
     entries.sort(key=lambda e: e.nbytes, reverse=True)
-    return ExplainReport(len(out.getvalue()), pickler.protocol, tuple(entries))
+    return ExplainReport(len(payload), pickler.protocol, tuple(entries))
 
 
-def _entry(
-    node: Any, path: Any, protocol: int, reducers: Mapping[type, Reducer] | None
-) -> ByValueEntry | None:
-    captures: tuple[Capture, ...] = ()
+def _describe(node: Any) -> tuple[str, str, str] | None:
+    """``(kind, name, reason)`` if ``node`` is pickled by value."""
     if type(node) is types.FunctionType:
         reason = function_reason(node)
-        kind = "function"
-        if reason is not None:
-            state = cp.reduce_function_by_value(PicklerState(protocol), node)[2]
-            captures = tuple(
-                _capture(name, capture_kind, value, protocol, reducers)
-                for name, capture_kind, value in captured_values(node, state)
-            )
-            captures = tuple(sorted(captures, key=lambda c: c.nbytes or 0, reverse=True))
+        kind, name = "function", f"{node.__module__}.{node.__qualname__}"
     elif isinstance(node, type):
+        if node in cp.BUILTIN_TYPES:  # types.FunctionType and such: a tiny reference
+            return None
         reason = class_reason(node)
-        kind = "class"
-        if node in cp.BUILTIN_TYPES:
-            reason = None  # types.FunctionType and such: a tiny reference to `types`
+        kind, name = "class", f"{node.__module__}.{node.__qualname__}"
     elif isinstance(node, types.ModuleType):
         reason = module_reason(node)
-        kind = "module"
+        kind, name = "module", node.__name__
     else:
         return None
-    if reason is None:
-        return None
-    name = node.__name__ if kind == "module" else f"{node.__module__}.{node.__qualname__}"
-    return ByValueEntry(
-        path=render_path(path),
-        kind=kind,
-        name=name,
-        reason=reason,
-        nbytes=_pickled_size(node, protocol, reducers) or 0,
-        captures=captures,
-    )
+    return None if reason is None else (kind, name, reason)
 
 
-def _capture(
-    name: str, kind: str, value: Any, protocol: int, reducers: Mapping[type, Reducer] | None
-) -> Capture:
-    return Capture(name, kind, type_name(value), _pickled_size(value, protocol, reducers))
+def _scan_name(node: Any, name: str) -> str:
+    """The name the static scan gives the same object (it sees what the payload holds)."""
+    if isinstance(node, type):
+        return node.__qualname__ if issubclass(node, enum.Enum) else node.__name__
+    return name
+
+
+def _captures(
+    node: Any, protocol: int, reducers: Mapping[type, Reducer] | None
+) -> tuple[Capture, ...]:
+    if type(node) is not types.FunctionType:
+        return ()
+    state = cp.reduce_function_by_value(PicklerState(protocol), node)[2]
+    captures = [
+        Capture(name, kind, type_name(value), _pickled_size(value, protocol, reducers))
+        for name, kind, value in captured_values(node, state)
+    ]
+    return tuple(sorted(captures, key=lambda c: c.nbytes or 0, reverse=True))
 
 
 def _pickled_size(value: Any, protocol: int, reducers: Mapping[type, Reducer] | None) -> int | None:
