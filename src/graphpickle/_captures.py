@@ -66,23 +66,47 @@ def captured_values(func: types.FunctionType, state: Any) -> list[tuple[str, str
     return found
 
 
+# Captures that are never large, or that are checked on their own when they are
+# pickled by value themselves: skipped without estimating.
+_NEVER_LARGE = frozenset(
+    {int, float, bool, complex, type(None), types.FunctionType, types.ModuleType, type}
+)
+
+
 def warn_about_large_captures(func: types.FunctionType, state: Any) -> None:
+    """Warn (once per function and payload: the memo reduces each function once)
+    about each global or closure variable of ``func`` larger than the threshold."""
     threshold = _threshold
     if threshold is None or _quiet.get():
         return
-    for name, kind, value in captured_values(func, state):
-        if isinstance(value, types.ModuleType | types.FunctionType | type):
-            continue  # pickled by reference, or by value and checked on their own
-        size = estimate_nbytes(value)
-        if size > threshold:
-            warnings.warn(
-                f"{func.__module__}.{func.__qualname__} is pickled by value and captures "
-                f"{kind} {name!r} ({type(value).__qualname__}, about {size / 1e6:.1f} MB), "
-                "which travels inside every payload that holds the function; pass it as "
-                "an argument (out of band with protocol 5) or load it on the worker",
-                LargeCaptureWarning,
-                stacklevel=5,
-            )
+    slotstate = state[1]
+    for name, value in slotstate["__globals__"].items():
+        if type(value) not in _NEVER_LARGE:
+            _warn_if_large(func, "global", name, value, threshold)
+    cells = slotstate["__closure__"]
+    if cells:
+        for name, cell in zip(func.__code__.co_freevars, cells, strict=False):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if type(value) not in _NEVER_LARGE:
+                _warn_if_large(func, "closure", name, value, threshold)
+
+
+def _warn_if_large(
+    func: types.FunctionType, kind: str, name: str, value: Any, threshold: int
+) -> None:
+    size = estimate_nbytes(value)
+    if size > threshold:
+        warnings.warn(
+            f"{func.__module__}.{func.__qualname__} is pickled by value and captures "
+            f"{kind} {name!r} ({type(value).__qualname__}, about {size / 1e6:.1f} MB), "
+            "which travels inside every payload that holds the function; pass it as "
+            "an argument (out of band with protocol 5) or load it on the worker",
+            LargeCaptureWarning,
+            stacklevel=6,
+        )
 
 
 def estimate_nbytes(value: Any) -> int:

@@ -13,6 +13,7 @@ on a worker at all.
 from __future__ import annotations
 
 import functools
+import gc
 import multiprocessing
 import pickle
 import sys
@@ -203,6 +204,7 @@ def run_demo(n_tasks: int = 100_000, workers: int = 2, engine: str = "all") -> i
     for name, serialize in _serializers().items():
         try:
             serialize(chunks[0])  # warm up (first-use caches), so that timings compare
+            gc.collect()  # and start each from the same collector state
             start = time.perf_counter()
             payloads = [serialize(chunk) for chunk in chunks]
         except Exception as exc:
