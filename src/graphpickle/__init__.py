@@ -15,16 +15,19 @@ from ._policy import (
     unregister_pickle_by_value,
 )
 from ._reducers import Reducer, register_reducer, unregister_reducer
+from ._restricted import DATA_ONLY
 from ._scan import InspectReport, inspect
 from .diagnostics import ExplainReport, explain
-from .errors import LargeCaptureWarning, PicklingError, UnpicklingError
+from .errors import ForbiddenGlobalError, LargeCaptureWarning, PicklingError, UnpicklingError
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "DATA_ONLY",
     "DEFAULT_PROTOCOL",
     "ByValueReason",
     "ExplainReport",
+    "ForbiddenGlobalError",
     "InspectReport",
     "LargeCaptureWarning",
     "Pickler",

@@ -23,8 +23,9 @@ from typing import IO, Any
 
 from ._locate import pickling_error
 from ._reducers import PicklerState, Reducer, dispatch_for
+from ._restricted import compile_allowed, restricted_load
 from ._stack import SAFE_RECURSION_LIMIT, run_on_deep_stack
-from .errors import UnpicklingError
+from .errors import ForbiddenGlobalError, UnpicklingError
 
 __all__ = ["DEFAULT_PROTOCOL", "Pickler", "dump", "dumps", "load", "loads"]
 
@@ -140,11 +141,26 @@ def dumps(
     return out.getvalue()
 
 
-def loads(data: bytes | bytearray | memoryview, *, buffers: Iterable[Any] | None = ()) -> Any:
+def loads(
+    data: bytes | bytearray | memoryview,
+    *,
+    buffers: Iterable[Any] | None = (),
+    allowed: Iterable[str] | None = None,
+) -> Any:
     """Load a pickle from bytes. ``buffers`` supplies, in order, the out-of-band
-    buffers that ``dumps`` handed to its ``buffer_callback``."""
+    buffers that ``dumps`` handed to its ``buffer_callback``.
+
+    With ``allowed`` (for example :data:`graphpickle.DATA_ONLY`), only the globals
+    the allow-list names are imported; any other raises
+    :class:`graphpickle.ForbiddenGlobalError` before it is imported.
+    """
+    allow_list = None if allowed is None else compile_allowed(allowed)
     try:
+        if allow_list is not None:
+            return restricted_load(io.BytesIO(data), allow_list, buffers)
         return _pickle.loads(data, buffers=buffers)
+    except ForbiddenGlobalError:
+        raise
     except Exception as exc:
         try:
             memoryview(data)
@@ -155,10 +171,20 @@ def loads(data: bytes | bytearray | memoryview, *, buffers: Iterable[Any] | None
         raise _unpickling_error(exc) from exc
 
 
-def load(file: IO[bytes], *, buffers: Iterable[Any] | None = ()) -> Any:
-    """Load one pickle from the binary file ``file``."""
+def load(
+    file: IO[bytes],
+    *,
+    buffers: Iterable[Any] | None = (),
+    allowed: Iterable[str] | None = None,
+) -> Any:
+    """Load one pickle from the binary file ``file`` (``allowed`` as in :func:`loads`)."""
+    allow_list = None if allowed is None else compile_allowed(allowed)
     try:
+        if allow_list is not None:
+            return restricted_load(file, allow_list, buffers)
         return _pickle.load(file, buffers=buffers)
+    except ForbiddenGlobalError:
+        raise
     except (OSError, MemoryError):
         raise
     except Exception as exc:

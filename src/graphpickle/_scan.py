@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ._restricted import imported_name
 from .errors import UnpicklingError
 
 __all__ = ["InspectReport", "inspect"]
@@ -323,6 +324,7 @@ class _Scan:
             self.push(_OTHER, start)
 
     def record_global(self, module: str, attr: str) -> _Global:
+        module, attr = imported_name(module, attr)
         self.globals[f"{module}.{attr}"] = None
         self.modules.add(module)
         return _Global(module, attr)

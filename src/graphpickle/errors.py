@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pickle
 
-__all__ = ["LargeCaptureWarning", "PicklingError", "UnpicklingError"]
+__all__ = ["ForbiddenGlobalError", "LargeCaptureWarning", "PicklingError", "UnpicklingError"]
 
 
 class PicklingError(pickle.PicklingError):
@@ -39,3 +39,12 @@ class LargeCaptureWarning(UserWarning):
 
     The threshold is set with :func:`graphpickle.set_large_capture_threshold`.
     """
+
+
+class ForbiddenGlobalError(UnpicklingError):
+    """Restricted loading met a global outside the allow-list. ``name`` is the
+    global, as ``"module.qualname"``."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        super().__init__(message)
+        self.name = name

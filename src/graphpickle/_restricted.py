@@ -1,0 +1,164 @@
+"""Restricted loading: import only the globals an allow-list names.
+
+A pickle can call anything it can import. With ``loads(data, allowed=...)`` the
+unpickler imports only what the allow-list names and raises
+:class:`ForbiddenGlobalError` for anything else, before it is imported.
+
+An allow-list is a collection of strings:
+
+- ``"module.qualname"``: that global (``"collections.OrderedDict"``);
+- ``"module"``: every global of exactly that module (``"datetime"``);
+- ``"package.*"``: every global of the package and of all its submodules.
+
+:data:`DATA_ONLY` is a ready list for plain data: builtin containers and scalars,
+``collections``, ``datetime``, ``decimal``, ``fractions``, ``uuid``, numpy arrays,
+scalars and dtypes, pandas frames, series, indexes and their dtypes. Extend it
+with set union: ``graphpickle.DATA_ONLY | {"mypackage.*"}``.
+
+Functions pickled by value are code, so restricted loading refuses them (their
+constructors live in ``cloudpickle``) with a message that says so.
+"""
+
+from __future__ import annotations
+
+import _compat_pickle
+import _pickle
+from collections.abc import Iterable
+from typing import IO, Any
+
+from .errors import ForbiddenGlobalError
+
+__all__ = ["DATA_ONLY", "AllowList"]
+
+DATA_ONLY: frozenset[str] = frozenset(
+    {
+        # Builtin types: those the pickler reduces to a call, and those that
+        # appear as data (a defaultdict's factory, a dtype's type).
+        "builtins.bool",
+        "builtins.bytearray",
+        "builtins.bytes",
+        "builtins.complex",
+        "builtins.dict",
+        "builtins.float",
+        "builtins.frozenset",
+        "builtins.int",
+        "builtins.list",
+        "builtins.range",
+        "builtins.set",
+        "builtins.slice",
+        "builtins.str",
+        "builtins.tuple",
+        # What protocols < 3 use to rebuild bytes, and objects of protocols < 2.
+        "_codecs.encode",
+        "copyreg._reconstructor",
+        "builtins.object",
+        "collections.Counter",
+        "collections.OrderedDict",
+        "collections.defaultdict",
+        "collections.deque",
+        "datetime",
+        "decimal.Decimal",
+        "fractions.Fraction",
+        "uuid.UUID",
+        "zoneinfo.ZoneInfo",
+        # numpy 2 and numpy 1 names
+        "numpy.dtype",
+        "numpy.ndarray",
+        "numpy._core.multiarray._reconstruct",
+        "numpy._core.multiarray.scalar",
+        "numpy._core.numeric._frombuffer",
+        "numpy.core.multiarray._reconstruct",
+        "numpy.core.multiarray.scalar",
+        "numpy.core.numeric._frombuffer",
+        # pandas
+        "pandas.DataFrame",
+        "pandas.Series",
+        "pandas.Index",
+        "pandas.RangeIndex",
+        "pandas.DatetimeIndex",
+        "pandas.TimedeltaIndex",
+        "pandas.PeriodIndex",
+        "pandas.CategoricalIndex",
+        "pandas.IntervalIndex",
+        "pandas.MultiIndex",
+        "pandas.Categorical",
+        "pandas.CategoricalDtype",
+        "pandas.StringDtype",
+        "pandas.Interval",
+        "pandas.Period",
+        "pandas.Timestamp",
+        "pandas.Timedelta",
+        "pandas.arrays",
+        "pandas._libs.arrays.__pyx_unpickle_NDArrayBacked",
+        "pandas._libs.internals._unpickle_block",
+        "pandas._libs.tslibs.offsets",
+        "pandas._libs.tslibs.timedeltas._timedelta_unpickle",
+        "pandas._libs.tslibs.timestamps._unpickle_timestamp",
+        "pandas.core.indexes.base._new_Index",
+        "pandas.core.indexes.datetimes._new_DatetimeIndex",
+        "pandas.core.internals.managers.BlockManager",
+        "pandas.core.internals.managers.SingleBlockManager",
+    }
+)
+
+_BY_VALUE_MODULE = "cloudpickle.cloudpickle"
+
+
+class AllowList:
+    """A compiled allow-list: exact globals, whole modules, package prefixes."""
+
+    __slots__ = ("_entries", "_prefixes")
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        if isinstance(entries, str):
+            raise TypeError("allowed must be a collection of names, not a single string")
+        entries = set(entries)
+        self._prefixes = tuple(e[:-2] for e in entries if e.endswith(".*"))
+        self._entries = frozenset(e for e in entries if not e.endswith(".*"))
+
+    def allows(self, module: str, name: str) -> bool:
+        if f"{module}.{name}" in self._entries or module in self._entries:
+            return True
+        return any(module == p or module.startswith(p + ".") for p in self._prefixes)
+
+
+class _RestrictedUnpickler(_pickle.Unpickler):
+    def __init__(self, file: IO[bytes], allowed: AllowList, buffers: Iterable[Any] | None) -> None:
+        super().__init__(file, buffers=buffers)
+        self._allowed = allowed
+
+    def find_class(self, module: str, name: str) -> Any:
+        module, name = imported_name(module, name)
+        if not self._allowed.allows(module, name):
+            raise ForbiddenGlobalError(_refusal(module, name), name=f"{module}.{name}")
+        return super().find_class(module, name)
+
+
+def imported_name(module: str, name: str) -> tuple[str, str]:
+    """The global that loading imports for ``module``/``name`` as written: pickles
+    of protocols < 3 use Python 2 names (``__builtin__.set``), which the
+    unpickler maps to Python 3 ones."""
+    module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
+    return _compat_pickle.IMPORT_MAPPING.get(module, module), name
+
+
+def compile_allowed(allowed: Iterable[str]) -> AllowList:
+    return allowed if isinstance(allowed, AllowList) else AllowList(allowed)
+
+
+def _refusal(module: str, name: str) -> str:
+    full = f"{module}.{name}"
+    if module == _BY_VALUE_MODULE:
+        return (
+            f"restricted loading refused {full}: the payload holds a function or class "
+            "pickled by value, which is code; restricted loading never loads code"
+        )
+    return (
+        f"restricted loading refused the global {full}: it is not in the allow-list "
+        f"(add {full!r}, {module!r} or '{module.split('.')[0]}.*' to allow it)"
+    )
+
+
+def restricted_load(file: IO[bytes], allowed: AllowList, buffers: Iterable[Any] | None) -> Any:
+    """Load one pickle from ``file``, importing only what ``allowed`` names."""
+    return _RestrictedUnpickler(file, allowed, buffers).load()

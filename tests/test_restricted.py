@@ -1,0 +1,140 @@
+"""Restricted loading: only allow-listed globals are imported."""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import decimal
+import fractions
+import io
+import os
+import pickle
+import uuid
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import graphpickle
+from graphpickle import DATA_ONLY
+
+
+class RunsCommand:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+DATA = {
+    "containers": [{1, 2}, frozenset({3}), bytearray(b"ab"), complex(1, 2), range(3), slice(1, 5)],
+    "collections": [
+        collections.OrderedDict(a=1),
+        collections.Counter("abca"),
+        collections.defaultdict(list, {"k": [1]}),
+        collections.deque([1, 2]),
+    ],
+    "time": [
+        datetime.datetime(2026, 11, 29, 12, tzinfo=datetime.UTC),
+        datetime.date(2026, 1, 1),
+        datetime.timedelta(hours=3),
+    ],
+    "numbers": [decimal.Decimal("1.5"), fractions.Fraction(1, 3), uuid.UUID(int=7)],
+    "numpy": [
+        np.arange(6).reshape(2, 3),
+        np.float32(1.5),
+        np.dtype("M8[s]"),
+        np.datetime64("2026"),
+    ],
+    "pandas": [
+        pd.DataFrame({"a": [1, 2], "b": ["x", "y"]}, index=pd.Index([3, 4], name="i")),
+        pd.Series([1.5, 2.5], name="s", index=pd.date_range("2026-01-01", periods=2)),
+        pd.Categorical(["a", "b", "a"]),
+        pd.Timestamp("2026-01-01", tz="UTC"),
+        pd.Timedelta("1D"),
+        pd.MultiIndex.from_tuples([(1, "a"), (2, "b")]),
+    ],
+}
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, pd.DataFrame | pd.Series | pd.Index):
+        return a.equals(b)
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b)
+    if isinstance(a, pd.Categorical):
+        return list(a) == list(b)
+    return a == b
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+@pytest.mark.parametrize("group", list(DATA))
+def test_data_only_loads_plain_data(group, protocol):
+    values = DATA[group]
+    loaded = graphpickle.loads(graphpickle.dumps(values, protocol), allowed=DATA_ONLY)
+    assert all(_equal(a, b) for a, b in zip(values, loaded, strict=True))
+
+
+def test_out_of_band_buffers_under_restriction():
+    arrays = [np.arange(10), np.ones((3, 3))]
+    buffers: list[pickle.PickleBuffer] = []
+    data = graphpickle.dumps(arrays, buffer_callback=buffers.append)
+    loaded = graphpickle.loads(data, buffers=buffers, allowed=DATA_ONLY)
+    assert all(np.array_equal(a, b) for a, b in zip(arrays, loaded, strict=True))
+
+
+def test_command_is_refused_before_import():
+    data = pickle.dumps(RunsCommand())
+    with pytest.raises(graphpickle.ForbiddenGlobalError) as info:
+        graphpickle.loads(data, allowed=DATA_ONLY)
+    assert info.value.name == f"{os.system.__module__}.system"
+    assert "not in the allow-list" in str(info.value)
+    assert isinstance(info.value, graphpickle.UnpicklingError)
+
+
+def test_by_value_functions_are_refused_as_code():
+    data = graphpickle.dumps({"f": lambda: 1})
+    with pytest.raises(graphpickle.ForbiddenGlobalError, match="pickled by value, which is code"):
+        graphpickle.loads(data, allowed=DATA_ONLY)
+
+
+def test_allow_list_forms():
+    data = graphpickle.dumps([collections.OrderedDict(a=1), datetime.date(2026, 1, 1)])
+    assert graphpickle.loads(data, allowed={"collections.OrderedDict", "datetime.date"})
+    assert graphpickle.loads(data, allowed={"collections", "datetime"})  # whole modules
+    assert graphpickle.loads(data, allowed={"collections.*", "datetime.*"})  # packages
+    with pytest.raises(graphpickle.ForbiddenGlobalError, match=r"datetime\.date"):
+        graphpickle.loads(data, allowed={"collections"})
+    with pytest.raises(TypeError, match="collection of names"):
+        graphpickle.loads(data, allowed="collections")
+    extended = DATA_ONLY | {"test_restricted.*"}
+    assert graphpickle.loads(graphpickle.dumps(Point(1, 2)), allowed=extended) == Point(1, 2)
+
+
+class Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __eq__(self, other):
+        return (self.x, self.y) == (other.x, other.y)
+
+
+def test_load_from_stream_leaves_the_rest():
+    stream = io.BytesIO(graphpickle.dumps([1]) + graphpickle.dumps({2}))
+    assert graphpickle.load(stream, allowed=DATA_ONLY) == [1]
+    assert graphpickle.load(stream, allowed=DATA_ONLY) == {2}
+
+
+def test_static_scan_and_restricted_loading_agree():
+    # inspect() lists exactly the globals that loading imports: allowing exactly
+    # that list loads the payload, and leaving out any one is refused by name.
+    payloads = [
+        graphpickle.dumps(DATA),
+        graphpickle.dumps({"f": lambda x: x, "p": Point(1, 2)}),
+        pickle.dumps(DATA, protocol=2),
+    ]
+    for data in payloads:
+        names = set(graphpickle.inspect(data).globals)
+        graphpickle.loads(data, allowed=names)
+        for missing in names:
+            with pytest.raises(graphpickle.ForbiddenGlobalError) as info:
+                graphpickle.loads(data, allowed=names - {missing})
+            assert info.value.name == missing
