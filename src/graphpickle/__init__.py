@@ -18,7 +18,14 @@ from ._reducers import Reducer, register_reducer, unregister_reducer
 from ._restricted import DATA_ONLY
 from ._scan import InspectReport, inspect
 from .diagnostics import ExplainReport, explain
-from .errors import ForbiddenGlobalError, LargeCaptureWarning, PicklingError, UnpicklingError
+from .errors import (
+    ForbiddenGlobalError,
+    LargeCaptureWarning,
+    PicklingError,
+    SignatureError,
+    UnpicklingError,
+    WireFormatError,
+)
 
 __version__ = "0.1.0.dev0"
 
@@ -33,7 +40,9 @@ __all__ = [
     "Pickler",
     "PicklingError",
     "Reducer",
+    "SignatureError",
     "UnpicklingError",
+    "WireFormatError",
     "__version__",
     "dump",
     "dumps",

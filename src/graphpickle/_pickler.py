@@ -87,6 +87,12 @@ class Pickler(_pickle.Pickler):
                 self._handlers, self._resolve, self._state
             )
 
+    @property
+    def pickled_by_value(self) -> bool:
+        """Whether anything dumped so far was pickled by value (code, classes):
+        such payloads load only on the same Python minor version."""
+        return self._state.by_value
+
     def reducer_override(self, obj: Any) -> Any:
         # The hot path: called for every object that is not an atom, a str,
         # bytes or a builtin container. Keep it to one lookup. _speedups.c

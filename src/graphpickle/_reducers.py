@@ -32,11 +32,14 @@ class PicklerState:
     from ``id(func.__globals__)`` to the globals dict the receiver will build
     (so that functions sharing globals here share them after loading too)."""
 
-    __slots__ = ("globals_ref", "protocol")
+    __slots__ = ("by_value", "globals_ref", "protocol")
 
     def __init__(self, protocol: int) -> None:
         self.protocol = protocol
         self.globals_ref: dict[int, dict[str, Any]] = {}
+        # Set once anything is pickled by value: such payloads load only on the
+        # same Python minor version (the wire envelope checks it).
+        self.by_value = False
 
 
 Handler = Callable[[PicklerState, Any], Any]
@@ -45,6 +48,7 @@ Handler = Callable[[PicklerState, Any], Any]
 def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     if function_reason(func) is None:
         return NotImplemented
+    state.by_value = True
     reduction = cp.reduce_function_by_value(state, func)
     warn_about_large_captures(func, reduction[2])
     return reduction
@@ -53,11 +57,14 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
 def _reduce_class(state: PicklerState, cls: type) -> Any:
     if class_reason(cls) is None:
         return NotImplemented
+    state.by_value = True
     return cp.reduce_class_by_value(cls)
 
 
 def _reduce_module(state: PicklerState, module: types.ModuleType) -> Any:
-    return cp.reduce_module(module, by_value=module_reason(module) is not None)
+    by_value = module_reason(module) is not None
+    state.by_value |= by_value
+    return cp.reduce_module(module, by_value=by_value)
 
 
 def _reduce_method(state: PicklerState, method: types.MethodType) -> Any:
@@ -77,6 +84,7 @@ def _reduce_method(state: PicklerState, method: types.MethodType) -> Any:
 def _reduce_typevar(state: PicklerState, typevar: Any) -> Any:
     if named_object_reason(typevar, typevar.__name__) is None:
         return NotImplemented
+    state.by_value = True
     return cp.reduce_typevar_by_value(typevar)
 
 

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import pickle
 
-__all__ = ["ForbiddenGlobalError", "LargeCaptureWarning", "PicklingError", "UnpicklingError"]
+__all__ = [
+    "ForbiddenGlobalError",
+    "LargeCaptureWarning",
+    "PicklingError",
+    "SignatureError",
+    "UnpicklingError",
+    "WireFormatError",
+]
 
 
 class PicklingError(pickle.PicklingError):
@@ -48,3 +55,13 @@ class ForbiddenGlobalError(UnpicklingError):
     def __init__(self, message: str, *, name: str) -> None:
         super().__init__(message)
         self.name = name
+
+
+class WireFormatError(UnpicklingError):
+    """A wire message is malformed: truncated, wrong lengths, unknown format
+    version or compression, or objects pickled by value under another Python."""
+
+
+class SignatureError(UnpicklingError):
+    """A wire message's signature is missing, wrong or truncated: nothing in it
+    was unpickled."""

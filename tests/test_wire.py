@@ -1,0 +1,247 @@
+"""graphpickle.wire: frames, compression, signatures, restricted loading, bad input."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import socket
+import struct
+import threading
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import graphpickle
+from graphpickle import wire
+
+KEY = b"secret key"
+
+
+def sample():
+    return {
+        "arrays": [np.arange(10_000, dtype="f8"), np.zeros((100, 100))],
+        "readonly": np.frombuffer(b"x" * 5000, dtype="u1"),
+        "task": (lambda x: x + 1, 41),
+        "text": "__main__" * 100,
+    }
+
+
+def check(loaded) -> None:
+    np.testing.assert_array_equal(loaded["arrays"][0], np.arange(10_000, dtype="f8"))
+    assert loaded["arrays"][1].shape == (100, 100)
+    assert not loaded["readonly"].flags.writeable
+    assert loaded["task"][0](loaded["task"][1]) == 42
+    assert loaded["text"] == "__main__" * 100
+
+
+@pytest.mark.parametrize("compression", [None, "lz4", "zstd"])
+@pytest.mark.parametrize("key", [None, KEY])
+def test_round_trips(compression, key):
+    obj = sample()
+    check(wire.unpack(wire.pack(obj, key=key, compression=compression), key=key))
+    check(wire.unpack_bytes(wire.pack_bytes(obj, key=key, compression=compression), key=key))
+    stream = io.BytesIO()
+    written = wire.write(stream, obj, key=key, compression=compression)
+    assert written == len(stream.getvalue())
+    stream.seek(0)
+    check(wire.read(stream, key=key))
+
+
+def test_protocol_4_has_no_buffer_frames():
+    frames = wire.pack([np.arange(100)], protocol=4)
+    assert len(frames) == 2  # header and pickle: buffers in band
+    np.testing.assert_array_equal(wire.unpack(frames)[0], np.arange(100))
+
+
+def test_pack_does_not_copy_buffers_and_unpack_gives_views():
+    array = np.arange(100_000, dtype="f8")
+    frames = wire.pack([array])
+    assert len(frames) == 3
+    assert np.shares_memory(np.frombuffer(frames[2], dtype="f8"), array)
+    received = [bytes(f) for f in frames[:2]] + [bytearray(frames[2])]  # as a socket would
+    (loaded,) = wire.unpack(received)
+    assert np.shares_memory(loaded, np.frombuffer(received[2], dtype="f8"))
+    assert loaded.flags.writeable
+
+
+def test_readonly_and_writable_survive_immutable_frames():
+    writable, readonly = np.arange(10), np.arange(10)
+    readonly.flags.writeable = False
+    a, b = wire.unpack_bytes(wire.pack_bytes([writable, readonly]))
+    assert a.flags.writeable and not b.flags.writeable
+
+
+def test_large_buffers_are_split_and_rejoined(monkeypatch):
+    monkeypatch.setattr(wire, "MAX_FRAME", 1000)
+    array = np.arange(2_000, dtype="f8")  # 16,000 bytes: 16 frames
+    frames = wire.pack([array, np.arange(3)])
+    header = json.loads(bytes(frames[0])[10:])
+    assert [b["frames"] for b in header["buffers"]] == [16, 1]
+    loaded = wire.unpack_bytes(b"".join(frames))
+    np.testing.assert_array_equal(loaded[0], array)
+
+
+def test_compression_is_skipped_where_it_does_not_pay():
+    rng = np.random.default_rng(0)
+    obj = [np.zeros(100_000), rng.random(100_000), np.zeros(10)]
+    header = json.loads(bytes(wire.pack(obj, compression="zstd")[0])[10:])
+    codecs = [codec for _, _, codec in header["frames"]]
+    assert codecs[1:] == ["zstd", None, None]  # zeros, random, too small
+    with pytest.raises(ValueError, match="unknown compression"):
+        wire.pack(obj, compression="gzip")
+
+
+def test_signature_checks():
+    obj = {"a": np.arange(1000)}
+    frames = wire.pack(obj, key=KEY)
+    assert wire.unpack(frames, key=[b"old key", KEY])["a"].sum() == sum(range(1000))
+    assert wire.unpack(frames)["a"].size == 1000  # no key: not verified
+    with pytest.raises(graphpickle.SignatureError, match="does not match"):
+        wire.unpack(frames, key=b"other")
+    with pytest.raises(graphpickle.SignatureError):
+        wire.unpack(frames[:-1], key=KEY)  # the signature frame dropped
+    with pytest.raises(graphpickle.SignatureError, match="missing or truncated"):
+        wire.unpack([*frames[:-1], frames[-1][:10]], key=KEY)
+    with pytest.raises(graphpickle.SignatureError, match="missing or truncated"):
+        wire.unpack(frames[:1], key=KEY)
+    with pytest.raises(graphpickle.SignatureError, match="not signed"):
+        wire.unpack(wire.pack(obj), key=KEY)
+    message = wire.pack_bytes(obj, key=KEY)
+    with pytest.raises(graphpickle.SignatureError, match="cut short"):
+        wire.unpack_bytes(message[:-5], key=KEY)
+    with pytest.raises(graphpickle.SignatureError, match="missing or truncated"):
+        wire.unpack_bytes(message[:12], key=KEY)
+
+
+def test_every_frame_is_signed():
+    frames = [bytearray(f) for f in wire.pack({"a": np.arange(1000)}, key=KEY)]
+    for index in range(len(frames) - 1):
+        tampered = [bytearray(f) for f in frames]
+        tampered[index][-1] ^= 1
+        with pytest.raises(graphpickle.SignatureError):
+            wire.unpack(tampered, key=KEY)
+
+
+def test_restricted_unpack():
+    data = {"a": np.arange(3), "when": "now"}
+    assert wire.unpack(wire.pack(data), allowed=graphpickle.DATA_ONLY)["when"] == "now"
+    with pytest.raises(graphpickle.ForbiddenGlobalError, match="pickled by value"):
+        wire.unpack(wire.pack({"f": lambda: 1}), allowed=graphpickle.DATA_ONLY)
+
+
+def test_socket_round_trip():
+    left, right = socket.socketpair()
+    with left, right:
+        sender = threading.Thread(
+            target=lambda: wire.write(left.makefile("wb"), sample(), key=KEY, compression="lz4")
+        )
+        sender.start()
+        check(wire.read(right.makefile("rb"), key=KEY))
+        sender.join()
+
+
+def _header(message: bytes) -> dict:
+    length = struct.unpack_from("<I", message, 6)[0]
+    return json.loads(message[10 : 10 + length])
+
+
+def _with_header(message: bytes, document: dict) -> bytes:
+    length = struct.unpack_from("<I", message, 6)[0]
+    body = json.dumps(document).encode()
+    return message[:6] + struct.pack("<I", len(body)) + body + message[10 + length :]
+
+
+def test_python_version_of_by_value_payloads_is_checked():
+    message = wire.pack_bytes({"f": lambda: 1})
+    header = _header(message)
+    assert header["by_value"] is True
+    header["python"] = "3.99"
+    with pytest.raises(graphpickle.WireFormatError, match=r"Python 3\.99"):
+        wire.unpack_bytes(_with_header(message, header))
+    plain = wire.pack_bytes({"a": [1, 2]})
+    header = _header(plain)
+    assert header["by_value"] is False
+    header["python"] = "3.99"
+    assert wire.unpack_bytes(_with_header(plain, header)) == {"a": [1, 2]}  # plain data loads
+
+
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (lambda m: b"XXXX" + m[4:], "bad magic"),
+        (lambda m: m[:4] + b"\x07" + m[5:], "unknown wire format version 7"),
+        (lambda m: m[:5] + b"\x80" + m[5:], "unknown wire flags"),
+        (lambda m: m[:6] + struct.pack("<I", 2**30) + m[10:], "over the limit"),
+        (lambda m: m[:20], "truncated"),
+        (lambda m: m + b"extra", "after its last frame"),
+        (lambda m: b"", "truncated"),
+    ],
+)
+def test_malformed_messages(mutate, fragment):
+    message = wire.pack_bytes({"a": np.arange(100)})
+    with pytest.raises(graphpickle.WireFormatError, match=fragment):
+        wire.unpack_bytes(mutate(message))
+
+
+def test_lying_lengths_allocate_nothing_large():
+    message = wire.pack_bytes({"a": np.arange(100)})
+    header = _header(message)
+    header["frames"][1] = [2**31 - 1, 2**31 - 1, None]
+    header["buffers"][0]["nbytes"] = 2**31 - 1
+    lying = _with_header(message, header)
+    tracemalloc.start()
+    try:
+        with pytest.raises(graphpickle.WireFormatError):
+            wire.unpack_bytes(lying)
+        with pytest.raises(graphpickle.WireFormatError, match="stream ended"):
+            wire.read(io.BytesIO(lying))
+        with pytest.raises(graphpickle.WireFormatError, match="max_bytes"):
+            wire.read(io.BytesIO(lying), max_bytes=10_000)
+        assert tracemalloc.get_traced_memory()[1] < 100 * 1024 * 1024
+    finally:
+        tracemalloc.stop()
+
+
+def test_lz4_frames_cannot_claim_huge_expansion():
+    message = wire.pack_bytes([np.zeros(100_000)], compression="lz4")
+    header = _header(message)
+    header["frames"][1][1] = 2**31 - 1
+    with pytest.raises(graphpickle.WireFormatError, match="expand"):
+        wire.unpack_bytes(_with_header(message, header))
+
+
+MESSAGES = [
+    wire.pack_bytes({"a": np.arange(50), "b": "x"}),
+    wire.pack_bytes({"a": np.zeros(5000), "f": len}, key=KEY, compression="lz4"),
+    wire.pack_bytes([np.zeros(3000), "y" * 100], compression="zstd"),
+]
+
+
+def _loads_quietly(data: bytes, key) -> None:
+    with contextlib.suppress(graphpickle.UnpicklingError):
+        wire.unpack_bytes(data, key=key)
+
+
+@settings(max_examples=6000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    which=st.integers(0, len(MESSAGES) - 1),
+    edits=st.lists(st.tuples(st.integers(0, 100_000), st.integers(0, 255)), min_size=1, max_size=6),
+    cut=st.integers(0, 40),
+    keyed=st.booleans(),
+)
+def test_fuzz_mutated_messages(which, edits, cut, keyed):
+    message = bytearray(MESSAGES[which])
+    for position, value in edits:
+        message[position % len(message)] = value
+    _loads_quietly(bytes(message[: len(message) - cut]), KEY if keyed else None)
+
+
+@settings(max_examples=4000, deadline=None)
+@given(data=st.binary(max_size=300), prefix=st.booleans())
+def test_fuzz_random_messages(data, prefix):
+    head = MESSAGES[0][:10] if prefix else b""
+    _loads_quietly(head + data, None)
