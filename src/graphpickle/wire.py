@@ -4,15 +4,21 @@ A message is a list of frames::
 
     header | pickle | buffer frames ... | signature (if signed)
 
-- The header is ``GPKW``, the format version (1 byte), flags (1 byte), the
-  length of a JSON document (4 bytes, little-endian) and that document: the
-  graphpickle and Python versions, the pickle protocol, whether anything was
-  pickled by value, each frame's length on the wire, its raw length and its
-  compression, and each out-of-band buffer's frame count, size and read-only
-  flag. JSON keeps the header readable and its parser safe.
-- Each out-of-band buffer (protocol 5) travels in its own frames, never copied
-  by :func:`pack`: a frame is a view of the buffer. Buffers over
-  :data:`MAX_FRAME` bytes (2 GiB) are split and rejoined.
+- The header starts with ``GPKW``, the format version (1 byte), flags (1 byte:
+  signed, compressed, split) and three little-endian u32 counts: the length of
+  a small JSON document, the number of frames and the number of out-of-band
+  buffers. The JSON holds the graphpickle and Python versions, the pickle
+  protocol and whether anything was pickled by value. Binary tables follow:
+  each frame's length (u64); if compressed, each frame's raw length (u64) and
+  codec (u8); if split, each buffer's frame count (u32). Every size is checked
+  against the counts and against what arrived before anything is allocated.
+- Each out-of-band buffer (protocol 5) travels in its own frame, never copied
+  by :func:`pack`: the frame is a view of the buffer. Buffers over
+  :data:`MAX_FRAME` bytes (2 GiB) are split and rejoined. Whether a buffer is
+  read-only travels in the pickle itself (its ``READONLY_BUFFER`` opcode) and
+  the unpickler enforces it; buffers that arrive in immutable memory (a
+  ``bytes`` message) load read-only, those read into writable memory
+  (:func:`read`, or ``bytearray`` frames) keep the sender's writability.
 - Compression (``"lz4"`` or ``"zstd"``, optional extras) is per frame and
   skipped where it does not pay: frames under :data:`COMPRESS_MIN_BYTES`, and
   frames whose first 64 KiB do not shrink below :data:`COMPRESS_MAX_RATIO` of
@@ -30,6 +36,7 @@ A message is a list of frames::
 
 from __future__ import annotations
 
+import array
 import hashlib
 import hmac
 import io
@@ -37,6 +44,7 @@ import json
 import struct
 import sys
 from collections.abc import Iterable, Sequence
+from pickle import PickleBuffer
 from typing import IO, Any
 
 from ._pickler import DEFAULT_PROTOCOL, Pickler, loads
@@ -59,9 +67,11 @@ Keys = bytes | Sequence[bytes] | None
 
 MAGIC = b"GPKW"
 FORMAT_VERSION = 1
-_PREFIX = struct.Struct("<4sBBI")  # magic, format version, flags, header length
-_SIGNED = 0x01
-_MAX_HEADER_BYTES = 64 * 1024 * 1024
+# magic, format version, flags, JSON length, frame count, buffer count
+_PREFIX = struct.Struct("<4sBBIII")
+_SIGNED, _COMPRESSED, _SPLIT = 0x01, 0x02, 0x04
+_MAX_JSON_BYTES = 64 * 1024
+_MAX_FRAMES = 1 << 22
 SIGNATURE_BYTES = hashlib.sha256().digest_size
 
 #: The largest frame; larger buffers are split into several frames.
@@ -141,50 +151,62 @@ def pack(
 ) -> list[Frame]:
     """Pickle ``obj`` into a list of frames (see the module's docstring).
 
-    Out-of-band buffers are not copied: their frames are views of the objects'
-    memory (compressed frames excepted), so keep ``obj`` alive while the frames
-    are being sent.
+    Out-of-band buffers are not copied: their frames are the buffers themselves
+    (compressed frames excepted), so keep ``obj`` alive while the frames are sent.
     """
-    compress = None
-    if compression is not None:
-        compress = _Compressor(compression)
-    buffers: list[Any] = []
+    compress = None if compression is None else _Compressor(compression)
+    buffers: list[PickleBuffer] = []
     out = io.BytesIO()
     pickler = Pickler(out, protocol, buffer_callback=buffers.append if protocol >= 5 else None)
     pickler.dump(obj)
-
-    raw_frames: list[memoryview] = [out.getbuffer()]
-    buffer_meta = []
-    for buffer in buffers:
-        raw = buffer.raw()
-        pieces = [raw[i : i + MAX_FRAME] for i in range(0, raw.nbytes, MAX_FRAME)] or [raw]
-        buffer_meta.append({"frames": len(pieces), "nbytes": raw.nbytes, "readonly": raw.readonly})
-        raw_frames.extend(pieces)
-
-    frames: list[Frame] = []
-    frame_meta = []
-    for raw in raw_frames:
-        data, codec = _compress(raw, compress)
-        frames.append(data)
-        frame_meta.append([len(data) if codec else raw.nbytes, raw.nbytes, codec])
-
+    raws = list(map(PickleBuffer.raw, buffers))  # flat byte views, no copy
+    sizes = list(map(len, raws))
+    flags = 0 if key is None else _SIGNED
+    frames: list[Frame] = [out.getbuffer(), *raws]
+    tables = [array.array("Q", [len(frames[0]), *sizes])]
+    if sizes and max(sizes) > MAX_FRAME:
+        flags |= _SPLIT
+        counts = array.array("I", (max(1, -(-n // MAX_FRAME)) for n in sizes))
+        frames = [frames[0], *(r[i : i + MAX_FRAME] for r in raws for i in _starts(len(r)))]
+        tables = [array.array("Q", map(len, frames)), counts]
+    if compress is not None:
+        flags |= _COMPRESSED
+        raw_lengths = array.array("Q", map(len, frames))
+        packed = [_compress(memoryview(f), compress) for f in frames]
+        frames = [data for data, _ in packed]
+        codecs = bytes(_CODECS.index(codec) for _, codec in packed)
+        tables = [
+            array.array("Q", map(len, frames)),
+            raw_lengths,
+            array.array("B", codecs),
+            *tables[1:],
+        ]
     document = json.dumps(
         {
             "graphpickle": _graphpickle_version(),
             "python": _PYTHON,
             "protocol": protocol,
             "by_value": pickler.pickled_by_value,
-            "frames": frame_meta,
-            "buffers": buffer_meta,
         },
         separators=(",", ":"),
     ).encode()
-    flags = _SIGNED if key is not None else 0
-    header = _PREFIX.pack(MAGIC, FORMAT_VERSION, flags, len(document)) + document
+    prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, flags, len(document), len(frames), len(raws))
+    header = b"".join([prefix, document, *(_little_endian(t) for t in tables)])
     message: list[Frame] = [header, *frames]
     if key is not None:
         message.append(_sign(_check_key(key), message))
     return message
+
+
+def _starts(nbytes: int) -> range:
+    return range(0, nbytes, MAX_FRAME) if nbytes else range(1)
+
+
+def _little_endian(table: array.array[int]) -> bytes:
+    if sys.byteorder == "big":
+        table = array.array(table.typecode, table)
+        table.byteswap()
+    return table.tobytes()
 
 
 def pack_bytes(
@@ -228,32 +250,98 @@ class _Compressor:
 # --- reading -------------------------------------------------------------------
 
 
-class _Header:
-    """A parsed and validated header."""
+_CODECS = (None, "lz4", "zstd")
 
-    def __init__(self, flags: int, document: Any) -> None:
+
+class _Header:
+    """A parsed and validated header: the frames' sizes and codecs, the buffers'
+    frame counts, and the sender's versions."""
+
+    def __init__(self, prefix: Frame) -> None:
+        view = memoryview(prefix)
+        if view.nbytes < _PREFIX.size:
+            raise WireFormatError("truncated wire message: no complete header")
+        magic, version, flags, json_length, n_frames, n_buffers = _PREFIX.unpack_from(view)
+        if magic != MAGIC:
+            raise WireFormatError("not a graphpickle wire message (bad magic)")
+        if version != FORMAT_VERSION:
+            raise WireFormatError(
+                f"unknown wire format version {version}; this graphpickle reads version {FORMAT_VERSION}"
+            )
+        if flags & ~(_SIGNED | _COMPRESSED | _SPLIT):
+            raise WireFormatError(f"unknown wire flags {flags:#x}")
+        if json_length > _MAX_JSON_BYTES or not 1 <= n_frames <= _MAX_FRAMES:
+            raise WireFormatError("wire header declares sizes over the limits")
+        split = bool(flags & _SPLIT)
+        if n_buffers > n_frames - 1 or (not split and n_buffers != n_frames - 1):
+            raise WireFormatError("wire header: buffer and frame counts disagree")
+        self.flags = flags
         self.signed = bool(flags & _SIGNED)
+        self.compressed = bool(flags & _COMPRESSED)
+        self.split = split
+        self.n_frames, self.n_buffers, self.json_length = n_frames, n_buffers, json_length
+        self.size = (
+            _PREFIX.size
+            + json_length
+            + 8 * n_frames
+            + (9 * n_frames if self.compressed else 0)
+            + (4 * n_buffers if split else 0)
+        )
+
+    def parse(self, header: Frame) -> None:
+        """Read the JSON document and the tables from the whole header frame."""
+        view = memoryview(header)
+        if view.nbytes != self.size:
+            raise WireFormatError(
+                f"truncated wire message: the header has {view.nbytes} bytes, not {self.size}"
+            )
+        position = _PREFIX.size
+        document = _parse_json(view[position : position + self.json_length])
+        position += self.json_length
         try:
             self.python = _expect(document["python"], str)
             self.protocol = _expect(document["protocol"], int)
             self.by_value = _expect(document["by_value"], bool)
-            self.frames = [_frame_entry(entry) for entry in _expect(document["frames"], list)]
-            self.buffers = [_buffer_entry(entry) for entry in _expect(document["buffers"], list)]
         except (KeyError, TypeError) as exc:
             raise WireFormatError(f"malformed wire header: {exc}") from None
-        if not self.frames:
-            raise WireFormatError("malformed wire header: no pickle frame")
-        if sum(frames for frames, _, _ in self.buffers) != len(self.frames) - 1:
-            raise WireFormatError("malformed wire header: buffer and frame counts disagree")
-
-    @property
-    def frame_count(self) -> int:
-        """Frames after the header, the signature included."""
-        return len(self.frames) + (1 if self.signed else 0)
+        self.lengths, position = _table(view, position, "Q", self.n_frames)
+        self.raw_lengths = self.lengths
+        self.codecs: list[str | None] = [None] * self.n_frames
+        if self.compressed:
+            self.raw_lengths, position = _table(view, position, "Q", self.n_frames)
+            codes, position = _table(view, position, "B", self.n_frames)
+            if any(code >= len(_CODECS) for code in codes):
+                raise WireFormatError("wire header names an unknown compression")
+            self.codecs = [_CODECS[code] for code in codes]
+        self.buffer_frames = [1] * self.n_buffers
+        if self.split:
+            counts, position = _table(view, position, "I", self.n_buffers)
+            if 0 in counts or sum(counts) != self.n_frames - 1:
+                raise WireFormatError("wire header: buffer frame counts do not add up")
+            self.buffer_frames = list(counts)
+        for length, raw, codec in zip(self.lengths, self.raw_lengths, self.codecs, strict=True):
+            if length > MAX_FRAME or raw > MAX_FRAME:
+                raise WireFormatError("wire header declares a frame over the size limit")
+            if codec is None and length != raw:
+                raise WireFormatError("wire header: an uncompressed frame with two lengths")
+            if codec == "lz4" and raw > _LZ4_MAX_RATIO * length + 64:
+                raise WireFormatError("wire header: an lz4 frame cannot expand that much")
 
     def frame_lengths(self) -> list[int]:
-        lengths = [length for length, _, _ in self.frames]
+        """The lengths of the frames after the header, the signature included."""
+        lengths = list(self.lengths)
         return [*lengths, SIGNATURE_BYTES] if self.signed else lengths
+
+
+def _table(
+    view: memoryview, position: int, typecode: str, count: int
+) -> tuple[array.array[int], int]:
+    table = array.array(typecode)
+    end = position + table.itemsize * count
+    table.frombytes(view[position:end])
+    if sys.byteorder == "big":
+        table.byteswap()
+    return table, end
 
 
 def _expect(value: Any, kind: type) -> Any:
@@ -262,58 +350,14 @@ def _expect(value: Any, kind: type) -> Any:
     return value
 
 
-def _frame_entry(entry: Any) -> tuple[int, int, str | None]:
-    if len(_expect(entry, list)) != 3:
-        raise TypeError("a frame entry has three fields")
-    length, raw_length, codec = entry
-    for n in (length, raw_length):
-        if type(n) is not int or not 0 <= n <= MAX_FRAME:
-            raise TypeError(f"bad frame length {n!r}")
-    if codec not in (None, "lz4", "zstd"):
-        raise TypeError(f"unknown compression {codec!r}")
-    if codec is None and length != raw_length:
-        raise TypeError("an uncompressed frame with two lengths")
-    if codec == "lz4" and raw_length > _LZ4_MAX_RATIO * length + 64:
-        raise TypeError("an lz4 frame cannot expand that much")
-    return length, raw_length, codec
-
-
-def _buffer_entry(entry: Any) -> tuple[int, int, bool]:
-    entry = _expect(entry, dict)
-    frames = _expect(entry["frames"], int)
-    nbytes = _expect(entry["nbytes"], int)
-    readonly = _expect(entry["readonly"], bool)
-    if frames < 1 or nbytes < 0:
-        raise TypeError("bad buffer entry")
-    return frames, nbytes, readonly
-
-
-def _parse_prefix(prefix: Frame) -> tuple[int, int]:
-    """``(flags, header length)`` from the fixed-size start of a message."""
-    if memoryview(prefix).nbytes < _PREFIX.size:
-        raise WireFormatError("truncated wire message: no complete header")
-    magic, version, flags, length = _PREFIX.unpack_from(prefix)
-    if magic != MAGIC:
-        raise WireFormatError("not a graphpickle wire message (bad magic)")
-    if flags & ~_SIGNED:
-        raise WireFormatError(f"unknown wire flags {flags:#x}")
-    if version != FORMAT_VERSION:
-        raise WireFormatError(
-            f"unknown wire format version {version}; this graphpickle reads version {FORMAT_VERSION}"
-        )
-    if length > _MAX_HEADER_BYTES:
-        raise WireFormatError(f"wire header claims {length} bytes, over the limit")
-    return flags, length
-
-
-def _parse_header(flags: int, document: Frame) -> _Header:
+def _parse_json(document: Frame) -> Any:
     try:
         parsed = json.loads(bytes(document))
     except (UnicodeDecodeError, ValueError) as exc:
         raise WireFormatError(f"malformed wire header: {exc}") from None
     if not isinstance(parsed, dict):
         raise WireFormatError("malformed wire header: not an object")
-    return _Header(flags, parsed)
+    return parsed
 
 
 def unpack(
@@ -326,44 +370,40 @@ def unpack(
 
     ``key``: a key, or several (key rotation); when given, the message must be
     signed by one of them, and the signature is checked first, before even the
-    header is read, so any change to any frame is a :class:`SignatureError`.
+    header is read, so that any change to any frame is a :class:`SignatureError`.
     Without a key, signed and unsigned messages load alike.
     ``allowed``: restricted loading (see :func:`graphpickle.loads`).
-    Buffers are views of the frames when the frames are writable or the buffer
-    was read-only; otherwise (a writable buffer in ``bytes``) they are copied.
+    Out-of-band buffers are the frames themselves, not copies.
     """
     frames = list(frames)
     if not frames:
         raise WireFormatError("empty wire message")
-    head = memoryview(frames[0])
-    flags, length = _parse_prefix(head)
+    header = _Header(frames[0])
     if key is not None:
-        _verify(flags, frames[:-1], frames[-1], key)
-    if head.nbytes != _PREFIX.size + length:
-        raise WireFormatError("truncated wire message: header frame has the wrong length")
-    header = _parse_header(flags, head[_PREFIX.size :])
-    if len(frames) - 1 != header.frame_count:
+        _verify(header.flags, frames[:-1], frames[-1], key)
+    header.parse(frames[0])
+    declared = header.frame_lengths()
+    if len(frames) - 1 != len(declared):
         raise WireFormatError(
             f"wire message has {len(frames) - 1} frames after the header, "
-            f"the header declares {header.frame_count}"
+            f"the header declares {len(declared)}"
         )
-    for i, (frame, declared) in enumerate(zip(frames[1:], header.frame_lengths(), strict=True)):
-        if memoryview(frame).nbytes != declared:
-            raise WireFormatError(f"frame {i} has {memoryview(frame).nbytes} bytes, not {declared}")
+    if list(map(_nbytes, frames[1:])) != declared:
+        raise WireFormatError("a frame's length differs from the header's")
     return _load(header, frames[1:], allowed)
 
 
 def unpack_bytes(data: Frame, *, key: Keys = None, allowed: Iterable[str] | None = None) -> Any:
-    """Load a message made by :func:`pack_bytes` (views into ``data``, no copy)."""
+    """Load a message made by :func:`pack_bytes` (frames are views into ``data``)."""
     view = memoryview(data).cast("B")
-    flags, length = _parse_prefix(view)
+    header = _Header(view)
     if key is not None:  # the signature is the message's last 32 bytes
-        _verify(flags, [view[:-SIGNATURE_BYTES]], view[-SIGNATURE_BYTES:], key)
-    end = _PREFIX.size + length
-    if view.nbytes < end:
+        _verify(header.flags, [view[:-SIGNATURE_BYTES]], view[-SIGNATURE_BYTES:], key)
+    if view.nbytes < header.size:
         raise WireFormatError("truncated wire message: incomplete header")
-    header = _parse_header(flags, view[_PREFIX.size : end])
+    header.parse(view[: header.size])
     frames: list[Frame] = []
+    end = header.size
     for declared in header.frame_lengths():
         if view.nbytes < end + declared:
             raise WireFormatError("truncated wire message: a frame is incomplete")
@@ -372,19 +412,6 @@ def unpack_bytes(data: Frame, *, key: Keys = None, allowed: Iterable[str] | None
     if end != view.nbytes:
         raise WireFormatError(f"wire message has {view.nbytes - end} bytes after its last frame")
     return _load(header, frames, allowed)
-
-
-def _load(header: _Header, frames: list[Frame], allowed: Iterable[str] | None) -> Any:
-    """Decompress and unpickle the frames after the header (lengths checked)."""
-    if header.by_value and header.python != _PYTHON:
-        raise WireFormatError(
-            f"the message holds objects pickled by value under Python {header.python}; "
-            f"this is Python {_PYTHON}, and code objects only load on the same minor version"
-        )
-    payload, *buffer_frames = (
-        _decompress(frame, entry) for frame, entry in zip(frames, header.frames, strict=False)
-    )
-    return loads(payload, buffers=_rejoin(header, buffer_frames), allowed=allowed)
 
 
 def read(
@@ -399,19 +426,43 @@ def read(
     Each frame is read into memory allocated as its bytes arrive (never sized
     from the header alone), so a lying header cannot make the reader allocate
     more than it receives. ``max_bytes`` caps the declared size of the message.
+    Buffers are read into writable memory, so they keep the sender's writability.
     """
     prefix = _read_exactly(stream, _PREFIX.size)
-    flags, length = _parse_prefix(prefix)
-    document = _read_exactly(stream, length)
-    header = _parse_header(flags, document)
+    header = _Header(prefix)
+    head = prefix + _read_exactly(stream, header.size - _PREFIX.size)
+    header.parse(head)
     lengths = header.frame_lengths()
     if max_bytes is not None and sum(lengths) > max_bytes:
         raise WireFormatError(
             f"wire message declares {sum(lengths)} bytes, over max_bytes={max_bytes}"
         )
-    frames: list[Frame] = [prefix + document]
+    frames: list[Frame] = [head]
     frames.extend(_read_exactly(stream, n) for n in lengths)
     return unpack(frames, key=key, allowed=allowed)
+
+
+def _nbytes(frame: Frame) -> int:
+    return memoryview(frame).nbytes
+
+
+def _load(header: _Header, frames: list[Frame], allowed: Iterable[str] | None) -> Any:
+    """Decompress and unpickle the frames after the header (lengths checked)."""
+    if header.by_value and header.python != _PYTHON:
+        raise WireFormatError(
+            f"the message holds objects pickled by value under Python {header.python}; "
+            f"this is Python {_PYTHON}, and code objects only load on the same minor version"
+        )
+    frames = frames[: header.n_frames]  # the signature, if any, is not data
+    if header.compressed:
+        frames = [
+            _decompress(frame, raw, codec)
+            for frame, raw, codec in zip(frames, header.raw_lengths, header.codecs, strict=True)
+        ]
+    payload, buffers = frames[0], frames[1:]
+    if header.split:
+        buffers = _rejoin(header.buffer_frames, buffers)
+    return loads(payload, buffers=buffers, allowed=allowed)
 
 
 def _read_exactly(stream: IO[bytes], n: int) -> bytearray:
@@ -439,8 +490,7 @@ def _read_into(stream: IO[bytes], view: memoryview) -> int:
     return len(chunk)
 
 
-def _decompress(frame: Frame, entry: tuple[int, int, str | None]) -> Frame:
-    _, raw_length, codec = entry
+def _decompress(frame: Frame, raw_length: int, codec: str | None) -> Frame:
     if codec is None:
         return frame
     try:
@@ -459,21 +509,14 @@ def _decompress(frame: Frame, entry: tuple[int, int, str | None]) -> Frame:
     return data
 
 
-def _rejoin(header: _Header, frames: list[Frame]) -> list[memoryview]:
-    """One buffer per out-of-band buffer: a view of its frame, or its frames joined."""
-    buffers = []
+def _rejoin(counts: list[int], frames: list[Frame]) -> list[Frame]:
+    """Join the frames of each buffer that was split (one copy, unavoidable)."""
+    buffers: list[Frame] = []
     position = 0
-    for count, nbytes, readonly in header.buffers:
+    for count in counts:
         pieces = frames[position : position + count]
         position += count
-        if sum(memoryview(p).nbytes for p in pieces) != nbytes:
-            raise WireFormatError("a buffer's frames do not add up to its declared size")
-        view = memoryview(pieces[0]) if count == 1 else memoryview(bytearray().join(pieces))
-        if readonly:
-            view = view.toreadonly()
-        elif view.readonly:  # writable on the sender: give the receiver writable memory
-            view = memoryview(bytearray(view))
-        buffers.append(view.cast("B"))
+        buffers.append(pieces[0] if count == 1 else bytearray().join(pieces))
     return buffers
 
 
