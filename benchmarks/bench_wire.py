@@ -33,6 +33,7 @@ def measure(name: str, graph: Any, repeat: int) -> list[tuple[str, float, float,
     payload = dumps(graph, buffer_callback=buffers.append)
     frames = wire.pack(graph)
     signed = wire.pack(graph, key=KEY)
+    message = wire.pack_bytes(graph)
 
     def dumps_with_buffers() -> None:
         dumps(graph, buffer_callback=[].append)
@@ -46,6 +47,11 @@ def measure(name: str, graph: Any, repeat: int) -> list[tuple[str, float, float,
     pairs = [
         ("pack / dumps", lambda: wire.pack(graph), dumps_with_buffers),
         ("unpack / loads", lambda: wire.unpack(frames), lambda: loads(payload, buffers=buffers)),
+        (
+            "unpack_bytes / loads",
+            lambda: wire.unpack_bytes(message),
+            lambda: loads(payload, buffers=buffers),
+        ),
         (
             "verify+unpack / hmac+loads",
             lambda: wire.unpack(signed, key=KEY),

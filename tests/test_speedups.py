@@ -86,3 +86,28 @@ def test_bad_arguments_to_dispatch():
         _pickler._speedups.Dispatch({}, 3, None)
     assert dispatch(object()) is NotImplemented
     assert pickle.dumps(1)  # nothing above broke the interpreter
+
+
+def test_buffer_nbytes_matches_the_python_version():
+    from graphpickle import wire
+
+    frames = [
+        b"abc",
+        bytearray(10),
+        memoryview(np.arange(6, dtype="f8")),
+        pickle.PickleBuffer(np.zeros((3, 4))),
+        np.arange(5, dtype="i2"),
+    ]
+    expected = [3, 10, 48, 96, 10]
+    assert wire._buffer_nbytes_in_python(frames) == expected
+    strided = [memoryview(bytearray(10))[::2]]
+    with pytest.raises(BufferError):
+        wire._buffer_nbytes_in_python(strided)
+    if _pickler._speedups is None:
+        pytest.skip("not built")
+    assert _pickler._speedups.buffer_nbytes(frames) == expected
+    assert _pickler._speedups.buffer_nbytes(iter([b"x"])) == [1]
+    with pytest.raises(BufferError):
+        _pickler._speedups.buffer_nbytes(strided)
+    with pytest.raises(TypeError):
+        _pickler._speedups.buffer_nbytes([1])

@@ -1,4 +1,4 @@
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 class Dispatch:
@@ -9,3 +9,5 @@ class Dispatch:
         state: Any,
     ) -> None: ...
     def __call__(self, obj: Any, /) -> Any: ...
+
+def buffer_nbytes(frames: Sequence[Any], /) -> list[int]: ...

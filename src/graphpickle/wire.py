@@ -47,8 +47,8 @@ from collections.abc import Iterable, Sequence
 from pickle import PickleBuffer
 from typing import IO, Any
 
-from ._pickler import DEFAULT_PROTOCOL, Pickler, loads
-from .errors import SignatureError, WireFormatError
+from ._pickler import DEFAULT_PROTOCOL, Pickler, _speedups, loads
+from .errors import PicklingError, SignatureError, WireFormatError
 
 __all__ = [
     "COMPRESS_MAX_RATIO",
@@ -62,7 +62,7 @@ __all__ = [
     "write",
 ]
 
-Frame = bytes | bytearray | memoryview
+Frame = bytes | bytearray | memoryview | PickleBuffer
 Keys = bytes | Sequence[bytes] | None
 
 MAGIC = b"GPKW"
@@ -159,28 +159,27 @@ def pack(
     out = io.BytesIO()
     pickler = Pickler(out, protocol, buffer_callback=buffers.append if protocol >= 5 else None)
     pickler.dump(obj)
-    raws = list(map(PickleBuffer.raw, buffers))  # flat byte views, no copy
-    sizes = list(map(len, raws))
+    payload = out.getbuffer()
+    try:
+        sizes = _buffer_nbytes(buffers)
+    except BufferError as exc:
+        raise PicklingError(f"an out-of-band buffer is not contiguous: {exc}") from exc
     flags = 0 if key is None else _SIGNED
-    frames: list[Frame] = [out.getbuffer(), *raws]
-    tables = [array.array("Q", [len(frames[0]), *sizes])]
+    frames: list[Frame] = [payload, *buffers]  # the buffers themselves: no copy
+    tables = [array.array("Q", [len(payload), *sizes])]
     if sizes and max(sizes) > MAX_FRAME:
         flags |= _SPLIT
         counts = array.array("I", (max(1, -(-n // MAX_FRAME)) for n in sizes))
-        frames = [frames[0], *(r[i : i + MAX_FRAME] for r in raws for i in _starts(len(r)))]
-        tables = [array.array("Q", map(len, frames)), counts]
+        raws = [b.raw() for b in buffers]
+        frames = [payload, *(r[i : i + MAX_FRAME] for r in raws for i in _starts(len(r)))]
+        tables = [array.array("Q", _buffer_nbytes(frames)), counts]
     if compress is not None:
         flags |= _COMPRESSED
-        raw_lengths = array.array("Q", map(len, frames))
+        raw_lengths = array.array("Q", _buffer_nbytes(frames))
         packed = [_compress(memoryview(f), compress) for f in frames]
         frames = [data for data, _ in packed]
-        codecs = bytes(_CODECS.index(codec) for _, codec in packed)
-        tables = [
-            array.array("Q", map(len, frames)),
-            raw_lengths,
-            array.array("B", codecs),
-            *tables[1:],
-        ]
+        codecs = array.array("B", [_CODECS.index(codec) for _, codec in packed])
+        tables = [array.array("Q", _buffer_nbytes(frames)), raw_lengths, codecs, *tables[1:]]
     document = json.dumps(
         {
             "graphpickle": _graphpickle_version(),
@@ -190,7 +189,7 @@ def pack(
         },
         separators=(",", ":"),
     ).encode()
-    prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, flags, len(document), len(frames), len(raws))
+    prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, flags, len(document), len(frames), len(buffers))
     header = b"".join([prefix, document, *(_little_endian(t) for t in tables)])
     message: list[Frame] = [header, *frames]
     if key is not None:
@@ -319,17 +318,18 @@ class _Header:
             if 0 in counts or sum(counts) != self.n_frames - 1:
                 raise WireFormatError("wire header: buffer frame counts do not add up")
             self.buffer_frames = list(counts)
-        for length, raw, codec in zip(self.lengths, self.raw_lengths, self.codecs, strict=True):
-            if length > MAX_FRAME or raw > MAX_FRAME:
-                raise WireFormatError("wire header declares a frame over the size limit")
-            if codec is None and length != raw:
-                raise WireFormatError("wire header: an uncompressed frame with two lengths")
-            if codec == "lz4" and raw > _LZ4_MAX_RATIO * length + 64:
-                raise WireFormatError("wire header: an lz4 frame cannot expand that much")
+        if self.compressed:  # one loop per frame only when compression already costs more
+            for length, raw, codec in zip(self.lengths, self.raw_lengths, self.codecs, strict=True):
+                if raw > MAX_FRAME:
+                    raise WireFormatError("wire header declares a frame over the size limit")
+                if codec is None and length != raw:
+                    raise WireFormatError("wire header: an uncompressed frame with two lengths")
+                if codec == "lz4" and raw > _LZ4_MAX_RATIO * length + 64:
+                    raise WireFormatError("wire header: an lz4 frame cannot expand that much")
 
     def frame_lengths(self) -> list[int]:
         """The lengths of the frames after the header, the signature included."""
-        lengths = list(self.lengths)
+        lengths = self.lengths.tolist()
         return [*lengths, SIGNATURE_BYTES] if self.signed else lengths
 
 
@@ -388,8 +388,11 @@ def unpack(
             f"wire message has {len(frames) - 1} frames after the header, "
             f"the header declares {len(declared)}"
         )
-    if list(map(_nbytes, frames[1:])) != declared:
-        raise WireFormatError("a frame's length differs from the header's")
+    try:
+        if _buffer_nbytes(frames[1:]) != declared:
+            raise WireFormatError("a frame's length differs from the header's")
+    except BufferError as exc:
+        raise WireFormatError(f"a frame is not a contiguous buffer: {exc}") from None
     return _load(header, frames[1:], allowed)
 
 
@@ -433,17 +436,30 @@ def read(
     head = prefix + _read_exactly(stream, header.size - _PREFIX.size)
     header.parse(head)
     lengths = header.frame_lengths()
+    if max(lengths) > MAX_FRAME:
+        raise WireFormatError("wire header declares a frame over the size limit")
     if max_bytes is not None and sum(lengths) > max_bytes:
         raise WireFormatError(
             f"wire message declares {sum(lengths)} bytes, over max_bytes={max_bytes}"
         )
-    frames: list[Frame] = [head]
-    frames.extend(_read_exactly(stream, n) for n in lengths)
-    return unpack(frames, key=key, allowed=allowed)
+    frames: list[Frame] = [_read_exactly(stream, n) for n in lengths]
+    if key is not None:
+        _verify(header.flags, [head, *frames[:-1]], frames[-1], key)
+    return _load(header, frames, allowed)  # frames were read to the declared sizes
 
 
-def _nbytes(frame: Frame) -> int:
-    return memoryview(frame).nbytes
+def _buffer_nbytes_in_python(frames: Sequence[Any]) -> list[int]:
+    sizes = []
+    for frame in frames:
+        view = memoryview(frame)
+        if not view.contiguous:
+            raise BufferError("memoryview: underlying buffer is not contiguous")
+        sizes.append(view.nbytes)
+    return sizes
+
+
+# The size of each frame; in C when graphpickle._speedups is built (same result).
+_buffer_nbytes = _buffer_nbytes_in_python if _speedups is None else _speedups.buffer_nbytes
 
 
 def _load(header: _Header, frames: list[Frame], allowed: Iterable[str] | None) -> Any:
@@ -459,7 +475,7 @@ def _load(header: _Header, frames: list[Frame], allowed: Iterable[str] | None) -
             _decompress(frame, raw, codec)
             for frame, raw, codec in zip(frames, header.raw_lengths, header.codecs, strict=True)
         ]
-    payload, buffers = frames[0], frames[1:]
+    payload, buffers = memoryview(frames[0]), frames[1:]
     if header.split:
         buffers = _rejoin(header.buffer_frames, buffers)
     return loads(payload, buffers=buffers, allowed=allowed)
