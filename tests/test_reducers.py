@@ -138,3 +138,27 @@ def test_dispatch_table_on_a_subclass_is_honoured():
     out = io.BytesIO()
     WithTable(out).dump(Handle("db:9"))
     assert graphpickle.loads(out.getvalue()).address == "db:9"
+
+
+def test_reducer_lookup_is_asked_once_per_type_and_never_leaks():
+    asked = []
+
+    def lookup(cls):
+        asked.append(cls)
+        return reduce_handle if issubclass(cls, Handle) else None
+
+    out = io.BytesIO()
+    graphpickle.Pickler(out, reducer_lookup=lookup).dump(
+        [Handle("a"), SubHandle("b"), Handle("c"), 1j]
+    )
+    loaded = graphpickle.loads(out.getvalue())
+    assert [h.address for h in loaded[:3]] == ["a", "b", "c"]
+    assert asked.count(Handle) == 1 and asked.count(SubHandle) == 1 and complex in asked
+    with pytest.raises(graphpickle.PicklingError):
+        graphpickle.dumps(Handle("d"))  # other picklers do not see it
+    # explicit reducers win over the lookup
+    out = io.BytesIO()
+    graphpickle.Pickler(
+        out, reducers={Handle: lambda h: (str, (h.address,))}, reducer_lookup=lookup
+    ).dump(Handle("e"))
+    assert graphpickle.loads(out.getvalue()) == "e"

@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import IO, Any
 
 from ._locate import pickling_error
-from ._reducers import PicklerState, Reducer, dispatch_for
+from ._reducers import PicklerState, Reducer, ReducerLookup, dispatch_for
 from ._restricted import compile_allowed, restricted_load
 from ._stack import SAFE_RECURSION_LIMIT, run_on_deep_stack
 from .errors import ForbiddenGlobalError, UnpicklingError
@@ -59,7 +59,9 @@ class Pickler(_pickle.Pickler):
 
     ``reducers`` maps classes to reducers for this pickler only; they take
     precedence over :func:`graphpickle.register_reducer`'s global table and
-    never leak into other picklers.
+    never leak into other picklers. ``reducer_lookup(cls)`` is asked, once per
+    type, for a reducer for types neither table names (another library's
+    registry, as dask's ``dask_serialize``); ``None`` means the default.
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class Pickler(_pickle.Pickler):
         *,
         buffer_callback: BufferCallback | None = None,
         reducers: Mapping[type, Reducer] | None = None,
+        reducer_lookup: ReducerLookup | None = None,
     ) -> None:
         if protocol is None:
             protocol = DEFAULT_PROTOCOL
@@ -77,7 +80,7 @@ class Pickler(_pickle.Pickler):
         super().__init__(file, protocol, buffer_callback=buffer_callback)
         self.protocol: int = protocol
         self._state = PicklerState(protocol)
-        dispatch = dispatch_for(reducers)
+        dispatch = dispatch_for(reducers, reducer_lookup)
         self._handlers = dispatch.handlers
         self._resolve = dispatch.resolve
         if _speedups is not None and type(self).reducer_override is Pickler.reducer_override:

@@ -26,6 +26,10 @@ __all__ = ["Reducer", "register_reducer", "unregister_reducer"]
 Reducer = Callable[[Any], Any]
 """``reducer(obj)`` returns what ``obj.__reduce__()`` would (as with ``copyreg``)."""
 
+ReducerLookup = Callable[[type], Reducer | None]
+"""``lookup(cls)`` finds a reducer for a type the reducer tables do not name (asked
+once per type per pickler), or returns ``None``: another library's registry."""
+
 
 class PicklerState:
     """What handlers need of their pickler: the protocol, and cloudpickle's map
@@ -167,10 +171,13 @@ class TypeDispatch:
     is a single dict lookup per object.
     """
 
-    __slots__ = ("handlers", "user_reducers")
+    __slots__ = ("handlers", "lookup", "user_reducers")
 
-    def __init__(self, user_reducers: dict[type, Reducer]) -> None:
+    def __init__(
+        self, user_reducers: dict[type, Reducer], lookup: ReducerLookup | None = None
+    ) -> None:
         self.user_reducers = user_reducers
+        self.lookup = lookup
         self.handlers: dict[type, Handler | None] = dict(_BUILTIN_HANDLERS)
         for cls, reducer in user_reducers.items():
             self.handlers[cls] = _adapt(reducer)
@@ -183,7 +190,10 @@ class TypeDispatch:
                 handler = self.handlers[base]
                 break
         else:
-            if issubclass(cls, type):  # a metaclass: its instances are classes
+            reducer = None if self.lookup is None else self.lookup(cls)
+            if reducer is not None:
+                handler = _adapt(reducer)
+            elif issubclass(cls, type):  # a metaclass: its instances are classes
                 handler = _reduce_class
         self.handlers[cls] = handler
         return handler
@@ -196,16 +206,19 @@ _MAX_SHARED_TYPES = 4096
 _shared_dispatch: TypeDispatch | None = None
 
 
-def dispatch_for(local_reducers: Mapping[type, Reducer] | None) -> TypeDispatch:
+def dispatch_for(
+    local_reducers: Mapping[type, Reducer] | None, lookup: ReducerLookup | None = None
+) -> TypeDispatch:
     """The dispatch table of a new pickler."""
     global _shared_dispatch
-    if local_reducers:
+    if local_reducers or lookup is not None:
+        local_reducers = local_reducers or {}
         for cls, reducer in local_reducers.items():
             if not isinstance(cls, type) or not callable(reducer):
                 raise TypeError(f"reducers must map classes to callables, got {cls!r}: {reducer!r}")
         with _global_reducers_lock:
             user_reducers = {**_global_reducers, **local_reducers}
-        return TypeDispatch(user_reducers)
+        return TypeDispatch(user_reducers, lookup)
     shared = _shared_dispatch
     if shared is None or len(shared.handlers) > _MAX_SHARED_TYPES:
         with _global_reducers_lock:

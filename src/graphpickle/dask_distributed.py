@@ -1,0 +1,172 @@
+"""dask.distributed on graphpickle: one pass instead of pickle, scan, cloudpickle.
+
+``distributed.protocol.pickle.dumps`` runs ``pickle.dumps``, then a
+``dask_serialize``-aware pickler if that raised, then ``cloudpickle.dumps`` of
+the whole object if the bytes contain ``__main__`` or the top-level object's
+module is registered by value. :func:`install` replaces it with one graphpickle
+pass that also applies ``dask_serialize`` wherever a registered type sits in
+the graph (stock distributed loses it when a ``__main__`` function sends the
+graph to cloudpickle), and finds by-value modules however deeply nested.
+
+In a client::
+
+    import graphpickle.dask_distributed as gpd
+    client = Client(...)
+    gpd.install(client)          # this process, the scheduler and the current workers
+
+For schedulers and workers started from the command line::
+
+    dask scheduler --preload graphpickle.dask_distributed
+    dask worker tcp://... --preload graphpickle.dask_distributed
+
+The serialization family ``"graphpickle"`` is registered too, for
+``Client(serializers=["graphpickle", ...], deserializers=[...])``.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ._pickler import DEFAULT_PROTOCOL, Pickler
+from ._pickler import loads as _graphpickle_loads
+from ._reducers import Reducer
+
+__all__ = ["dask_setup", "dumps", "install", "installed", "loads", "uninstall"]
+
+HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+# Types distributed always pickles itself, never through dask_serialize (see
+# distributed.protocol.pickle._always_use_pickle_for).
+_PICKLED_AS_IS_MODULES = ("numpy", "pandas")
+
+
+def _dask_serialize_lookup(cls: type) -> Reducer | None:
+    """A reducer that uses ``dask_serialize``/``dask_deserialize`` for ``cls``."""
+    from distributed.protocol.serialize import dask_deserialize, dask_serialize
+
+    if cls is str or cls is bytes or _pickled_as_is(cls):
+        return None
+    try:
+        serialize = dask_serialize.dispatch(cls)
+        deserialize = dask_deserialize.dispatch(cls)
+    except TypeError:
+        return None
+    return lambda obj: (deserialize, serialize(obj))
+
+
+def _pickled_as_is(cls: type) -> bool:
+    top = cls.__module__.partition(".")[0]
+    if top not in _PICKLED_AS_IS_MODULES or top not in sys.modules:
+        return False
+    if top == "numpy":
+        return issubclass(cls, sys.modules["numpy"].ndarray)
+    return issubclass(cls, sys.modules["pandas"].core.generic.NDFrame)
+
+
+def dumps(
+    x: Any,
+    *,
+    buffer_callback: Callable[[pickle.PickleBuffer], Any] | None = None,
+    protocol: int = HIGHEST_PROTOCOL,
+) -> bytes:
+    """``distributed.protocol.pickle.dumps``, in one graphpickle pass.
+
+    As distributed's: protocol 4 keeps buffers in band (``buffer_callback`` is
+    ignored), protocol 5 hands them to ``buffer_callback``."""
+    protocol = protocol or HIGHEST_PROTOCOL
+    out = io.BytesIO()
+    Pickler(
+        out,
+        protocol,
+        buffer_callback=buffer_callback if protocol >= 5 else None,
+        reducer_lookup=_dask_serialize_lookup,
+    ).dump(x)
+    return out.getvalue()
+
+
+def loads(x: Any, *, buffers: Any = ()) -> Any:
+    """``distributed.protocol.pickle.loads``: a plain load (no graphpickle needed)."""
+    return _graphpickle_loads(x, buffers=buffers or ())
+
+
+def _family_dumps(x: Any, context: Any = None) -> tuple[dict[str, Any], list[Any]]:
+    frames: list[Any] = [None]
+
+    def keep(buffer: pickle.PickleBuffer) -> None:
+        frames.append(memoryview(buffer))
+
+    protocol = (context or {}).get("pickle-protocol", None) or DEFAULT_PROTOCOL
+    frames[0] = dumps(x, buffer_callback=keep, protocol=protocol)
+    writeable = tuple(not f.readonly for f in frames[1:])
+    return {"serializer": "graphpickle", "writeable": writeable}, frames
+
+
+def _family_loads(header: dict[str, Any], frames: list[Any]) -> Any:
+    # The contract of distributed's pickle family: writable buffers come back
+    # writable (a copy only if the transport gave read-only memory).
+    buffers = []
+    for frame, writeable in zip(frames[1:], header["writeable"], strict=True):
+        view = memoryview(frame)
+        if writeable and view.readonly:
+            view = memoryview(bytearray(view))
+        elif not writeable and not view.readonly:
+            view = view.toreadonly()
+        buffers.append(view)
+    return loads(frames[0], buffers=buffers)
+
+
+_originals: dict[str, Any] = {}
+
+
+def install(client: Any = None) -> None:
+    """Make this process (and, given a ``Client``, its scheduler and current
+    workers) pickle with graphpickle instead of distributed's sequence."""
+    import distributed.client
+    import distributed.protocol.pickle as protocol_pickle
+    from distributed.protocol.serialize import register_serialization_family
+
+    if not _originals:
+        _originals.update(
+            dumps=protocol_pickle.dumps,
+            loads=protocol_pickle.loads,
+            client_dumps=distributed.client.dumps,
+            client_loads=distributed.client.loads,
+        )
+    protocol_pickle.dumps = dumps
+    protocol_pickle.loads = loads
+    # client.py imports the two functions by name
+    distributed.client.dumps = dumps  # type: ignore[attr-defined]
+    distributed.client.loads = loads  # type: ignore[attr-defined]
+    register_serialization_family("graphpickle", _family_dumps, _family_loads)
+    if client is not None:
+        client.run(install)
+        client.run_on_scheduler(install)
+
+
+def uninstall() -> None:
+    """Undo :func:`install` in this process."""
+    import distributed.client
+    import distributed.protocol.pickle as protocol_pickle
+
+    if _originals:
+        protocol_pickle.dumps = _originals["dumps"]
+        protocol_pickle.loads = _originals["loads"]
+        distributed.client.dumps = _originals["client_dumps"]  # type: ignore[attr-defined]
+        distributed.client.loads = _originals["client_loads"]  # type: ignore[attr-defined]
+        _originals.clear()
+
+
+def installed() -> bool:
+    """Whether this process pickles with graphpickle for distributed."""
+    import distributed.protocol.pickle as protocol_pickle
+
+    return protocol_pickle.dumps is dumps
+
+
+def dask_setup(server: Any = None) -> None:
+    """The ``--preload`` hook of ``dask scheduler`` and ``dask worker``."""
+    install()

@@ -1,0 +1,192 @@
+"""dask.distributed on graphpickle, with a real LocalCluster of worker processes."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("distributed")
+
+from conftest import run_python
+
+MYLIB = """
+import math
+
+def process(x):
+    return math.floor(x) * 2
+"""
+
+
+def test_stock_distributed_misses_a_nested_by_value_module(tmp_path, receiver):
+    # distributed pickles by reference when the bytes hold no "__main__" and the
+    # top-level object's module is not registered: the worker cannot import mylib.
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "mylib.py").write_text(MYLIB)
+    out = run_python(
+        f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path / "lib")!r})
+        import cloudpickle, mylib
+        from distributed.protocol import pickle as stock
+        import graphpickle.dask_distributed as gpd
+        cloudpickle.register_pickle_by_value(mylib)
+        graph = {{"task": (mylib.process, 2.5)}}
+        open("stock.pkl", "wb").write(stock.dumps(graph))
+        open("ours.pkl", "wb").write(gpd.dumps(graph))
+        print("written")
+        """,
+        cwd=tmp_path,
+    )
+    assert out.strip() == "written"
+    with pytest.raises(AssertionError, match="No module named 'mylib'"):
+        receiver((tmp_path / "stock.pkl").read_bytes())
+    check = "func, arg = obj['task']; print(func(arg))"
+    assert receiver((tmp_path / "ours.pkl").read_bytes(), check).strip() == "4"
+
+
+_CLUSTER_SCRIPT = """
+import sys, threading
+import numpy as np
+from distributed import Client, LocalCluster
+from distributed.protocol.serialize import dask_deserialize, dask_serialize
+import graphpickle
+import graphpickle.dask_distributed as gpd
+
+OFFSET = 7
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+class Guarded:
+    # plain pickle refuses it (a lock); dask_serialize knows it
+    def __init__(self, value):
+        self.value = value
+        self.lock = threading.Lock()
+
+    def __dask_tokenize__(self):  # dask hashes graph arguments by pickling them otherwise
+        return ("Guarded", self.value)
+
+@dask_serialize.register(Guarded)
+def _serialize_guarded(obj):
+    return {}, [str(obj.value).encode()]
+
+@dask_deserialize.register(Guarded)
+def _deserialize_guarded(header, frames):
+    return Guarded(int(bytes(frames[0])))
+
+def make_adder(n):
+    def add(x):
+        return x + n
+    return add
+
+def call_nested(spec, x):
+    return spec["func"](x)
+
+if __name__ == "__main__":
+    n = int(sys.argv[1])
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        gpd.install(client)
+        assert all(client.run(gpd.installed).values()) and client.run_on_scheduler(gpd.installed)
+        # A module registered by value that the workers cannot import: it joins
+        # sys.path only after they were started.
+        sys.path.insert(0, sys.argv[2])
+        import mylib
+        graphpickle.register_pickle_by_value(mylib)
+
+        add = make_adder(OFFSET)
+        dsk = {}
+        for i in range(n):
+            kind = i % 6
+            if kind == 0:
+                dsk[("t", i)] = (lambda x: x * 3, i)
+            elif kind == 1:
+                dsk[("t", i)] = (add, i)
+            elif kind == 2:
+                dsk[("t", i)] = (lambda p: p.x + 1, Point(i))
+            elif kind == 3:
+                dsk[("t", i)] = (call_nested, {"func": mylib.process}, i)
+            elif kind == 4:
+                dsk[("t", i)] = (lambda a, s: float(a.sum()) + len(s), np.full(10, i), "__main__")
+            else:
+                dsk[("t", i)] = (lambda g: g.value * 2 + OFFSET, Guarded(i))
+        expected = []
+        for i in range(n):
+            kind = i % 6
+            expected.append([3 * i, i + OFFSET, i + 1, 2 * i, 10.0 * i + 8, 2 * i + OFFSET][kind])
+        results = client.get(dsk, list(dsk))
+        assert list(results) == expected
+        arrays = client.gather(client.map(lambda a: a * 2, [np.arange(5) + i for i in range(20)]))
+        assert all((a == (np.arange(5) + i) * 2).all() for i, a in enumerate(arrays))
+    print("ok", n)
+"""
+
+
+def test_local_cluster_runs_a_graph_on_graphpickle(tmp_path):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "mylib.py").write_text(MYLIB)
+    out = run_python(_CLUSTER_SCRIPT, "10000", str(lib), cwd=tmp_path, timeout=600)
+    assert out.split()[-2:] == ["ok", "10000"]
+
+
+def test_dumps_keeps_distributed_semantics():
+    import pickle
+
+    import numpy as np
+
+    import graphpickle.dask_distributed as gpd
+
+    array = np.arange(100)
+    buffers: list[pickle.PickleBuffer] = []
+    data = gpd.dumps(array, buffer_callback=buffers.append, protocol=5)
+    assert len(buffers) == 1
+    np.testing.assert_array_equal(gpd.loads(data, buffers=buffers), array)
+    buffers.clear()
+    data = gpd.dumps(array, buffer_callback=buffers.append, protocol=4)  # in band, as stock
+    assert buffers == []
+    np.testing.assert_array_equal(gpd.loads(data), array)
+
+
+def test_serialization_family():
+    import numpy as np
+    from distributed.protocol import deserialize, serialize
+
+    import graphpickle.dask_distributed as gpd
+
+    gpd.install()
+    try:
+        obj = {"f": lambda x: x + 1, "a": np.arange(10)}
+        header, frames = serialize(obj, serializers=["graphpickle"])
+        assert header["serializer"] == "graphpickle" and len(frames) == 2
+        loaded = deserialize(header, frames, deserializers=["graphpickle"])
+        assert loaded["f"](1) == 2 and loaded["a"].flags.writeable
+    finally:
+        gpd.uninstall()
+    assert not gpd.installed()
+
+
+def test_dask_serialize_types_next_to_a_main_function():
+    # Stock distributed: pickle fails on the lock, its dask_serialize-aware pickler
+    # succeeds, but "__main__" in the bytes sends the whole graph to cloudpickle,
+    # which fails on the lock. One graphpickle pass applies dask_serialize in place.
+    import threading
+
+    from distributed.protocol import pickle as stock
+    from distributed.protocol.serialize import dask_deserialize, dask_serialize
+
+    import graphpickle.dask_distributed as gpd
+
+    class Guarded:
+        def __init__(self, value):
+            self.value = value
+            self.lock = threading.Lock()
+
+    dask_serialize.register(Guarded)(lambda g: ({}, [str(g.value).encode()]))
+    dask_deserialize.register(Guarded)(lambda header, frames: Guarded(int(bytes(frames[0]))))
+    graph = {"task": (lambda g: g.value + 1, Guarded(41))}
+    graph["task"][0].__module__ = "__main__"
+    with pytest.raises(Exception, match="lock"):
+        stock.dumps(graph)
+    func, guarded = gpd.loads(gpd.dumps(graph))["task"]
+    assert func(guarded) == 42
