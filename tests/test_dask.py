@@ -190,3 +190,74 @@ def test_dask_serialize_types_next_to_a_main_function():
         stock.dumps(graph)
     func, guarded = gpd.loads(gpd.dumps(graph))["task"]
     assert func(guarded) == 42
+
+
+def test_preload_for_command_line_scheduler_and_worker(tmp_path):
+    # `dask scheduler` and `dask worker` started as a user would, with the preload.
+    import os
+    import subprocess
+    import sys
+    import time
+
+    bin_dir = os.path.dirname(sys.executable)
+    scheduler_file = tmp_path / "scheduler.json"
+    common = ["--preload", "graphpickle.dask_distributed"]
+    processes = [
+        subprocess.Popen(
+            [
+                os.path.join(bin_dir, "dask"),
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(scheduler_file),
+                *common,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        processes.append(
+            subprocess.Popen(
+                [
+                    os.path.join(bin_dir, "dask"),
+                    "worker",
+                    "--scheduler-file",
+                    str(scheduler_file),
+                    "--nthreads",
+                    "1",
+                    "--no-dashboard",
+                    *common,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        out = run_python(
+            f"""
+            from distributed import Client
+            import graphpickle.dask_distributed as gpd
+            with Client(scheduler_file={str(scheduler_file)!r}, timeout=60) as client:
+                client.wait_for_workers(1, timeout=60)
+                assert client.run_on_scheduler(gpd.installed)
+                assert all(client.run(gpd.installed).values())
+                gpd.install()
+                offset = 5
+                assert client.submit(lambda x: x + offset, 1).result(60) == 6
+            print("ok")
+            """,
+            cwd=tmp_path,
+        )
+        assert out.strip() == "ok"
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(30)
