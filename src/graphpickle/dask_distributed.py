@@ -25,6 +25,7 @@ The serialization family ``"graphpickle"`` is registered too, for
 
 from __future__ import annotations
 
+import importlib
 import io
 import pickle
 import sys
@@ -119,28 +120,27 @@ def _family_loads(header: dict[str, Any], frames: list[Any]) -> Any:
     return loads(frames[0], buffers=buffers)
 
 
-_originals: dict[str, Any] = {}
+# Where distributed keeps its pickle functions: the module, and the names that
+# distributed.client imported from it.
+_TARGETS = (
+    ("distributed.protocol.pickle", "dumps"),
+    ("distributed.protocol.pickle", "loads"),
+    ("distributed.client", "dumps"),
+    ("distributed.client", "loads"),
+)
+_originals: dict[tuple[str, str], Any] = {}
 
 
 def install(client: Any = None) -> None:
     """Make this process (and, given a ``Client``, its scheduler and current
     workers) pickle with graphpickle instead of distributed's sequence."""
-    import distributed.client
-    import distributed.protocol.pickle as protocol_pickle
     from distributed.protocol.serialize import register_serialization_family
 
-    if not _originals:
-        _originals.update(
-            dumps=protocol_pickle.dumps,
-            loads=protocol_pickle.loads,
-            client_dumps=distributed.client.dumps,
-            client_loads=distributed.client.loads,
-        )
-    protocol_pickle.dumps = dumps
-    protocol_pickle.loads = loads
-    # client.py imports the two functions by name
-    distributed.client.dumps = dumps  # type: ignore[attr-defined]
-    distributed.client.loads = loads  # type: ignore[attr-defined]
+    ours = {"dumps": dumps, "loads": loads}
+    for module_name, name in _TARGETS:
+        module = importlib.import_module(module_name)
+        _originals.setdefault((module_name, name), vars(module)[name])
+        setattr(module, name, ours[name])
     register_serialization_family("graphpickle", _family_dumps, _family_loads)
     if client is not None:
         client.run(install)
@@ -149,15 +149,9 @@ def install(client: Any = None) -> None:
 
 def uninstall() -> None:
     """Undo :func:`install` in this process."""
-    import distributed.client
-    import distributed.protocol.pickle as protocol_pickle
-
-    if _originals:
-        protocol_pickle.dumps = _originals["dumps"]
-        protocol_pickle.loads = _originals["loads"]
-        distributed.client.dumps = _originals["client_dumps"]  # type: ignore[attr-defined]
-        distributed.client.loads = _originals["client_loads"]  # type: ignore[attr-defined]
-        _originals.clear()
+    for (module_name, name), original in _originals.items():
+        setattr(importlib.import_module(module_name), name, original)
+    _originals.clear()
 
 
 def installed() -> bool:
