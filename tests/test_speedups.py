@@ -111,3 +111,36 @@ def test_buffer_nbytes_matches_the_python_version():
         _pickler._speedups.buffer_nbytes(strided)
     with pytest.raises(TypeError):
         _pickler._speedups.buffer_nbytes([1])
+    released = pickle.PickleBuffer(b"abc")
+    released.release()
+    with pytest.raises(ValueError):
+        _pickler._speedups.buffer_nbytes([released])
+    with pytest.raises(ValueError):
+        wire._buffer_nbytes_in_python([released])
+    with pytest.raises(BufferError):
+        _pickler._speedups.buffer_nbytes([pickle.PickleBuffer(strided[0])])
+
+
+def test_frames_have_lengths_matches_the_python_version():
+    import array
+
+    from graphpickle import wire
+
+    frames = [b"abc", bytearray(10), pickle.PickleBuffer(np.zeros(4))]
+    cases = [
+        (array.array("Q", [3, 10, 32]), True),
+        (array.array("Q", [3, 10, 31]), False),
+        (array.array("Q", [3, 10]), False),
+        (array.array("Q", [3, 10, 32, 1]), False),
+    ]
+    for expected, answer in cases:
+        assert wire._frames_have_lengths_in_python(frames, expected) is answer
+        if _pickler._speedups is not None:
+            assert _pickler._speedups.frames_have_lengths(frames, expected) is answer
+    if _pickler._speedups is not None:
+        with pytest.raises(TypeError):
+            _pickler._speedups.frames_have_lengths(frames, array.array("I", [3, 10, 32]))
+        with pytest.raises(BufferError):
+            _pickler._speedups.frames_have_lengths(
+                [memoryview(bytearray(4))[::2]], array.array("Q", [2])
+            )

@@ -24,6 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+#include <string.h>
 
 typedef struct {
     PyObject_HEAD
@@ -138,6 +139,32 @@ static PyTypeObject DispatchType = {
     .tp_vectorcall_offset = offsetof(DispatchObject, vectorcall),
 };
 
+/* The length of one contiguous frame; -1 with an exception set if it is none. */
+static Py_ssize_t
+frame_length(PyObject *frame)
+{
+    if (PyPickleBuffer_Check(frame)) {
+        /* A PickleBuffer already holds its view: no call into the exporter. */
+        const Py_buffer *held = PyPickleBuffer_GetBuffer(frame);
+        if (held == NULL) { /* released */
+            return -1;
+        }
+        if (!PyBuffer_IsContiguous(held, 'A')) {
+            PyErr_SetString(PyExc_BufferError, "a frame is not a contiguous buffer");
+            return -1;
+        }
+        return held->len;
+    }
+    Py_buffer view;
+    /* PyBUF_SIMPLE: a frame must be one contiguous block of bytes. */
+    if (PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    Py_ssize_t length = view.len;
+    PyBuffer_Release(&view);
+    return length;
+}
+
 static PyObject *
 buffer_nbytes(PyObject *module, PyObject *frames)
 {
@@ -152,27 +179,69 @@ buffer_nbytes(PyObject *module, PyObject *frames)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        Py_buffer view;
-        /* PyBUF_SIMPLE: a frame must be one contiguous block of bytes. */
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, i), &view, PyBUF_SIMPLE) < 0) {
-            Py_DECREF(sizes);
-            Py_DECREF(fast);
-            return NULL;
+        Py_ssize_t length = frame_length(PySequence_Fast_GET_ITEM(fast, i));
+        if (length < 0) {
+            goto error;
         }
-        PyObject *size = PyLong_FromSsize_t(view.len);
-        PyBuffer_Release(&view);
+        PyObject *size = PyLong_FromSsize_t(length);
         if (size == NULL) {
-            Py_DECREF(sizes);
-            Py_DECREF(fast);
-            return NULL;
+            goto error;
         }
         PyList_SET_ITEM(sizes, i, size);
     }
     Py_DECREF(fast);
     return sizes;
+
+error:
+    Py_DECREF(sizes);
+    Py_DECREF(fast);
+    return NULL;
+}
+
+/* frames_have_lengths(frames, expected): whether len(frames) == len(expected) and
+ * each frame has the length the u64 array `expected` holds (what the header says). */
+static PyObject *
+frames_have_lengths(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "frames_have_lengths(frames, expected)");
+        return NULL;
+    }
+    Py_buffer expected;
+    if (PyObject_GetBuffer(args[1], &expected, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    PyObject *fast = NULL;
+    if (expected.itemsize != 8 || expected.format == NULL
+        || (strcmp(expected.format, "Q") != 0 && strcmp(expected.format, "L") != 0)) {
+        PyErr_SetString(PyExc_TypeError, "expected must be an array of unsigned 64-bit ints");
+        goto done;
+    }
+    fast = PySequence_Fast(args[0], "frames must be a sequence");
+    if (fast == NULL) {
+        goto done;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(fast);
+    const unsigned long long *lengths = (const unsigned long long *)expected.buf;
+    int same = count == expected.len / 8;
+    for (Py_ssize_t i = 0; same && i < count; i++) {
+        Py_ssize_t length = frame_length(PySequence_Fast_GET_ITEM(fast, i));
+        if (length < 0) {
+            goto done;
+        }
+        same = (unsigned long long)length == lengths[i];
+    }
+    result = PyBool_FromLong(same);
+done:
+    Py_XDECREF(fast);
+    PyBuffer_Release(&expected);
+    return result;
 }
 
 static PyMethodDef speedups_methods[] = {
+    {"frames_have_lengths", (PyCFunction)(void (*)(void))frames_have_lengths, METH_FASTCALL,
+     PyDoc_STR("frames_have_lengths(frames, expected): the frames match the u64 lengths.")},
     {"buffer_nbytes", buffer_nbytes, METH_O,
      PyDoc_STR("buffer_nbytes(frames): the size in bytes of each contiguous buffer.")},
     {NULL, NULL, 0, NULL},

@@ -37,9 +37,11 @@ A message is a list of frames::
 from __future__ import annotations
 
 import array
+import functools
 import hashlib
 import hmac
 import io
+import itertools
 import json
 import struct
 import sys
@@ -166,7 +168,8 @@ def pack(
         raise PicklingError(f"an out-of-band buffer is not contiguous: {exc}") from exc
     flags = 0 if key is None else _SIGNED
     frames: list[Frame] = [payload, *buffers]  # the buffers themselves: no copy
-    tables = [array.array("Q", [len(payload), *sizes])]
+    tables = [array.array("Q", sizes)]
+    tables[0].insert(0, len(payload))
     if sizes and max(sizes) > MAX_FRAME:
         flags |= _SPLIT
         counts = array.array("I", (max(1, -(-n // MAX_FRAME)) for n in sizes))
@@ -180,15 +183,7 @@ def pack(
         frames = [data for data, _ in packed]
         codecs = array.array("B", [_CODECS.index(codec) for _, codec in packed])
         tables = [array.array("Q", _buffer_nbytes(frames)), raw_lengths, codecs, *tables[1:]]
-    document = json.dumps(
-        {
-            "graphpickle": _graphpickle_version(),
-            "python": _PYTHON,
-            "protocol": protocol,
-            "by_value": pickler.pickled_by_value,
-        },
-        separators=(",", ":"),
-    ).encode()
+    document = _document(protocol, pickler.pickled_by_value, _PYTHON)
     prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, flags, len(document), len(frames), len(buffers))
     header = b"".join([prefix, document, *(_little_endian(t) for t in tables)])
     message: list[Frame] = [header, *frames]
@@ -295,7 +290,7 @@ class _Header:
                 f"truncated wire message: the header has {view.nbytes} bytes, not {self.size}"
             )
         position = _PREFIX.size
-        document = _parse_json(view[position : position + self.json_length])
+        document = _parse_json(bytes(view[position : position + self.json_length]))
         position += self.json_length
         try:
             self.python = _expect(document["python"], str)
@@ -350,9 +345,10 @@ def _expect(value: Any, kind: type) -> Any:
     return value
 
 
-def _parse_json(document: Frame) -> Any:
+@functools.lru_cache(maxsize=64)  # senders send the same few documents again and again
+def _parse_json(document: bytes) -> Any:
     try:
-        parsed = json.loads(bytes(document))
+        parsed = json.loads(document)
     except (UnicodeDecodeError, ValueError) as exc:
         raise WireFormatError(f"malformed wire header: {exc}") from None
     if not isinstance(parsed, dict):
@@ -375,25 +371,29 @@ def unpack(
     ``allowed``: restricted loading (see :func:`graphpickle.loads`).
     Out-of-band buffers are the frames themselves, not copies.
     """
-    frames = list(frames)
+    if type(frames) is not list:
+        frames = list(frames)
     if not frames:
         raise WireFormatError("empty wire message")
     header = _Header(frames[0])
     if key is not None:
         _verify(header.flags, frames[:-1], frames[-1], key)
     header.parse(frames[0])
-    declared = header.frame_lengths()
-    if len(frames) - 1 != len(declared):
+    expected = array.array("Q", [header.size])
+    expected.extend(header.lengths)
+    if header.signed:
+        expected.append(SIGNATURE_BYTES)
+    if len(frames) != len(expected):
         raise WireFormatError(
             f"wire message has {len(frames) - 1} frames after the header, "
-            f"the header declares {len(declared)}"
+            f"the header declares {len(expected) - 1}"
         )
     try:
-        if _buffer_nbytes(frames[1:]) != declared:
+        if not _frames_have_lengths(frames, expected):
             raise WireFormatError("a frame's length differs from the header's")
     except BufferError as exc:
         raise WireFormatError(f"a frame is not a contiguous buffer: {exc}") from None
-    return _load(header, frames[1:], allowed)
+    return _load(header, frames, 1, allowed)
 
 
 def unpack_bytes(data: Frame, *, key: Keys = None, allowed: Iterable[str] | None = None) -> Any:
@@ -414,7 +414,7 @@ def unpack_bytes(data: Frame, *, key: Keys = None, allowed: Iterable[str] | None
         end += declared
     if end != view.nbytes:
         raise WireFormatError(f"wire message has {view.nbytes - end} bytes after its last frame")
-    return _load(header, frames, allowed)
+    return _load(header, frames, 0, allowed)
 
 
 def read(
@@ -445,7 +445,7 @@ def read(
     frames: list[Frame] = [_read_exactly(stream, n) for n in lengths]
     if key is not None:
         _verify(header.flags, [head, *frames[:-1]], frames[-1], key)
-    return _load(header, frames, allowed)  # frames were read to the declared sizes
+    return _load(header, frames, 0, allowed)  # frames were read to the declared sizes
 
 
 def _buffer_nbytes_in_python(frames: Sequence[Any]) -> list[int]:
@@ -458,26 +458,39 @@ def _buffer_nbytes_in_python(frames: Sequence[Any]) -> list[int]:
     return sizes
 
 
-# The size of each frame; in C when graphpickle._speedups is built (same result).
+def _frames_have_lengths_in_python(frames: Sequence[Any], expected: array.array[int]) -> bool:
+    return _buffer_nbytes_in_python(frames) == expected.tolist()
+
+
+# In C when graphpickle._speedups is built (same results): the size of each
+# frame, and whether the frames have the sizes the header declares.
 _buffer_nbytes = _buffer_nbytes_in_python if _speedups is None else _speedups.buffer_nbytes
+_frames_have_lengths = (
+    _frames_have_lengths_in_python if _speedups is None else _speedups.frames_have_lengths
+)
 
 
-def _load(header: _Header, frames: list[Frame], allowed: Iterable[str] | None) -> Any:
-    """Decompress and unpickle the frames after the header (lengths checked)."""
+def _load(header: _Header, frames: list[Frame], start: int, allowed: Iterable[str] | None) -> Any:
+    """Decompress and unpickle ``frames[start:]`` (the pickle frame first; lengths
+    already checked). The buffers are handed over without copying the list."""
     if header.by_value and header.python != _PYTHON:
         raise WireFormatError(
             f"the message holds objects pickled by value under Python {header.python}; "
             f"this is Python {_PYTHON}, and code objects only load on the same minor version"
         )
-    frames = frames[: header.n_frames]  # the signature, if any, is not data
+    end = start + header.n_frames  # a signature, if any, follows: it is not data
     if header.compressed:
         frames = [
             _decompress(frame, raw, codec)
-            for frame, raw, codec in zip(frames, header.raw_lengths, header.codecs, strict=True)
+            for frame, raw, codec in zip(
+                frames[start:end], header.raw_lengths, header.codecs, strict=True
+            )
         ]
-    payload, buffers = memoryview(frames[0]), frames[1:]
+        start, end = 0, header.n_frames
+    payload = memoryview(frames[start])
+    buffers: Iterable[Frame] = itertools.islice(frames, start + 1, end)
     if header.split:
-        buffers = _rejoin(header.buffer_frames, buffers)
+        buffers = _rejoin(header.buffer_frames, list(buffers))
     return loads(payload, buffers=buffers, allowed=allowed)
 
 
@@ -568,7 +581,15 @@ def _verify(flags: int, signed_part: Sequence[Frame], signature: Frame, key: Any
         )
 
 
-def _graphpickle_version() -> str:
+@functools.cache
+def _document(protocol: int, by_value: bool, python: str) -> bytes:
+    """The header's JSON document (a handful of variants: computed once each)."""
     from . import __version__
 
-    return __version__
+    fields = {
+        "graphpickle": __version__,
+        "python": python,
+        "protocol": protocol,
+        "by_value": by_value,
+    }
+    return json.dumps(fields, separators=(",", ":")).encode()
