@@ -17,9 +17,11 @@
  * cycle is made and a pickler is freed by reference counting).
  *
  * `buffer_nbytes(frames)` is the size of each frame of a wire message, as
- * `[memoryview(f).nbytes for f in frames]` computes it (graphpickle/wire.py)
- * without creating a memoryview per frame: a message of 1,000 numpy arrays
- * would otherwise spend 7% of dumps' time on it.
+ * `[memoryview(f).nbytes for f in frames]` computes it (graphpickle/wire.py),
+ * and `frames_have_lengths(frames, expected)` compares those sizes with the
+ * header's u64 table, without creating a memoryview or an int per frame (and
+ * reading a PickleBuffer's size without asking its exporter): a message of
+ * 1,000 numpy arrays would otherwise spend 5-10% of dumps' time on it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
