@@ -144,3 +144,22 @@ def test_frames_have_lengths_matches_the_python_version():
             _pickler._speedups.frames_have_lengths(
                 [memoryview(bytearray(4))[::2]], array.array("Q", [2])
             )
+
+
+def test_frame_table_matches_the_python_version():
+    import struct
+
+    from graphpickle import wire
+
+    buffers = [pickle.PickleBuffer(np.zeros(4)), b"abc", bytearray(7)]
+    table, largest = wire._frame_table_in_python(100, buffers)
+    assert table == struct.pack("<4Q", 100, 32, 3, 7) and largest == 32
+    assert wire._frame_table_in_python(5, []) == (struct.pack("<Q", 5), 0)
+    if _pickler._speedups is None:
+        pytest.skip("not built")
+    assert _pickler._speedups.frame_table(100, buffers) == (table, largest)
+    assert _pickler._speedups.frame_table(5, []) == (struct.pack("<Q", 5), 0)
+    with pytest.raises(BufferError):
+        _pickler._speedups.frame_table(1, [memoryview(bytearray(4))[::2]])
+    with pytest.raises(OverflowError):
+        _pickler._speedups.frame_table(-1, [])

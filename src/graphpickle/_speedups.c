@@ -200,6 +200,54 @@ error:
     return NULL;
 }
 
+/* frame_table(first_length, buffers): the header's u64 table of frame lengths
+ * (little-endian bytes: first_length, then each buffer's size) and the largest
+ * buffer size, in one pass over the buffers. */
+static PyObject *
+frame_table(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "frame_table(first_length, buffers)");
+        return NULL;
+    }
+    unsigned long long first = PyLong_AsUnsignedLongLong(args[0]);
+    if (first == (unsigned long long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(args[1], "buffers must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(fast);
+    PyObject *table = PyBytes_FromStringAndSize(NULL, (count + 1) * 8);
+    if (table == NULL) {
+        Py_DECREF(fast);
+        return NULL;
+    }
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(table);
+    Py_ssize_t largest = 0;
+    for (Py_ssize_t i = 0; i <= count; i++) {
+        unsigned long long value = first;
+        if (i > 0) {
+            Py_ssize_t length = frame_length(PySequence_Fast_GET_ITEM(fast, i - 1));
+            if (length < 0) {
+                Py_DECREF(table);
+                Py_DECREF(fast);
+                return NULL;
+            }
+            if (length > largest) {
+                largest = length;
+            }
+            value = (unsigned long long)length;
+        }
+        for (int byte = 0; byte < 8; byte++) { /* little-endian on any machine */
+            out[i * 8 + byte] = (unsigned char)(value >> (8 * byte));
+        }
+    }
+    Py_DECREF(fast);
+    return Py_BuildValue("(Nn)", table, largest);
+}
+
 /* frames_have_lengths(frames, expected): whether len(frames) == len(expected) and
  * each frame has the length the u64 array `expected` holds (what the header says). */
 static PyObject *
@@ -242,6 +290,8 @@ done:
 }
 
 static PyMethodDef speedups_methods[] = {
+    {"frame_table", (PyCFunction)(void (*)(void))frame_table, METH_FASTCALL,
+     PyDoc_STR("frame_table(first_length, buffers): (u64 little-endian table, largest).")},
     {"frames_have_lengths", (PyCFunction)(void (*)(void))frames_have_lengths, METH_FASTCALL,
      PyDoc_STR("frames_have_lengths(frames, expected): the frames match the u64 lengths.")},
     {"buffer_nbytes", buffer_nbytes, METH_O,

@@ -163,15 +163,15 @@ def pack(
     pickler.dump(obj)
     payload = out.getbuffer()
     try:
-        sizes = _buffer_nbytes(buffers)
+        table, largest = _frame_table(len(payload), buffers)
     except BufferError as exc:
         raise PicklingError(f"an out-of-band buffer is not contiguous: {exc}") from exc
     flags = 0 if key is None else _SIGNED
     frames: list[Frame] = [payload, *buffers]  # the buffers themselves: no copy
-    tables = [array.array("Q", sizes)]
-    tables[0].insert(0, len(payload))
-    if sizes and max(sizes) > MAX_FRAME:
+    tables: list[bytes | array.array[int]] = [table]
+    if largest > MAX_FRAME:
         flags |= _SPLIT
+        sizes = _buffer_nbytes(buffers)
         counts = array.array("I", (max(1, -(-n // MAX_FRAME)) for n in sizes))
         raws = [b.raw() for b in buffers]
         frames = [payload, *(r[i : i + MAX_FRAME] for r in raws for i in _starts(len(r)))]
@@ -185,7 +185,7 @@ def pack(
         tables = [array.array("Q", _buffer_nbytes(frames)), raw_lengths, codecs, *tables[1:]]
     document = _document(protocol, pickler.pickled_by_value, _PYTHON)
     prefix = _PREFIX.pack(MAGIC, FORMAT_VERSION, flags, len(document), len(frames), len(buffers))
-    header = b"".join([prefix, document, *(_little_endian(t) for t in tables)])
+    header = b"".join([prefix, document, *map(_little_endian, tables)])
     message: list[Frame] = [header, *frames]
     if key is not None:
         message.append(_sign(_check_key(key), message))
@@ -196,7 +196,9 @@ def _starts(nbytes: int) -> range:
     return range(0, nbytes, MAX_FRAME) if nbytes else range(1)
 
 
-def _little_endian(table: array.array[int]) -> bytes:
+def _little_endian(table: bytes | array.array[int]) -> bytes:
+    if isinstance(table, bytes):  # from frame_table: little-endian already
+        return table
     if sys.byteorder == "big":
         table = array.array(table.typecode, table)
         table.byteswap()
@@ -458,6 +460,11 @@ def _buffer_nbytes_in_python(frames: Sequence[Any]) -> list[int]:
     return sizes
 
 
+def _frame_table_in_python(first_length: int, buffers: Sequence[Any]) -> tuple[bytes, int]:
+    sizes = _buffer_nbytes_in_python(buffers)
+    return _little_endian(array.array("Q", [first_length, *sizes])), max(sizes, default=0)
+
+
 def _frames_have_lengths_in_python(frames: Sequence[Any], expected: array.array[int]) -> bool:
     return _buffer_nbytes_in_python(frames) == expected.tolist()
 
@@ -468,6 +475,7 @@ _buffer_nbytes = _buffer_nbytes_in_python if _speedups is None else _speedups.bu
 _frames_have_lengths = (
     _frames_have_lengths_in_python if _speedups is None else _speedups.frames_have_lengths
 )
+_frame_table = _frame_table_in_python if _speedups is None else _speedups.frame_table
 
 
 def _load(header: _Header, frames: list[Frame], start: int, allowed: Iterable[str] | None) -> Any:
