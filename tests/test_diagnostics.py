@@ -107,6 +107,31 @@ def test_large_capture_warning_once_per_function_per_payload():
     assert record[0].filename == __file__  # points at the caller of dumps
 
 
+def test_large_capture_warning_points_at_the_caller_with_either_hook(monkeypatch):
+    from graphpickle import _pickler
+
+    monkeypatch.setattr(_pickler, "_speedups", None)  # the pure-Python hook: deeper stack
+    with pytest.warns(graphpickle.LargeCaptureWarning) as record:
+        graphpickle.dumps(make_graph())
+    assert record[0].filename == __file__
+
+
+def test_explain_stays_quiet_on_a_deep_stack():
+    # With a raised recursion limit, pickling runs on a helper thread: explain's
+    # quiet mode must follow it there.
+    import sys
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            report = graphpickle.explain(make_graph())
+    finally:
+        sys.setrecursionlimit(limit)
+    assert report.entries
+
+
 def test_large_capture_threshold_is_configurable():
     graph = make_graph()
     try:

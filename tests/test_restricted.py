@@ -138,3 +138,34 @@ def test_static_scan_and_restricted_loading_agree():
             with pytest.raises(graphpickle.ForbiddenGlobalError) as info:
                 graphpickle.loads(data, allowed=names - {missing})
             assert info.value.name == missing
+
+
+def _stack_global(module: str, name: str) -> bytes:
+    return (
+        b"\x8c" + bytes([len(module)]) + module.encode()
+        + b"\x8c" + bytes([len(name)]) + name.encode() + b"\x93"
+    )  # fmt: skip
+
+
+def test_dotted_names_need_an_exact_entry():
+    # Protocol 4 resolves "datetime.__builtins__.get" attribute by attribute: a
+    # whole-module entry must not reach the builtins (eval, open...) through it.
+    escape = b"\x80\x04" + _stack_global("datetime", "__builtins__.get") + b"."
+    with pytest.raises(graphpickle.ForbiddenGlobalError, match="__builtins__"):
+        graphpickle.loads(escape, allowed=DATA_ONLY)
+    with pytest.raises(graphpickle.ForbiddenGlobalError):
+        graphpickle.loads(escape, allowed={"datetime.*"})
+    nested = b"\x80\x04" + _stack_global("collections", "OrderedDict.fromkeys") + b"."
+    with pytest.raises(graphpickle.ForbiddenGlobalError):
+        graphpickle.loads(nested, allowed={"collections"})
+    allowed = {"collections.OrderedDict.fromkeys"}
+    assert graphpickle.loads(nested, allowed=allowed) == collections.OrderedDict.fromkeys
+
+
+def test_python2_names_are_checked_once_mapped():
+    import dbm
+
+    data = b"\x80\x02canydbm\nopen\nq\x00."  # Python 2's anydbm is Python 3's dbm
+    assert graphpickle.loads(data, allowed={"dbm.open"}) is dbm.open
+    with pytest.raises(graphpickle.ForbiddenGlobalError, match=r"dbm\.open"):
+        graphpickle.loads(data, allowed={"anydbm.open"})

@@ -99,6 +99,10 @@ def test_buffer_nbytes_matches_the_python_version():
         np.arange(5, dtype="i2"),
     ]
     expected = [3, 10, 48, 96, 10]
+    fortran = [np.asfortranarray(np.ones((3, 4)))]  # contiguous, in Fortran order
+    assert wire._buffer_nbytes_in_python(fortran) == [96]
+    if _pickler._speedups is not None:
+        assert _pickler._speedups.buffer_nbytes(fortran) == [96]
     assert wire._buffer_nbytes_in_python(frames) == expected
     strided = [memoryview(bytearray(10))[::2]]
     with pytest.raises(BufferError):

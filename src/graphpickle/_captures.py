@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 import sys
 import types
 import warnings
@@ -79,34 +80,32 @@ def warn_about_large_captures(func: types.FunctionType, state: Any) -> None:
     threshold = _threshold
     if threshold is None or _quiet.get():
         return
-    slotstate = state[1]
-    for name, value in slotstate["__globals__"].items():
+    for name, kind, value in captured_values(func, state):
         if type(value) not in _NEVER_LARGE:
-            _warn_if_large(func, "global", name, value, threshold)
-    cells = slotstate["__closure__"]
-    if cells:
-        for name, cell in zip(func.__code__.co_freevars, cells, strict=False):
-            try:
-                value = cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
-            if type(value) not in _NEVER_LARGE:
-                _warn_if_large(func, "closure", name, value, threshold)
+            size = estimate_nbytes(value)
+            if size > threshold:
+                warnings.warn(
+                    f"{func.__module__}.{func.__qualname__} is pickled by value and captures "
+                    f"{kind} {name!r} ({type(value).__qualname__}, about {size / 1e6:.1f} MB), "
+                    "which travels inside every payload that holds the function; pass it as "
+                    "an argument (out of band with protocol 5) or load it on the worker",
+                    LargeCaptureWarning,
+                    stacklevel=_caller_stacklevel(),
+                )
 
 
-def _warn_if_large(
-    func: types.FunctionType, kind: str, name: str, value: Any, threshold: int
-) -> None:
-    size = estimate_nbytes(value)
-    if size > threshold:
-        warnings.warn(
-            f"{func.__module__}.{func.__qualname__} is pickled by value and captures "
-            f"{kind} {name!r} ({type(value).__qualname__}, about {size / 1e6:.1f} MB), "
-            "which travels inside every payload that holds the function; pass it as "
-            "an argument (out of band with protocol 5) or load it on the worker",
-            LargeCaptureWarning,
-            stacklevel=6,
-        )
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside
+    graphpickle (the caller of ``dumps``), however deep the pickling went."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def estimate_nbytes(value: Any) -> int:

@@ -194,8 +194,8 @@ def load(
         return _pickle.load(file, buffers=buffers)
     except ForbiddenGlobalError:
         raise
-    except (OSError, MemoryError):
-        raise
+    except OSError:
+        raise  # trouble reading the file, not with its content
     except Exception as exc:
         raise _unpickling_error(exc) from exc
 

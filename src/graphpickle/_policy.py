@@ -85,7 +85,7 @@ def is_registered(module_name: str) -> bool:
         name = parent
 
 
-def _found_by_name(obj: object, module_name: str, qualname: str) -> bool:
+def found_by_name(obj: object, module_name: str, qualname: str) -> bool:
     """Whether importing ``module_name`` and walking ``qualname`` gives ``obj`` back,
     which is what loading a by-reference pickle does."""
     target: Any = sys.modules.get(module_name)
@@ -113,7 +113,7 @@ def function_reason(func: types.FunctionType) -> str | None:
         return ByValueReason.LAMBDA
     if "<locals>" in qualname:
         return ByValueReason.CLOSURE if func.__closure__ else ByValueReason.LOCAL
-    if module_name is None or not _found_by_name(func, module_name, qualname):
+    if module_name is None or not found_by_name(func, module_name, qualname):
         return ByValueReason.NOT_IMPORTABLE
     if is_registered(module_name):
         return ByValueReason.REGISTERED
@@ -130,7 +130,7 @@ def class_reason(cls: type) -> str | None:
         return ByValueReason.LOCAL
     if cls in _PICKLED_BY_STDLIB:
         return None
-    if not _found_by_name(cls, module_name, qualname):
+    if not found_by_name(cls, module_name, qualname):
         return ByValueReason.NOT_IMPORTABLE
     if is_registered(module_name):
         return ByValueReason.REGISTERED
@@ -143,7 +143,7 @@ def named_object_reason(obj: Any, name: str) -> str | None:
     module_name = getattr(obj, "__module__", None)
     if module_name in _MAIN_MODULES:
         return ByValueReason.MAIN
-    if module_name is None or not _found_by_name(obj, module_name, name):
+    if module_name is None or not found_by_name(obj, module_name, name):
         return ByValueReason.NOT_IMPORTABLE
     if is_registered(module_name):
         return ByValueReason.REGISTERED

@@ -61,7 +61,8 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
 def _reduce_class(state: PicklerState, cls: type) -> Any:
     if class_reason(cls) is None:
         return NotImplemented
-    state.by_value = True
+    if cls not in cp.BUILTIN_TYPES:  # types.FunctionType & co are references to `types`
+        state.by_value = True
     return cp.reduce_class_by_value(cls)
 
 

@@ -7,8 +7,12 @@ unpickler imports only what the allow-list names and raises
 An allow-list is a collection of strings:
 
 - ``"module.qualname"``: that global (``"collections.OrderedDict"``);
-- ``"module"``: every global of exactly that module (``"datetime"``);
-- ``"package.*"``: every global of the package and of all its submodules.
+- ``"module"``: every top-level global of exactly that module (``"datetime"``);
+- ``"package.*"``: every top-level global of the package and of all its submodules.
+
+Dotted names (``"module.Class.attr"``, which protocol 4 resolves attribute by
+attribute) are allowed only by an exact entry: a whole-module entry would
+otherwise reach ``module.__builtins__`` and everything beyond it.
 
 :data:`DATA_ONLY` is a ready list for plain data: builtin containers and scalars,
 ``collections``, ``datetime``, ``decimal``, ``fractions``, ``uuid``, numpy arrays,
@@ -117,7 +121,13 @@ class AllowList:
         self._entries = frozenset(e for e in entries if not e.endswith(".*"))
 
     def allows(self, module: str, name: str) -> bool:
-        if f"{module}.{name}" in self._entries or module in self._entries:
+        if f"{module}.{name}" in self._entries:
+            return True
+        if "." in name:
+            # A dotted name walks attributes (protocol 4): "datetime" must not let
+            # "datetime.__builtins__.get" through. Only an exact entry allows one.
+            return False
+        if module in self._entries:
             return True
         return any(module == p or module.startswith(p + ".") for p in self._prefixes)
 
@@ -128,9 +138,12 @@ class _RestrictedUnpickler(_pickle.Unpickler):
         self._allowed = allowed
 
     def find_class(self, module: str, name: str) -> Any:
-        module, name = imported_name(module, name)
-        if not self._allowed.allows(module, name):
-            raise ForbiddenGlobalError(_refusal(module, name), name=f"{module}.{name}")
+        # Check the name that will be imported; the base class maps it itself.
+        imported_module, imported = imported_name(module, name)
+        if not self._allowed.allows(imported_module, imported):
+            raise ForbiddenGlobalError(
+                _refusal(imported_module, imported), name=f"{imported_module}.{imported}"
+            )
         return super().find_class(module, name)
 
 

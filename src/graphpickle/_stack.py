@@ -15,6 +15,7 @@ for the thread.
 
 from __future__ import annotations
 
+import contextvars
 import sys
 import threading
 from collections.abc import Callable
@@ -38,10 +39,11 @@ def run_on_deep_stack(func: Callable[[], T]) -> T:
     size = min(_MAX_STACK_BYTES, (limit * _STACK_BYTES_PER_LEVEL + (1 << 20)) & ~0xFFFF)
     outcome: list[T] = []
     failure: list[BaseException] = []
+    context = contextvars.copy_context()  # the caller's settings (explain's quiet mode)
 
     def target() -> None:
         try:
-            outcome.append(func())
+            outcome.append(context.run(func))
         except BaseException as exc:
             failure.append(exc)
 

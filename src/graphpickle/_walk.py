@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pickle import PickleBuffer
 from typing import Any
 
+from ._policy import found_by_name
 from .errors import PicklingError
 
 ATOMS = frozenset({type(None), bool, int, float, str, bytes, bytearray})
@@ -172,14 +173,8 @@ def _state_children(state: Any) -> list[tuple[str, Any]]:
 
 def _check_global(obj: Any, name: str) -> None:
     """Fail as the pickler's save_global would if ``obj`` is not importable."""
-    import sys
-
     module_name = getattr(obj, "__module__", None)
-    module = sys.modules.get(module_name) if isinstance(module_name, str) else None
-    target: Any = module
-    for part in name.split("."):
-        target = getattr(target, part, None)
-    if module is None or target is not obj:
+    if not isinstance(module_name, str) or not found_by_name(obj, module_name, name):
         raise PicklingError(f"it is not found as {module_name}.{name}")
 
 

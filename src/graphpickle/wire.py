@@ -85,6 +85,7 @@ COMPRESS_MAX_RATIO = 0.9
 _COMPRESS_SAMPLE = 64 * 1024
 _LZ4_MAX_RATIO = 255  # lz4 cannot expand more: a larger claim is a lie
 _READ_CHUNK = 64 * 1024 * 1024
+_FIRST_READ = 64 * 1024
 _PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
@@ -99,7 +100,9 @@ def _codec(name: str) -> tuple[Any, Any]:
 
             return (
                 lambda data: lz4.block.compress(data, store_size=False),
-                lambda data, n: lz4.block.decompress(data, uncompressed_size=n),
+                lambda data, n: lz4.block.decompress(
+                    data, uncompressed_size=n, return_bytearray=True
+                ),
             )
         if name == "zstd":
             import zstandard
@@ -113,7 +116,7 @@ def _codec(name: str) -> tuple[Any, Any]:
     raise ValueError(f"unknown compression {name!r}: use 'lz4', 'zstd' or None")
 
 
-def _zstd_decompress(data: Frame, raw_length: int) -> bytes:
+def _zstd_decompress(data: Frame, raw_length: int) -> bytearray:
     """Decompress in chunks, so that memory grows with the real output, not with
     the size the header or the zstd frame claims."""
     import zstandard
@@ -124,7 +127,7 @@ def _zstd_decompress(data: Frame, raw_length: int) -> bytes:
         out += chunk
         if len(out) > raw_length:
             raise WireFormatError("a zstd frame decompresses past its declared size")
-    return bytes(out)
+    return out
 
 
 def _compress(frame: memoryview, compress: Any) -> tuple[Frame, str | None]:
@@ -162,6 +165,11 @@ def pack(
     pickler = Pickler(out, protocol, buffer_callback=buffers.append if protocol >= 5 else None)
     pickler.dump(obj)
     payload = out.getbuffer()
+    if len(payload) > MAX_FRAME:
+        raise PicklingError(
+            f"the pickle itself is {len(payload)} bytes, over the {MAX_FRAME}-byte frame limit; "
+            "use protocol 5 so that large buffers travel out of band"
+        )
     try:
         table, largest = _frame_table(len(payload), buffers)
     except BufferError as exc:
@@ -179,7 +187,7 @@ def pack(
     if compress is not None:
         flags |= _COMPRESSED
         raw_lengths = array.array("Q", _buffer_nbytes(frames))
-        packed = [_compress(memoryview(f), compress) for f in frames]
+        packed = [_compress(_bytes_view(f), compress) for f in frames]
         frames = [data for data, _ in packed]
         codecs = array.array("B", [_CODECS.index(codec) for _, codec in packed])
         tables = [array.array("Q", _buffer_nbytes(frames)), raw_lengths, codecs, *tables[1:]]
@@ -190,6 +198,11 @@ def pack(
     if key is not None:
         message.append(_sign(_check_key(key), message))
     return message
+
+
+def _bytes_view(frame: Frame) -> memoryview:
+    """A flat view of a frame's bytes (a buffer's view may have items of 8 bytes)."""
+    return frame.raw() if isinstance(frame, PickleBuffer) else memoryview(frame).cast("B")
 
 
 def _starts(nbytes: int) -> range:
@@ -367,8 +380,10 @@ def unpack(
     """Load the object of a message made by :func:`pack`.
 
     ``key``: a key, or several (key rotation); when given, the message must be
-    signed by one of them, and the signature is checked first, before even the
-    header is read, so that any change to any frame is a :class:`SignatureError`.
+    signed by one of them, and the signature is checked right after the fixed
+    prefix (magic, version, flags), before the header's tables are read: a
+    changed prefix is a :class:`WireFormatError`, any other change a
+    :class:`SignatureError`.
     Without a key, signed and unsigned messages load alike.
     ``allowed``: restricted loading (see :func:`graphpickle.loads`).
     Out-of-band buffers are the frames themselves, not copies.
@@ -393,7 +408,7 @@ def unpack(
     try:
         if not _frames_have_lengths(frames, expected):
             raise WireFormatError("a frame's length differs from the header's")
-    except BufferError as exc:
+    except (BufferError, TypeError) as exc:
         raise WireFormatError(f"a frame is not a contiguous buffer: {exc}") from None
     return _load(header, frames, 1, allowed)
 
@@ -503,11 +518,13 @@ def _load(header: _Header, frames: list[Frame], start: int, allowed: Iterable[st
 
 
 def _read_exactly(stream: IO[bytes], n: int) -> bytearray:
-    buffer = bytearray(min(n, _READ_CHUNK))
+    # Start small and at most double what has arrived: a header that lies about a
+    # length costs the reader no more memory than the bytes really sent.
+    buffer = bytearray(min(n, _FIRST_READ))
     received = 0
     while received < n:
-        if received == len(buffer):  # grow only as data keeps arriving
-            buffer.extend(bytes(min(n - received, _READ_CHUNK)))
+        if received == len(buffer):
+            buffer.extend(bytes(min(n - received, max(received, _FIRST_READ), _READ_CHUNK)))
         with memoryview(buffer) as view:
             count = _read_into(stream, view[received:])
         if not count:
@@ -532,7 +549,7 @@ def _decompress(frame: Frame, raw_length: int, codec: str | None) -> Frame:
         return frame
     try:
         _, decompress = _codec(codec)
-        data: bytes = decompress(frame, raw_length)
+        data: bytearray = decompress(frame, raw_length)  # writable, as a received frame
     except WireFormatError:
         raise
     except ImportError as exc:
