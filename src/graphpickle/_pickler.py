@@ -60,8 +60,9 @@ class Pickler(_pickle.Pickler):
     ``reducers`` maps classes to reducers for this pickler only; they take
     precedence over :func:`graphpickle.register_reducer`'s global table and
     never leak into other picklers. ``reducer_lookup(cls)`` is asked, once per
-    type, for a reducer for types neither table names (another library's
-    registry, as dask's ``dask_serialize``); ``None`` means the default.
+    type (the answer is remembered for picklers given the same function), for a
+    reducer for types neither table names (another library's registry, as
+    dask's ``dask_serialize``); ``None`` means the default.
     """
 
     def __init__(

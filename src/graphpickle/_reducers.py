@@ -27,8 +27,9 @@ Reducer = Callable[[Any], Any]
 """``reducer(obj)`` returns what ``obj.__reduce__()`` would (as with ``copyreg``)."""
 
 ReducerLookup = Callable[[type], Reducer | None]
-"""``lookup(cls)`` finds a reducer for a type the reducer tables do not name (asked
-once per type per pickler), or returns ``None``: another library's registry."""
+"""``lookup(cls)`` finds a reducer for a type the reducer tables do not name, or
+returns ``None``: another library's registry. It is asked once per type; the
+answer is remembered for every pickler given the same lookup function."""
 
 
 class PicklerState:
@@ -150,19 +151,17 @@ def register_reducer(cls: type, reducer: Reducer) -> None:
         raise TypeError(f"register_reducer() needs a class, got {type(cls).__qualname__}: {cls!r}")
     if not callable(reducer):
         raise TypeError(f"the reducer for {cls.__qualname__} is not callable: {reducer!r}")
-    global _shared_dispatch
     with _global_reducers_lock:
         _global_reducers[cls] = reducer
-        _shared_dispatch = None
+        _shared_dispatch.clear()
 
 
 def unregister_reducer(cls: type) -> None:
     """Remove a reducer added with :func:`register_reducer`."""
-    global _shared_dispatch
     with _global_reducers_lock:
         if _global_reducers.pop(cls, None) is None:
             raise KeyError(f"no reducer is registered for {cls.__module__}.{cls.__qualname__}")
-        _shared_dispatch = None
+        _shared_dispatch.clear()
 
 
 class TypeDispatch:
@@ -200,28 +199,29 @@ class TypeDispatch:
         return handler
 
 
-# Picklers without reducers of their own share one table, so that creating a
-# pickler costs no copy. Its cache of resolved types is bounded: it would
-# otherwise keep every class ever pickled alive.
+# Picklers without reducers of their own share one table per reducer lookup
+# (``None`` for most), so that creating a pickler costs no copy and each type is
+# resolved once per process, not once per pickler. The cache of resolved types
+# is bounded: it would otherwise keep every class ever pickled alive.
 _MAX_SHARED_TYPES = 4096
-_shared_dispatch: TypeDispatch | None = None
+_shared_dispatch: dict[ReducerLookup | None, TypeDispatch] = {}
 
 
 def dispatch_for(
     local_reducers: Mapping[type, Reducer] | None, lookup: ReducerLookup | None = None
 ) -> TypeDispatch:
     """The dispatch table of a new pickler."""
-    global _shared_dispatch
-    if local_reducers or lookup is not None:
-        local_reducers = local_reducers or {}
+    if local_reducers:
         for cls, reducer in local_reducers.items():
             if not isinstance(cls, type) or not callable(reducer):
                 raise TypeError(f"reducers must map classes to callables, got {cls!r}: {reducer!r}")
         with _global_reducers_lock:
             user_reducers = {**_global_reducers, **local_reducers}
         return TypeDispatch(user_reducers, lookup)
-    shared = _shared_dispatch
+    shared = _shared_dispatch.get(lookup)
     if shared is None or len(shared.handlers) > _MAX_SHARED_TYPES:
         with _global_reducers_lock:
-            shared = _shared_dispatch = TypeDispatch(dict(_global_reducers))
+            if len(_shared_dispatch) > 64:  # lookups made on the fly: do not hoard them
+                _shared_dispatch.clear()
+            shared = _shared_dispatch[lookup] = TypeDispatch(dict(_global_reducers), lookup)
     return shared

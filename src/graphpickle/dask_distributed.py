@@ -21,6 +21,9 @@ For schedulers and workers started from the command line::
 
 The serialization family ``"graphpickle"`` is registered too, for
 ``Client(serializers=["graphpickle", ...], deserializers=[...])``.
+
+Whether a type has a ``dask_serialize`` registration is looked up once per type
+and remembered: register types before the first graph that holds them is sent.
 """
 
 from __future__ import annotations
