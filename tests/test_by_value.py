@@ -251,7 +251,7 @@ def test_one_pass_and_precision_in_a_script(sender):
     the plain C pickler writes it."""
     payload = sender(
         """
-        import pickle, pickletools, sys, io
+        import pickle, pickletools, sys, io, types
         import graphpickle
         from graphpickle import _cloudpickle_internals as cpi
 
@@ -283,6 +283,8 @@ def test_one_pass_and_precision_in_a_script(sender):
                     return cpi.reduce_function_by_value(self, obj)
                 if type(obj) in cpi.TYPE_REDUCERS:
                     return cpi.TYPE_REDUCERS[type(obj)](obj)
+                if type(obj) is types.CodeType:
+                    return cpi.reduce_code(obj)
                 if obj in cpi.BUILTIN_TYPES:  # types.CodeType, for the code object
                     return cpi.reduce_class_by_value(obj)
                 return NotImplemented

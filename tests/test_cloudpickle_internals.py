@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import tomllib
+import weakref
 from pathlib import Path
 
 import cloudpickle
@@ -33,7 +34,26 @@ def test_private_names_exist_with_the_expected_signatures():
         "_function_setstate": ["obj", "state"],
         "_make_function": ["code", "globals", "name", "argdefs", "closure"],
         "_class_reduce": ["obj"],
+        "_code_reduce": ["obj"],
         "_dynamic_class_reduce": ["obj"],
+        # Deterministic mode replaces the class_tracker_id argument (by position).
+        "_make_skeleton_class": [
+            "type_constructor",
+            "name",
+            "bases",
+            "type_kwargs",
+            "class_tracker_id",
+            "extra",
+        ],
+        "_make_skeleton_enum": [
+            "bases",
+            "name",
+            "qualname",
+            "members",
+            "module",
+            "class_tracker_id",
+            "extra",
+        ],
         "_method_reduce": ["obj"],
         "_decompose_typevar": ["obj"],
         "subimport": ["name"],
@@ -46,6 +66,8 @@ def test_private_names_exist_with_the_expected_signatures():
     # The only pickler attribute it reads:
     assert "globals_ref" in inspect.getsource(getnewargs)
     assert isinstance(cp._PICKLE_BY_VALUE_MODULES, set)
+    # Registering a class id must not keep the class alive.
+    assert isinstance(cp._DYNAMIC_CLASS_TRACKER_BY_ID, weakref.WeakValueDictionary)
     assert internals.REGISTERED_BY_VALUE is cp._PICKLE_BY_VALUE_MODULES
 
 
@@ -56,7 +78,6 @@ def test_type_reducer_table_is_the_expected_one():
         "staticmethod",
         "property",
         "cell",
-        "code",
         "mappingproxy",
         "dict_keys",
         "dict_values",
@@ -65,7 +86,16 @@ def test_type_reducer_table_is_the_expected_one():
         "getset_descriptor",
     } <= names
     # Types graphpickle reduces itself, or leaves to the standard library:
-    assert not names & {"function", "type", "module", "method", "memoryview", "Logger", "TypeVar"}
+    assert not names & {
+        "function",
+        "type",
+        "module",
+        "method",
+        "memoryview",
+        "Logger",
+        "TypeVar",
+        "code",
+    }
 
 
 def test_function_reduction_shape():
@@ -81,3 +111,35 @@ def test_function_reduction_shape():
     assert reduction[5] is cp._function_setstate
     _state, slotstate = reduction[2]
     assert "__globals__" in slotstate and "__closure__" in slotstate
+    assert "_cloudpickle_submodules" in slotstate  # sorted in deterministic mode
+
+
+def test_canonical_class_reduction_names_the_class_as_told():
+    import enum
+
+    class Local:
+        def method(self):
+            return 1
+
+    class Colour(enum.Enum):
+        RED = 1
+
+    for cls in (Local, Colour):
+        tracker_id = f"graphpickle-test-{cls.__name__}"
+        default = internals.reduce_class_by_value(cls)
+        canonical = internals.reduce_class_by_value(cls, canonical=True, tracker_id=tracker_id)
+        assert canonical[0] is default[0]
+        assert tracker_id in canonical[1] and tracker_id not in default[1]
+        # (..., class_tracker_id, extra)
+        assert canonical[1].index(tracker_id) == len(canonical[1]) - 2
+        rebuilt = default[0](*canonical[1])
+        assert rebuilt.__name__ == cls.__name__
+
+
+def test_class_tracking_finds_the_class_by_its_id():
+    class Tracked:
+        pass
+
+    internals.track_class("graphpickle-test-id", Tracked)
+    skeleton = cp._make_skeleton_class(type, "Tracked", (object,), {}, "graphpickle-test-id", None)
+    assert skeleton is Tracked

@@ -17,6 +17,7 @@ from ._policy import (
 from ._reducers import Reducer, register_reducer, unregister_reducer
 from ._restricted import DATA_ONLY
 from ._scan import InspectReport, inspect
+from .determinism import fingerprint
 from .diagnostics import ExplainReport, explain
 from .errors import (
     ForbiddenGlobalError,
@@ -47,6 +48,7 @@ __all__ = [
     "dump",
     "dumps",
     "explain",
+    "fingerprint",
     "get_large_capture_threshold",
     "inspect",
     "list_registry_pickle_by_value",

@@ -27,8 +27,11 @@ SUPPORTED_VERSIONS = ">=3.1,<3.2"
 
 _REQUIRED = (
     "_PICKLE_BY_VALUE_MODULES",
+    "_DYNAMIC_CLASS_TRACKER_BY_ID",
+    "_DYNAMIC_CLASS_TRACKER_LOCK",
     "_BUILTIN_TYPE_NAMES",
     "_class_reduce",
+    "_code_reduce",
     "_dynamic_class_reduce",
     "_function_getstate",
     "_function_setstate",
@@ -65,26 +68,67 @@ class _FunctionGlobalsHolder(Protocol):
 
 
 def reduce_function_by_value(
-    pickler: _FunctionGlobalsHolder, func: types.FunctionType
+    pickler: _FunctionGlobalsHolder, func: types.FunctionType, *, canonical: bool = False
 ) -> Reduction:
     """Reduce ``func`` to its code, defaults, closure and the globals it uses.
 
     Functions reduced through the same ``pickler`` that shared a globals dict when
     pickled share one again when loaded (``pickler.globals_ref`` keeps the map).
+    ``canonical`` leaves out what differs between processes and machines: the
+    module's ``__file__`` and ``__path__`` (unless the code reads them, which puts
+    them among the globals it uses) and the import order of its submodules.
     """
     newargs = _cp.Pickler._function_getnewargs(pickler, func)
-    state = _cp._function_getstate(func)
-    return (_cp._make_function, newargs, state, None, None, _cp._function_setstate)
+    state, slotstate = _cp._function_getstate(func)
+    if canonical:
+        base_globals = newargs[1]  # (code, base_globals, name, defaults, closure)
+        base_globals.pop("__file__", None)
+        base_globals.pop("__path__", None)
+        submodules = slotstate["_cloudpickle_submodules"]
+        slotstate["_cloudpickle_submodules"] = sorted(submodules, key=lambda m: m.__name__)
+    return (_cp._make_function, newargs, (state, slotstate), None, None, _cp._function_setstate)
 
 
-def reduce_class_by_value(cls: type) -> Reduction:
-    """Reduce a class that the receiver cannot import to a rebuildable skeleton."""
+def reduce_class_by_value(
+    cls: type, *, canonical: bool = False, tracker_id: str | None = None
+) -> Reduction:
+    """Reduce a class that the receiver cannot import to a rebuildable skeleton.
+
+    ``canonical`` names the class ``tracker_id`` instead of a random uuid4 and
+    leaves out what changes with the class's use or place: the ``__slotnames__``
+    cache that pickling an instance adds, and ``__firstlineno__`` (3.13+); it
+    sorts the registered virtual subclasses of an ABC (a WeakSet's order).
+    """
     if cls in BUILTIN_TYPES:
         reduction: Reduction = _cp._class_reduce(cls)
         return reduction
     # Calling the dynamic reducer directly (not ``_class_reduce``) matters for
     # ``__mp_main__``: cloudpickle would otherwise pickle it by reference.
     reduction = _cp._dynamic_class_reduce(cls)
+    if not canonical:
+        return reduction
+    rebuild, newargs, (clsdict, slotstate), *rest = reduction
+    clsdict.pop("__slotnames__", None)
+    clsdict.pop("__firstlineno__", None)
+    if isinstance(clsdict.get("_abc_impl"), list):
+        clsdict["_abc_impl"].sort(key=lambda c: (c.__module__, c.__qualname__))
+    # The tracker id is the next-to-last argument of _make_skeleton_enum (bases,
+    # name, qualname, members, module, tracker_id, extra) and _make_skeleton_class
+    # (metaclass, name, bases, type_kwargs, tracker_id, extra).
+    index = len(newargs) - 2
+    newargs = (*newargs[:index], tracker_id, *newargs[index + 1 :])
+    return (rebuild, newargs, (clsdict, slotstate), *rest)
+
+
+def track_class(tracker_id: str, cls: type) -> None:
+    """Let this process load payloads naming ``tracker_id`` as ``cls`` itself, as
+    cloudpickle does for the uuid4s it draws (unless the id is taken already)."""
+    with _cp._DYNAMIC_CLASS_TRACKER_LOCK:
+        _cp._DYNAMIC_CLASS_TRACKER_BY_ID.setdefault(tracker_id, cls)
+
+
+def reduce_code(code: types.CodeType) -> Reduction:
+    reduction: Reduction = _cp._code_reduce(code)
     return reduction
 
 
@@ -112,10 +156,10 @@ def _type_reducers() -> dict[type, Callable[[Any], Reduction]]:
     Left out on purpose: the types the standard library pickles itself (loggers)
     so that output stays byte-identical to ``pickle.dumps``; and the types
     graphpickle reduces with its own rules (functions, classes, modules, methods,
-    TypeVars, memoryviews). Non-type keys (cloudpickle also registers the
+    TypeVars, memoryviews, code objects). Non-type keys (cloudpickle also registers the
     ``abc.abstractmethod`` function) never match ``type(obj)`` and are skipped.
     """
-    own_rules = {types.ModuleType, types.MethodType, typing.TypeVar, memoryview}
+    own_rules = {types.ModuleType, types.MethodType, typing.TypeVar, memoryview, types.CodeType}
     stdlib_handles = {logging.Logger, logging.RootLogger}
     return {
         cls: reducer

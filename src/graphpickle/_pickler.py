@@ -21,6 +21,9 @@ from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import IO, Any
 
+from . import determinism
+from ._canonical import DeterministicState
+from ._captures import no_capture_warnings
 from ._locate import pickling_error
 from ._reducers import PicklerState, Reducer, ReducerLookup, dispatch_for
 from ._restricted import compile_allowed, restricted_load
@@ -63,6 +66,11 @@ class Pickler(_pickle.Pickler):
     type (the answer is remembered for picklers given the same function), for a
     reducer for types neither table names (another library's registry, as
     dask's ``dask_serialize``); ``None`` means the default.
+
+    ``deterministic=True`` makes equal objects give equal bytes in any process
+    (see :mod:`graphpickle.determinism`): it needs protocol 4 or 5, each
+    ``dump()`` starts from an empty memo, and every buffer handed to
+    ``buffer_callback`` goes out of band (its return value is not consulted).
     """
 
     def __init__(
@@ -73,14 +81,41 @@ class Pickler(_pickle.Pickler):
         buffer_callback: BufferCallback | None = None,
         reducers: Mapping[type, Reducer] | None = None,
         reducer_lookup: ReducerLookup | None = None,
+        deterministic: bool = False,
     ) -> None:
         if protocol is None:
             protocol = DEFAULT_PROTOCOL
         elif protocol < 0:
             protocol = pickle.HIGHEST_PROTOCOL
+        canonical: DeterministicState | None = None
+        if deterministic:
+            if protocol < 4:
+                raise ValueError(
+                    f"deterministic payloads need protocol 4 or 5, got {protocol}: "
+                    "older protocols write sets through a call the pickler cannot sort"
+                )
+
+            def sibling(output: IO[bytes]) -> Pickler:
+                return Pickler(
+                    output,
+                    protocol,
+                    reducers=reducers,
+                    reducer_lookup=reducer_lookup,
+                    deterministic=True,
+                )
+
+            # Each pass writes to memory; dump() passes the final one on.
+            self._passes = determinism.Passes(file, buffer_callback, sibling)
+            file = self._passes.pass_output
+            if buffer_callback is not None:
+                buffer_callback = self._passes.pass_buffers.append
+            canonical = DeterministicState(
+                _subpayload(reducers, reducer_lookup), leave_out_class_ids=False
+            )
         super().__init__(file, protocol, buffer_callback=buffer_callback)
         self.protocol: int = protocol
-        self._state = PicklerState(protocol)
+        self._deterministic = deterministic
+        self._state = PicklerState(protocol, canonical)
         dispatch = dispatch_for(reducers, reducer_lookup)
         self._handlers = dispatch.handlers
         self._resolve = dispatch.resolve
@@ -113,14 +148,41 @@ class Pickler(_pickle.Pickler):
         """Write the pickle of ``obj``; raise :class:`graphpickle.PicklingError`
         naming the failing object's type and its path in ``obj`` if it fails."""
         try:
-            if sys.getrecursionlimit() <= SAFE_RECURSION_LIMIT:
-                super().dump(obj)
+            if self._deterministic:
+                determinism.dump(self, obj)
             else:
-                run_on_deep_stack(lambda: super(Pickler, self).dump(obj))
+                self._dump_raw(obj)
         except (OSError, MemoryError):
             raise  # trouble with the output, not with the object
         except Exception as exc:
             raise pickling_error(self, obj, exc) from exc
+
+    def _dump_raw(self, obj: Any) -> None:
+        """One run of the C pickler over ``obj``."""
+        if sys.getrecursionlimit() <= SAFE_RECURSION_LIMIT:
+            super().dump(obj)
+        else:
+            run_on_deep_stack(lambda: super(Pickler, self).dump(obj))
+
+
+def _subpayload(
+    reducers: Mapping[type, Reducer] | None, reducer_lookup: ReducerLookup | None
+) -> Callable[[Any], bytes]:
+    """What deterministic picklers hash into class ids and sort odd set members
+    by: an object's deterministic payload, made with the same reducers and with
+    class ids left out."""
+
+    def subpayload(obj: Any) -> bytes:
+        output = io.BytesIO()
+        pickler = Pickler(
+            output, 5, reducers=reducers, reducer_lookup=reducer_lookup, deterministic=True
+        )
+        pickler._state.deterministic = DeterministicState(subpayload, leave_out_class_ids=True)
+        with no_capture_warnings():  # the real payload warns, once
+            pickler.dump(obj)
+        return output.getvalue()
+
+    return subpayload
 
 
 def dump(
@@ -129,9 +191,10 @@ def dump(
     protocol: int | None = None,
     *,
     buffer_callback: BufferCallback | None = None,
+    deterministic: bool = False,
 ) -> None:
     """Write the pickle of ``obj`` to the binary file ``file``."""
-    Pickler(file, protocol, buffer_callback=buffer_callback).dump(obj)
+    Pickler(file, protocol, buffer_callback=buffer_callback, deterministic=deterministic).dump(obj)
 
 
 def dumps(
@@ -139,15 +202,19 @@ def dumps(
     protocol: int | None = None,
     *,
     buffer_callback: BufferCallback | None = None,
+    deterministic: bool = False,
 ) -> bytes:
     """Return the pickle of ``obj`` as bytes (protocol 5 by default).
 
     With protocol 5 and a ``buffer_callback``, buffers (numpy arrays,
     ``PickleBuffer``, ``memoryview``) are handed to the callback instead of being
     copied into the payload, as with ``pickle.dumps``.
+
+    With ``deterministic=True``, equal objects give equal bytes in any process,
+    under any ``PYTHONHASHSEED`` (see :mod:`graphpickle.determinism`).
     """
     out = io.BytesIO()
-    Pickler(out, protocol, buffer_callback=buffer_callback).dump(obj)
+    Pickler(out, protocol, buffer_callback=buffer_callback, deterministic=deterministic).dump(obj)
     return out.getvalue()
 
 

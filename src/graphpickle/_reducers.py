@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping
 from pickle import PickleBuffer
 from typing import Any
 
+from . import _canonical
 from . import _cloudpickle_internals as cp
+from ._canonical import DeterministicState
 from ._captures import warn_about_large_captures
 from ._policy import class_reason, function_reason, module_reason, named_object_reason
 from .errors import PicklingError
@@ -33,14 +35,16 @@ answer is remembered for every pickler given the same lookup function."""
 
 
 class PicklerState:
-    """What handlers need of their pickler: the protocol, and cloudpickle's map
+    """What handlers need of their pickler: the protocol, cloudpickle's map
     from ``id(func.__globals__)`` to the globals dict the receiver will build
-    (so that functions sharing globals here share them after loading too)."""
+    (so that functions sharing globals here share them after loading too), and
+    in deterministic mode what that mode needs (``None`` otherwise)."""
 
-    __slots__ = ("by_value", "globals_ref", "protocol")
+    __slots__ = ("by_value", "deterministic", "globals_ref", "protocol")
 
-    def __init__(self, protocol: int) -> None:
+    def __init__(self, protocol: int, deterministic: DeterministicState | None = None) -> None:
         self.protocol = protocol
+        self.deterministic = deterministic
         self.globals_ref: dict[int, dict[str, Any]] = {}
         # Set once anything is pickled by value: such payloads load only on the
         # same Python minor version (the wire envelope checks it).
@@ -54,7 +58,8 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     if function_reason(func) is None:
         return NotImplemented
     state.by_value = True
-    reduction = cp.reduce_function_by_value(state, func)
+    canonical = state.deterministic is not None
+    reduction = cp.reduce_function_by_value(state, func, canonical=canonical)
     warn_about_large_captures(func, reduction[2])
     return reduction
 
@@ -62,9 +67,19 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
 def _reduce_class(state: PicklerState, cls: type) -> Any:
     if class_reason(cls) is None:
         return NotImplemented
-    if cls not in cp.BUILTIN_TYPES:  # types.FunctionType & co are references to `types`
-        state.by_value = True
-    return cp.reduce_class_by_value(cls)
+    if cls in cp.BUILTIN_TYPES:  # types.FunctionType & co are references to `types`
+        return cp.reduce_class_by_value(cls)
+    state.by_value = True
+    if state.deterministic is None:
+        return cp.reduce_class_by_value(cls)
+    class_id = state.deterministic.class_id(cls)
+    return cp.reduce_class_by_value(cls, canonical=True, tracker_id=class_id)
+
+
+def _reduce_code(state: PicklerState, code: types.CodeType) -> Any:
+    if state.deterministic is not None:
+        code = _canonical.canonical_code(code)
+    return cp.reduce_code(code)
 
 
 def _reduce_module(state: PicklerState, module: types.ModuleType) -> Any:
@@ -131,6 +146,11 @@ _BUILTIN_HANDLERS: dict[type, Handler] = {
     types.MethodType: _reduce_method,
     typing.TypeVar: _reduce_typevar,
     memoryview: _reduce_memoryview,
+    types.CodeType: _reduce_code,
+    # Made only by deterministic dumps (see _canonical.py).
+    _canonical.SortedSet: _canonical.reduce_sorted_set,
+    _canonical.MemoRemap: _canonical.reduce_memo_remap,
+    _canonical.Prologue: _canonical.reduce_prologue,
 }
 
 _global_reducers: dict[type, Reducer] = {}

@@ -56,6 +56,8 @@ DATA_ONLY: frozenset[str] = frozenset(
         "_codecs.encode",
         "copyreg._reconstructor",
         "builtins.object",
+        # Deterministic payloads whose data holds sets: (set1, ..., obj)[-1].
+        "operator.itemgetter",
         "collections.Counter",
         "collections.OrderedDict",
         "collections.defaultdict",

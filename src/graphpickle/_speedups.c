@@ -23,6 +23,13 @@
  * (`unpack`). None creates a memoryview or an int per frame, and a
  * PickleBuffer's size is read without asking its exporter: with 1,000 numpy
  * arrays per message, doing this in Python cost 5-10% of dumps' and loads' time.
+ *
+ * For graphpickle/determinism.py: `writes_sets(data)` walks a pickle's opcodes
+ * and tells whether it writes a set or frozenset with the EMPTY_SET/FROZENSET
+ * opcodes (whose member order follows the hash seed); `note_set(sink, obj)` is
+ * a `persistent_id` that never persists anything and appends each exact set
+ * and frozenset it is shown to `sink`. Both are cheap enough to leave the
+ * deterministic mode's common path (no set) within a few percent of dumps.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -290,7 +297,159 @@ done:
     return result;
 }
 
+/* How a pickle opcode's argument is laid out (see pickletools.py). Values 0-8
+ * are a fixed number of bytes; the others are length-prefixed data or lines. */
+enum {
+    ARG_UNKNOWN = -1,
+    ARG_LEN1 = 101, /* 1-byte length, then that many bytes */
+    ARG_LEN4 = 104, /* 4-byte signed little-endian length */
+    ARG_LEN8 = 108, /* 8-byte little-endian length */
+    ARG_LINE = 120, /* text up to a newline */
+    ARG_LINE2 = 121 /* two such lines (GLOBAL, INST) */
+};
+
+static signed char opcode_arg[256];
+
+static void
+init_opcode_args(void)
+{
+    memset(opcode_arg, ARG_UNKNOWN, sizeof(opcode_arg));
+    static const char no_arg[] = "(.012NQRabd}el]ostu)";
+    for (const char *c = no_arg; *c; c++) {
+        opcode_arg[(unsigned char)*c] = 0;
+    }
+    static const unsigned char no_arg_binary[] = {
+        0x81, 0x85, 0x86, 0x87, 0x88, 0x89, 0x8f, 0x90, 0x91, 0x92, 0x93, 0x94, 0x97, 0x98};
+    for (size_t i = 0; i < sizeof(no_arg_binary); i++) {
+        opcode_arg[no_arg_binary[i]] = 0;
+    }
+    opcode_arg['K'] = opcode_arg['h'] = opcode_arg['q'] = opcode_arg[0x80] = opcode_arg[0x82] = 1;
+    opcode_arg['M'] = opcode_arg[0x83] = 2;
+    opcode_arg['J'] = opcode_arg['j'] = opcode_arg['r'] = opcode_arg[0x84] = 4;
+    opcode_arg['G'] = opcode_arg[0x95] = 8; /* BINFLOAT, FRAME (its content is opcodes) */
+    opcode_arg['U'] = opcode_arg['C'] = opcode_arg[0x8c] = opcode_arg[0x8a] = ARG_LEN1;
+    opcode_arg['T'] = opcode_arg['B'] = opcode_arg['X'] = opcode_arg[0x8b] = ARG_LEN4;
+    opcode_arg[0x8e] = opcode_arg[0x8d] = opcode_arg[0x96] = ARG_LEN8;
+    static const char line_arg[] = "ILFSVPgp";
+    for (const char *c = line_arg; *c; c++) {
+        opcode_arg[(unsigned char)*c] = ARG_LINE;
+    }
+    opcode_arg['c'] = opcode_arg['i'] = ARG_LINE2;
+}
+
+static unsigned long long
+read_le(const unsigned char *p, int size)
+{
+    unsigned long long value = 0;
+    for (int i = size - 1; i >= 0; i--) {
+        value = (value << 8) | p[i];
+    }
+    return value;
+}
+
+/* Skip one newline-terminated argument; NULL if there is no newline. */
+static const unsigned char *
+skip_line(const unsigned char *p, const unsigned char *end)
+{
+    const unsigned char *newline = memchr(p, '\n', (size_t)(end - p));
+    return newline == NULL ? NULL : newline + 1;
+}
+
+/* writes_sets(data): whether the pickle writes a set or frozenset with the
+ * EMPTY_SET or FROZENSET opcode. Stops at STOP; ValueError if the data is
+ * truncated or holds an opcode pickle does not define. */
+static PyObject *
+writes_sets(PyObject *module, PyObject *data)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *p = view.buf;
+    const unsigned char *end = p + view.len;
+    int found = -1; /* -1: walking, 0: reached STOP, 1: found a set, 2: bad data */
+    while (found < 0) {
+        if (p >= end) {
+            found = 2;
+            break;
+        }
+        unsigned char op = *p++;
+        int kind = opcode_arg[op];
+        unsigned long long length = 0;
+        switch (kind) {
+        case ARG_UNKNOWN:
+            found = 2;
+            continue;
+        case ARG_LEN1:
+        case ARG_LEN4:
+        case ARG_LEN8: {
+            int size = kind - 100;
+            if (end - p < size) {
+                found = 2;
+                continue;
+            }
+            length = read_le(p, size);
+            if (size == 4 && (length & 0x80000000ULL)) { /* a negative length */
+                found = 2;
+                continue;
+            }
+            p += size;
+            break;
+        }
+        case ARG_LINE:
+        case ARG_LINE2:
+            p = skip_line(p, end);
+            if (p != NULL && kind == ARG_LINE2) {
+                p = skip_line(p, end);
+            }
+            if (p == NULL) {
+                found = 2;
+            }
+            continue;
+        default:
+            length = (unsigned long long)kind;
+        }
+        if (length > (unsigned long long)(end - p)) {
+            found = 2;
+            continue;
+        }
+        p += length;
+        if (op == 0x8f || op == 0x91) {
+            found = 1;
+        }
+        else if (op == '.') {
+            found = 0;
+        }
+    }
+    PyBuffer_Release(&view);
+    if (found == 2) {
+        PyErr_SetString(PyExc_ValueError, "writes_sets() needs a whole, valid pickle");
+        return NULL;
+    }
+    return PyBool_FromLong(found);
+}
+
+/* note_set(sink, obj): append obj to the list sink if it is an exact set or
+ * frozenset; return None (used as a persistent_id that persists nothing). */
+static PyObject *
+note_set(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "note_set(sink: list, obj)");
+        return NULL;
+    }
+    PyTypeObject *type = Py_TYPE(args[1]);
+    if ((type == &PySet_Type || type == &PyFrozenSet_Type) && PyList_Append(args[0], args[1]) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef speedups_methods[] = {
+    {"writes_sets", writes_sets, METH_O,
+     PyDoc_STR("writes_sets(data): the pickle writes a set with EMPTY_SET or FROZENSET.")},
+    {"note_set", (PyCFunction)(void (*)(void))note_set, METH_FASTCALL,
+     PyDoc_STR("note_set(sink, obj): append obj to sink if it is an exact set or frozenset.")},
     {"frame_table", (PyCFunction)(void (*)(void))frame_table, METH_FASTCALL,
      PyDoc_STR("frame_table(first_length, buffers): (u64 little-endian table, largest).")},
     {"frames_have_lengths", (PyCFunction)(void (*)(void))frames_have_lengths, METH_FASTCALL,
@@ -303,7 +462,7 @@ static PyMethodDef speedups_methods[] = {
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "graphpickle._speedups",
-    .m_doc = "The pickler's per-object hook, and frame sizes, in C (see _pickler.py and wire.py).",
+    .m_doc = "The pickler's per-object hook, frame sizes and set detection, in C.",
     .m_size = -1,
     .m_methods = speedups_methods,
 };
@@ -314,6 +473,7 @@ PyInit__speedups(void)
     if (PyType_Ready(&DispatchType) < 0) {
         return NULL;
     }
+    init_opcode_args();
     PyObject *module = PyModule_Create(&speedups_module);
     if (module == NULL) {
         return NULL;

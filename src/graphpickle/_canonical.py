@@ -1,0 +1,168 @@
+"""What a deterministic payload writes differently from a default one.
+
+Default payloads of the same graph differ between processes in a few places.
+Deterministic mode (``dumps(obj, deterministic=True)``) fixes each of them:
+
+- Set and frozenset members come in hash order, which follows PYTHONHASHSEED
+  for strings and bytes and the insertion history for everything else. They
+  are written sorted (:func:`canonical_members`), as ``set(sorted members)``.
+- cloudpickle names each dynamic class with a random uuid4, so that a receiver
+  loading the class twice keeps one class. Here the name is a hash of the
+  class's content (:meth:`DeterministicState.class_id`): equal classes share
+  it, classes that differ in anything never do.
+- Code objects carry their first line number: it is written as 1, so moving a
+  function down its file leaves its payload alone (on the receiver, tracebacks
+  count lines from the ``def``).
+- The rest lives with cloudpickle's layouts in ``_cloudpickle_internals``
+  (``canonical=True``): a class's ``__slotnames__`` cache and Python 3.13's
+  ``__firstlineno__`` are left out, a function's module ``__file__`` and
+  ``__path__`` are left out unless its code reads them, and lists built from
+  unordered sources are sorted.
+
+The second pass of a dump whose data holds sets (``determinism.py``) is laid
+out with :class:`Prologue` and :class:`MemoRemap`, reduced here as well.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import _cloudpickle_internals as cp
+
+AnySet = set[Any] | frozenset[Any]
+_SORTED_AS_THEY_ARE = (str, bytes, int)
+
+
+class DeterministicState:
+    """Deterministic mode's part of a pickler's state.
+
+    ``subpayload(obj)`` returns the deterministic payload of ``obj`` made with
+    the same reducers, in a pickler that leaves class ids out: it is what
+    class ids hash, and what orders set members that have no natural order.
+    """
+
+    __slots__ = ("class_ids", "leave_out_class_ids", "subpayload")
+
+    def __init__(self, subpayload: Callable[[Any], bytes], *, leave_out_class_ids: bool) -> None:
+        self.subpayload = subpayload
+        self.leave_out_class_ids = leave_out_class_ids
+        self.class_ids: dict[type, str] = {}
+
+    def class_id(self, cls: type) -> str | None:
+        """The content hash that names ``cls`` on receivers (``None`` while
+        computing a class id: the id cannot be part of what it hashes)."""
+        if self.leave_out_class_ids:
+            return None
+        class_id = self.class_ids.get(cls)
+        if class_id is None:
+            # The class's own payload, with every class id left out: its name,
+            # bases, methods (their code, defaults, closures, globals) and
+            # attributes. Self-references resolve through the pickler's memo.
+            class_id = hashlib.sha256(self.subpayload(cls)).hexdigest()[:32]
+            self.class_ids[cls] = class_id
+            cp.track_class(class_id, cls)
+        return class_id
+
+
+def member_key(member: Any, state: DeterministicState) -> tuple[Any, ...]:
+    """A sort key that orders the members of any set the same way in every
+    process: builtin scalars by value, tuples and frozensets member by member,
+    anything else by its deterministic payload. Each kind has its own tag, so
+    keys of different kinds never compare their values."""
+    kind = type(member)
+    if kind is str:
+        return ("s", member)
+    if kind is int:
+        return ("i", member)
+    if kind is bytes:
+        return ("y", member)
+    if kind is float:
+        return ("f", member.hex())  # a total order, NaN included
+    if kind is bool:
+        return ("b", member)
+    if member is None:
+        return ("n",)
+    if kind is tuple:
+        return ("t", tuple(member_key(item, state) for item in member))
+    if kind is frozenset:
+        return ("z", tuple(sorted(member_key(item, state) for item in member)))
+    return ("o", state.subpayload(member))
+
+
+def canonical_members(members: AnySet, state: DeterministicState) -> list[Any]:
+    """The members of a set in the order deterministic payloads write them."""
+    kinds = {type(member) for member in members}
+    if len(kinds) == 1 and kinds.pop() in _SORTED_AS_THEY_ARE:
+        return sorted(members)
+    return sorted(members, key=lambda member: member_key(member, state))
+
+
+class SortedSet:
+    """Stands for a set or frozenset in a reduction: the pickler writes it as
+    ``type(members)(ordered)``, never in hash order."""
+
+    __slots__ = ("members", "ordered")
+
+    def __init__(self, members: AnySet, ordered: list[Any] | None = None) -> None:
+        self.members = members
+        self.ordered = ordered
+
+
+def reduce_sorted_set(state: Any, wrapper: SortedSet) -> tuple[Any, ...]:
+    ordered = wrapper.ordered
+    if ordered is None:
+        ordered = canonical_members(wrapper.members, state.deterministic)
+    return (type(wrapper.members), (ordered,))
+
+
+def canonical_code(code: types.CodeType) -> types.CodeType:
+    """``code`` as deterministic payloads write it: first line 1 (the line table
+    is relative to it), frozenset constants (``x in {"a", "b"}``) sorted."""
+    consts = tuple(SortedSet(c) if type(c) is frozenset else c for c in code.co_consts)
+    return code.replace(co_firstlineno=1, co_consts=consts)
+
+
+class MemoRemap:
+    """Placed after a group of :class:`SortedSet` in a :class:`Prologue`: makes
+    the pickler's memo hold each wrapped set where its wrapper was written, so
+    that every later reference to the set is a memo reference to that sorted
+    copy. Written as an empty tuple."""
+
+    __slots__ = ("pickler", "wrappers")
+
+    def __init__(self, pickler: Any, wrappers: Sequence[SortedSet]) -> None:
+        self.pickler = pickler
+        self.wrappers = wrappers
+
+
+def reduce_memo_remap(state: Any, remap: MemoRemap) -> tuple[Any, ...]:
+    sets_by_wrapper = {id(wrapper): wrapper.members for wrapper in remap.wrappers}
+    memo = remap.pickler.memo.copy()  # {id(obj): (memo index, obj)}
+    # The pickler takes the object from each value and ignores the keys. Each
+    # wrapper's entry becomes its set's, so the entry count (the next memo
+    # index) stays what the receiver counts.
+    remap.pickler.memo = {
+        key: (index, sets_by_wrapper.get(key, obj)) for key, (index, obj) in memo.items()
+    }
+    return (tuple, ())
+
+
+class Prologue:
+    """The top object of a dump whose data holds sets: the sets first, sorted
+    and grouped so that a set is written after every set nested in its members,
+    then the object itself. Loads as the object
+    (``operator.itemgetter(-1)((set1, ..., obj))``)."""
+
+    __slots__ = ("items", "obj")
+
+    def __init__(self, items: list[Any], obj: Any) -> None:
+        self.items = items
+        self.obj = obj
+
+
+def reduce_prologue(state: Any, prologue: Prologue) -> tuple[Any, ...]:
+    return (operator.itemgetter(-1), ((*prologue.items, prologue.obj),))
