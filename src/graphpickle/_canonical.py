@@ -12,7 +12,8 @@ Deterministic mode (``dumps(obj, deterministic=True)``) fixes each of them:
   it, classes that differ in anything never do.
 - Code objects carry their first line number: it is written as 1, so moving a
   function down its file leaves its payload alone (on the receiver, tracebacks
-  count lines from the ``def``).
+  count lines from the ``def``). Their strings are written as copies, because
+  receivers intern them (see :func:`_unshared`).
 - The rest lives with cloudpickle's layouts in ``_cloudpickle_internals``
   (``canonical=True``): a class's ``__slotnames__`` cache and Python 3.13's
   ``__firstlineno__`` are left out, a function's module ``__file__`` and
@@ -119,35 +120,64 @@ def reduce_sorted_set(state: Any, wrapper: SortedSet) -> tuple[Any, ...]:
     return (type(wrapper.members), (ordered,))
 
 
-def canonical_code(code: types.CodeType) -> types.CodeType:
-    """``code`` as deterministic payloads write it: first line 1 (the line table
-    is relative to it), frozenset constants (``x in {"a", "b"}``) sorted."""
-    consts = tuple(SortedSet(c) if type(c) is frozenset else c for c in code.co_consts)
-    return code.replace(co_firstlineno=1, co_consts=consts)
+def reduce_code(state: Any, code: types.CodeType) -> tuple[Any, ...]:
+    """How deterministic payloads write a code object: first line 1 (its line
+    table is relative to it), and constants and names as :func:`_unshared`
+    makes them."""
+    rebuild, args = cp.reduce_code(code.replace(co_firstlineno=1))
+    return (rebuild, _unshared(args, state.deterministic))
+
+
+def _unshared(value: Any, state: DeterministicState) -> Any:
+    """``value`` (a code object's constructor arguments) with a fresh copy of
+    every string, through tuples, and frozensets sorted.
+
+    A receiver interns the strings of a code object it rebuilds, so whether one
+    is the very object an equal string elsewhere in the payload is differs
+    between the sender and a receiver that pickles the code again; through the
+    memo, that sharing shows in the bytes. Copies are never shared (strings of
+    one character are singletons in every process alike).
+    """
+    kind = type(value)
+    if kind is str:
+        return "".join(value)
+    if kind is tuple:
+        return tuple(_unshared(item, state) for item in value)
+    if kind is frozenset:
+        ordered = [_unshared(member, state) for member in canonical_members(value, state)]
+        return SortedSet(value, ordered)
+    return value
 
 
 class MemoRemap:
     """Placed after a group of :class:`SortedSet` in a :class:`Prologue`: makes
-    the pickler's memo hold each wrapped set where its wrapper was written, so
+    the pickler's memo hold each wrapped set where a wrapper was written, so
     that every later reference to the set is a memo reference to that sorted
-    copy. Written as an empty tuple."""
+    copy. Written as an empty tuple.
 
-    __slots__ = ("pickler", "wrappers")
+    ``targets`` lists ``(wrapper, members, written)``: the memo entry of
+    ``wrapper`` becomes that of ``members`` at the index ``written`` (a wrapper
+    of equal content, or ``wrapper`` itself) was written at.
+    """
 
-    def __init__(self, pickler: Any, wrappers: Sequence[SortedSet]) -> None:
+    __slots__ = ("pickler", "targets")
+
+    def __init__(
+        self, pickler: Any, targets: Sequence[tuple[SortedSet, AnySet, SortedSet]]
+    ) -> None:
         self.pickler = pickler
-        self.wrappers = wrappers
+        self.targets = targets
 
 
 def reduce_memo_remap(state: Any, remap: MemoRemap) -> tuple[Any, ...]:
-    sets_by_wrapper = {id(wrapper): wrapper.members for wrapper in remap.wrappers}
     memo = remap.pickler.memo.copy()  # {id(obj): (memo index, obj)}
-    # The pickler takes the object from each value and ignores the keys. Each
-    # wrapper's entry becomes its set's, so the entry count (the next memo
-    # index) stays what the receiver counts.
-    remap.pickler.memo = {
-        key: (index, sets_by_wrapper.get(key, obj)) for key, (index, obj) in memo.items()
+    replaced = {
+        id(wrapper): (memo[id(written)][0], members) for wrapper, members, written in remap.targets
     }
+    # The pickler takes the object from each value and ignores the keys. Entries
+    # are replaced, never added, so their count (the next memo index) stays
+    # what the receiver counts.
+    remap.pickler.memo = {key: replaced.get(key, entry) for key, entry in memo.items()}
     return (tuple, ())
 
 

@@ -76,7 +76,8 @@ def reduce_function_by_value(
     pickled share one again when loaded (``pickler.globals_ref`` keeps the map).
     ``canonical`` leaves out what differs between processes and machines: the
     module's ``__file__`` and ``__path__`` (unless the code reads them, which puts
-    them among the globals it uses) and the import order of its submodules.
+    them among the globals it uses) and the import order of its submodules; and
+    it writes module names as copies (see :func:`_copy`).
     """
     newargs = _cp.Pickler._function_getnewargs(pickler, func)
     state, slotstate = _cp._function_getstate(func)
@@ -84,6 +85,9 @@ def reduce_function_by_value(
         base_globals = newargs[1]  # (code, base_globals, name, defaults, closure)
         base_globals.pop("__file__", None)
         base_globals.pop("__path__", None)
+        for key, value in base_globals.items():
+            base_globals[key] = _copy(value)
+        slotstate["__module__"] = _copy(slotstate["__module__"])
         submodules = slotstate["_cloudpickle_submodules"]
         slotstate["_cloudpickle_submodules"] = sorted(submodules, key=lambda m: m.__name__)
     return (_cp._make_function, newargs, (state, slotstate), None, None, _cp._function_setstate)
@@ -97,7 +101,9 @@ def reduce_class_by_value(
     ``canonical`` names the class ``tracker_id`` instead of a random uuid4 and
     leaves out what changes with the class's use or place: the ``__slotnames__``
     cache that pickling an instance adds, and ``__firstlineno__`` (3.13+); it
-    sorts the registered virtual subclasses of an ABC (a WeakSet's order).
+    sorts the registered virtual subclasses of an ABC (a WeakSet's order). (Its
+    module name is not copied as a function's is: cloudpickle leaves out of a
+    class's dict what *is* its base's, so that identity must survive.)
     """
     if cls in BUILTIN_TYPES:
         reduction: Reduction = _cp._class_reduce(cls)
@@ -118,6 +124,19 @@ def reduce_class_by_value(
     index = len(newargs) - 2
     newargs = (*newargs[:index], tracker_id, *newargs[index + 1 :])
     return (rebuild, newargs, (clsdict, slotstate), *rest)
+
+
+def _copy(value: Any) -> Any:
+    """A string as a new object (anything else as it is).
+
+    A module's name is one string object in the sender: in ``__module__``
+    attributes, in its functions' globals, and in every global the pickler
+    writes by reference from that module, so the memo writes it once. A receiver
+    that pickles a by-value object again has its own copy of the name, no longer
+    the object its imported globals carry, and would write it twice. Copies are
+    never shared, in either process. (cloudpickle does the same for names.)
+    """
+    return "".join(value) if type(value) is str else value
 
 
 def track_class(tracker_id: str, cls: type) -> None:

@@ -78,7 +78,7 @@ def _reduce_class(state: PicklerState, cls: type) -> Any:
 
 def _reduce_code(state: PicklerState, code: types.CodeType) -> Any:
     if state.deterministic is not None:
-        code = _canonical.canonical_code(code)
+        return _canonical.reduce_code(state, code)
     return cp.reduce_code(code)
 
 

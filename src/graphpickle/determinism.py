@@ -134,7 +134,14 @@ def _sets_met(passes: Passes, state: DeterministicState, obj: Any) -> list[AnySe
 
 def _prologue(pickler: Any, state: DeterministicState, sets: list[AnySet], obj: Any) -> Prologue:
     """``obj`` behind its sets, in an order that depends on their content only:
-    by nesting depth (a set after those in its members), then type and members."""
+    by nesting depth (a set after those in its members), then type and members.
+
+    Equal frozensets become one object: every reference goes to the first copy.
+    Which of two equal frozensets met inside other sets comes first follows the
+    hash order, so keeping them apart could not be deterministic; they are
+    immutable, so only ``is`` can tell. (Equal mutable sets cannot be set
+    members; they keep their identities.)
+    """
     depths: dict[int, int] = {}
     entries = []
     for members in sets:
@@ -144,9 +151,15 @@ def _prologue(pickler: Any, state: DeterministicState, sets: list[AnySet], obj: 
     entries.sort(key=lambda entry: entry[:2])
     items: list[Any] = []
     for _, group in itertools.groupby(entries, key=lambda entry: entry[0]):
-        wrappers = [wrapper for _, _, wrapper in group]
-        items += wrappers
-        items.append(MemoRemap(pickler, wrappers))
+        targets = []
+        first_of_content: dict[Any, SortedSet] = {}
+        for _, key, wrapper in group:
+            written = wrapper
+            if type(wrapper.members) is frozenset:
+                written = first_of_content.setdefault(key, wrapper)
+            targets.append((wrapper, wrapper.members, written))
+            items.append(wrapper)
+        items.append(MemoRemap(pickler, targets))
     return Prologue(items, obj)
 
 
