@@ -46,12 +46,19 @@ class DeterministicState:
     class ids hash, and what orders set members that have no natural order.
     """
 
-    __slots__ = ("class_ids", "leave_out_class_ids", "subpayload")
+    __slots__ = ("class_ids", "code_strings", "leave_out_class_ids", "subpayload")
 
     def __init__(self, subpayload: Callable[[Any], bytes], *, leave_out_class_ids: bool) -> None:
         self.subpayload = subpayload
         self.leave_out_class_ids = leave_out_class_ids
         self.class_ids: dict[type, str] = {}
+        self.code_strings: dict[str, str] = {}  # see _unshared
+
+    def reset(self) -> None:
+        """Forget what the last dump computed: a class or a function may have
+        changed since."""
+        self.class_ids.clear()
+        self.code_strings.clear()
 
     def class_id(self, cls: type) -> str | None:
         """The content hash that names ``cls`` on receivers (``None`` while
@@ -96,10 +103,30 @@ def member_key(member: Any, state: DeterministicState) -> tuple[Any, ...]:
 
 def canonical_members(members: AnySet, state: DeterministicState) -> list[Any]:
     """The members of a set in the order deterministic payloads write them."""
+    return canonical_order(members, state)[0]
+
+
+def canonical_order(
+    members: AnySet, state: DeterministicState
+) -> tuple[list[Any], tuple[Any, ...]]:
+    """The members of a set in canonical order, and a key that orders sets by
+    content: (type name of the set, type name of its members when all are str,
+    bytes or int and "" otherwise, the members or their keys). Equal keys,
+    equal sets."""
     kinds = {type(member) for member in members}
-    if len(kinds) == 1 and kinds.pop() in _SORTED_AS_THEY_ARE:
-        return sorted(members)
-    return sorted(members, key=lambda member: member_key(member, state))
+    if len(kinds) == 1:
+        kind = kinds.pop()
+        if kind in _SORTED_AS_THEY_ARE:  # the common case, kept cheap
+            ordered = sorted(members)
+            return ordered, (type(members).__name__, kind.__name__, tuple(ordered))
+    # Members with equal keys write equal bytes: their order cannot show.
+    keyed = sorted(((member_key(member, state), member) for member in members), key=_first)
+    ordered = [member for _, member in keyed]
+    return ordered, (type(members).__name__, "", tuple(key for key, _ in keyed))
+
+
+def _first(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
 
 
 class SortedSet:
@@ -128,25 +155,34 @@ def reduce_code(state: Any, code: types.CodeType) -> tuple[Any, ...]:
     return (rebuild, _unshared(args, state.deterministic))
 
 
-def _unshared(value: Any, state: DeterministicState) -> Any:
-    """``value`` (a code object's constructor arguments) with a fresh copy of
-    every string, through tuples, and frozensets sorted.
+def _unshared(values: tuple[Any, ...], state: DeterministicState) -> tuple[Any, ...]:
+    """``values`` (a code object's constructor arguments) with each string
+    replaced by this payload's copy of its value, through tuples, and
+    frozensets sorted.
 
     A receiver interns the strings of a code object it rebuilds, so whether one
     is the very object an equal string elsewhere in the payload is differs
     between the sender and a receiver that pickles the code again; through the
-    memo, that sharing shows in the bytes. Copies are never shared (strings of
-    one character are singletons in every process alike).
+    memo, that sharing shows in the bytes. The copies are shared by value among
+    code objects only, alike in every process (strings of one character are
+    singletons, everywhere).
     """
-    kind = type(value)
-    if kind is str:
-        return "".join(value)
-    if kind is tuple:
-        return tuple(_unshared(item, state) for item in value)
-    if kind is frozenset:
-        ordered = [_unshared(member, state) for member in canonical_members(value, state)]
-        return SortedSet(value, ordered)
-    return value
+    copies = state.code_strings
+    unshared = []
+    for value in values:
+        kind = type(value)
+        if kind is str:
+            copy = copies.get(value)
+            if copy is None:
+                copy = copies[value] = "".join(value)
+            value = copy
+        elif kind is tuple:
+            value = _unshared(value, state)
+        elif kind is frozenset:
+            ordered = _unshared(tuple(canonical_members(value, state)), state)
+            value = SortedSet(value, list(ordered))
+        unshared.append(value)
+    return tuple(unshared)
 
 
 class MemoRemap:
@@ -171,13 +207,14 @@ class MemoRemap:
 
 def reduce_memo_remap(state: Any, remap: MemoRemap) -> tuple[Any, ...]:
     memo = remap.pickler.memo.copy()  # {id(obj): (memo index, obj)}
-    replaced = {
-        id(wrapper): (memo[id(written)][0], members) for wrapper, members, written in remap.targets
-    }
     # The pickler takes the object from each value and ignores the keys. Entries
     # are replaced, never added, so their count (the next memo index) stays
     # what the receiver counts.
-    remap.pickler.memo = {key: replaced.get(key, entry) for key, entry in memo.items()}
+    memo.update(
+        (id(wrapper), (memo[id(written)][0], members))
+        for wrapper, members, written in remap.targets
+    )
+    remap.pickler.memo = memo
     return (tuple, ())
 
 

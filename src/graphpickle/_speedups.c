@@ -24,9 +24,9 @@
  * PickleBuffer's size is read without asking its exporter: with 1,000 numpy
  * arrays per message, doing this in Python cost 5-10% of dumps' and loads' time.
  *
- * For graphpickle/determinism.py: `writes_sets(data)` walks a pickle's opcodes
- * and tells whether it writes a set or frozenset with the EMPTY_SET/FROZENSET
- * opcodes (whose member order follows the hash seed); `note_set(sink, obj)` is
+ * For graphpickle/determinism.py: `sets_to_sort(data)` walks a pickle's opcodes
+ * and tells whether it writes a set or frozenset of two or more members itself
+ * (their order follows the hash seed); `note_set(sink, obj)` is
  * a `persistent_id` that never persists anything and appends each exact set
  * and frozenset it is shown to `sink`. Both are cheap enough to leave the
  * deterministic mode's common path (no set) within a few percent of dumps.
@@ -355,11 +355,50 @@ skip_line(const unsigned char *p, const unsigned char *end)
     return newline == NULL ? NULL : newline + 1;
 }
 
-/* writes_sets(data): whether the pickle writes a set or frozenset with the
- * EMPTY_SET or FROZENSET opcode. Stops at STOP; ValueError if the data is
- * truncated or holds an opcode pickle does not define. */
+/* What each opcode does to the unpickler's stack: STACK_n pushes n more items
+ * than it pops (n may be negative); the others work with marks. */
+enum {
+    STACK_MARK = 100,         /* MARK */
+    STACK_TO_MARK_PUSH1 = 101, /* pop to the mark, push one (TUPLE, LIST, DICT, FROZENSET, OBJ, INST) */
+    STACK_TO_MARK = 102,      /* pop to the mark (APPENDS, SETITEMS, ADDITEMS, POP_MARK) */
+    STACK_POP = 103,          /* POP: one item, or the mark when none is above it */
+    STACK_STOP = 104
+};
+
+static signed char opcode_stack[256];
+
+static void
+init_opcode_stack(void)
+{
+    static const char push1[] = "NIJKLMFGSTUVXBChgjcP2)]}";
+    for (const char *c = push1; *c; c++) {
+        opcode_stack[(unsigned char)*c] = 1;
+    }
+    static const unsigned char push1_binary[] = {
+        0x88, 0x89, 0x8a, 0x8b, 0x8c, 0x8d, 0x8e, 0x8f, 0x96, 0x97, 0x82, 0x83, 0x84};
+    for (size_t i = 0; i < sizeof(push1_binary); i++) {
+        opcode_stack[push1_binary[i]] = 1;
+    }
+    opcode_stack['a'] = opcode_stack['b'] = opcode_stack['R'] = opcode_stack[0x81] = -1;
+    opcode_stack[0x93] = opcode_stack[0x86] = -1; /* STACK_GLOBAL, TUPLE2 */
+    opcode_stack['s'] = opcode_stack[0x92] = opcode_stack[0x87] = -2; /* SETITEM, NEWOBJ_EX, TUPLE3 */
+    /* 0 for PROTO, FRAME, MEMOIZE, PUT & co, TUPLE1, BINPERSID, READONLY_BUFFER */
+    opcode_stack['('] = STACK_MARK;
+    opcode_stack['t'] = opcode_stack['l'] = opcode_stack['d'] = opcode_stack[0x91] = STACK_TO_MARK_PUSH1;
+    opcode_stack['o'] = opcode_stack['i'] = STACK_TO_MARK_PUSH1;
+    opcode_stack['e'] = opcode_stack['u'] = opcode_stack[0x90] = opcode_stack['1'] = STACK_TO_MARK;
+    opcode_stack['0'] = STACK_POP;
+    opcode_stack['.'] = STACK_STOP;
+}
+
+/* sets_to_sort(data): whether the pickle writes a set or frozenset of two or
+ * more members itself (with EMPTY_SET and ADDITEMS, or FROZENSET): their order
+ * is the hash order. It follows the unpickler's stack, counting the items above
+ * each mark, to know how many members each ADDITEMS or FROZENSET takes, and
+ * stops at the first such set. ValueError if it meets the end of the data, or
+ * something that is not a pickle opcode, before STOP or such a set. */
 static PyObject *
-writes_sets(PyObject *module, PyObject *data)
+sets_to_sort(PyObject *module, PyObject *data)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
@@ -367,7 +406,15 @@ writes_sets(PyObject *module, PyObject *data)
     }
     const unsigned char *p = view.buf;
     const unsigned char *end = p + view.len;
-    int found = -1; /* -1: walking, 0: reached STOP, 1: found a set, 2: bad data */
+    /* above[d]: items above the d-th mark (above[0]: above the stack's bottom). */
+    Py_ssize_t capacity = 64, depth = 0;
+    Py_ssize_t *above = PyMem_Malloc(capacity * sizeof(Py_ssize_t));
+    if (above == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    above[0] = 0;
+    int found = -1; /* -1: walking, 0: reached STOP, 1: found a set to sort, 2: bad data */
     while (found < 0) {
         if (p >= end) {
             found = 2;
@@ -402,28 +449,67 @@ writes_sets(PyObject *module, PyObject *data)
             if (p != NULL && kind == ARG_LINE2) {
                 p = skip_line(p, end);
             }
-            if (p == NULL) {
-                found = 2;
-            }
-            continue;
+            break;
         default:
             length = (unsigned long long)kind;
         }
-        if (length > (unsigned long long)(end - p)) {
+        if (p == NULL || length > (unsigned long long)(end - p)) {
             found = 2;
             continue;
         }
         p += length;
-        if (op == 0x8f || op == 0x91) {
-            found = 1;
-        }
-        else if (op == '.') {
-            found = 0;
+        int effect = opcode_stack[op];
+        switch (effect) {
+        case STACK_MARK:
+            if (++depth == capacity) {
+                capacity *= 2;
+                Py_ssize_t *grown = PyMem_Realloc(above, capacity * sizeof(Py_ssize_t));
+                if (grown == NULL) {
+                    PyMem_Free(above);
+                    PyBuffer_Release(&view);
+                    return PyErr_NoMemory();
+                }
+                above = grown;
+            }
+            above[depth] = 0;
+            break;
+        case STACK_TO_MARK_PUSH1:
+        case STACK_TO_MARK:
+            if (depth == 0) {
+                found = 2;
+                break;
+            }
+            if ((op == 0x90 || op == 0x91) && above[depth] >= 2) { /* ADDITEMS, FROZENSET */
+                found = 1;
+            }
+            depth--;
+            above[depth] += effect == STACK_TO_MARK_PUSH1;
+            break;
+        case STACK_POP:
+            if (above[depth] > 0) {
+                above[depth]--;
+            }
+            else if (depth > 0) {
+                depth--;
+            }
+            else {
+                found = 2;
+            }
+            break;
+        case STACK_STOP:
+            found = depth == 0 && above[0] == 1 ? 0 : 2;
+            break;
+        default:
+            above[depth] += effect;
+            if (above[depth] < 0) {
+                found = 2;
+            }
         }
     }
+    PyMem_Free(above);
     PyBuffer_Release(&view);
     if (found == 2) {
-        PyErr_SetString(PyExc_ValueError, "writes_sets() needs a whole, valid pickle");
+        PyErr_SetString(PyExc_ValueError, "sets_to_sort() needs a whole, valid pickle");
         return NULL;
     }
     return PyBool_FromLong(found);
@@ -446,8 +532,8 @@ note_set(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef speedups_methods[] = {
-    {"writes_sets", writes_sets, METH_O,
-     PyDoc_STR("writes_sets(data): the pickle writes a set with EMPTY_SET or FROZENSET.")},
+    {"sets_to_sort", sets_to_sort, METH_O,
+     PyDoc_STR("sets_to_sort(data): the pickle writes a set of 2+ members in hash order.")},
     {"note_set", (PyCFunction)(void (*)(void))note_set, METH_FASTCALL,
      PyDoc_STR("note_set(sink, obj): append obj to sink if it is an exact set or frozenset.")},
     {"frame_table", (PyCFunction)(void (*)(void))frame_table, METH_FASTCALL,
@@ -474,6 +560,7 @@ PyInit__speedups(void)
         return NULL;
     }
     init_opcode_args();
+    init_opcode_stack();
     PyObject *module = PyModule_Create(&speedups_module);
     if (module == NULL) {
         return NULL;

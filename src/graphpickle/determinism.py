@@ -6,11 +6,12 @@ care: the C pickler writes builtin sets itself, in hash order, without asking
 any hook. A deterministic dump therefore runs in up to four steps:
 
 1. The C pickler writes the payload once. Unless that payload writes a set or
-   frozenset (its opcodes are walked, in C), it is the answer: the usual cost
-   over a default dump is that walk, a few percent.
+   frozenset of two or more members (its opcodes are walked, in C, following
+   the unpickler's stack to count members), it is the answer: the cost over a
+   default dump is that walk, a few percent.
 2. Otherwise a second pickler lists every set it meets (a ``persistent_id``
-   that persists nothing). If none has two members or more, no order can vary
-   and the first payload stands.
+   that persists nothing). (Without the C extension, step 1 cannot count
+   members: if no set has two or more, the first payload stands.)
 3. Otherwise the object is written again behind a ``Prologue``: every set
    first, members sorted, grouped so that a set comes after the sets nested in
    its members, then the object, whose references to the sets the pickler's
@@ -43,7 +44,7 @@ from ._canonical import (
     Prologue,
     SortedSet,
     canonical_members,
-    member_key,
+    canonical_order,
 )
 
 __all__ = ["fingerprint"]
@@ -105,13 +106,13 @@ def dump(pickler: Any, obj: Any) -> None:
     a ``Pickler`` made with ``deterministic=True``."""
     passes: Passes = pickler._passes
     state: DeterministicState = pickler._state.deterministic
-    state.class_ids.clear()  # a class may have changed since the last dump
+    state.reset()
     data, buffers = passes.run(pickler, obj)
-    if _writes_sets(data):
+    if _sets_to_sort(data):
         sets = _sets_met(passes, state, obj)
         if any(len(members) > 1 for members in sets):
             data, buffers = passes.run(pickler, _prologue(pickler, state, sets, obj))
-            if _writes_sets(data):
+            if _sets_to_sort(data):
                 data, buffers = _python_pass(pickler, state, obj)
     passes.output.write(data)
     if passes.buffer_callback is not None:
@@ -145,9 +146,9 @@ def _prologue(pickler: Any, state: DeterministicState, sets: list[AnySet], obj: 
     depths: dict[int, int] = {}
     entries = []
     for members in sets:
-        ordered = canonical_members(members, state)
-        key = (type(members).__name__, tuple(member_key(m, state) for m in ordered))
-        entries.append((_nesting_depth(members, depths), key, SortedSet(members, ordered)))
+        ordered, key = canonical_order(members, state)
+        depth = 0 if key[1] else _nesting_depth(members, depths)  # key[1]: scalars only
+        entries.append((depth, key, SortedSet(members, ordered)))
     entries.sort(key=lambda entry: entry[:2])
     items: list[Any] = []
     for _, group in itertools.groupby(entries, key=lambda entry: entry[0]):
@@ -170,7 +171,7 @@ def _nesting_depth(members: AnySet, depths: dict[int, int]) -> int:
     if depth is not None:
         return depth
     depth = 0
-    pending = list(members)
+    pending = [m for m in members if type(m) is tuple or type(m) is frozenset]
     while pending:
         member = pending.pop()
         if type(member) is tuple:
@@ -220,12 +221,12 @@ def _python_pass(
     return output.getvalue(), buffers
 
 
-def _writes_sets(data: bytes) -> bool:
-    """Whether the pickle writes a set or frozenset itself (EMPTY_SET or
-    FROZENSET), which puts its members in hash order."""
+def _sets_to_sort(data: bytes) -> bool:
+    """Whether the pickle writes a set or frozenset of two or more members itself,
+    in hash order. Without the C extension: whether it writes any set itself."""
     speedups = _pickler._speedups
     if speedups is not None:
-        return bool(speedups.writes_sets(data))
+        return bool(speedups.sets_to_sort(data))
     if b"\x8f" not in data and b"\x91" not in data:  # neither opcode's byte
         return False
     return any(op.name in ("EMPTY_SET", "FROZENSET") for op, _, _ in pickletools.genops(data))
