@@ -29,8 +29,8 @@ from graphpickle import _pickler, determinism
 # of other sets, and instances inside sets (which takes the pure-Python path).
 SCRIPT = """\
 {prefix}
-import dataclasses, enum, hashlib, json
-import graphpickle
+import abc, dataclasses, enum, hashlib, json
+import graphpickle, graphpickle.wire
 
 WORDS = {{"alpha", "beta", "gamma", "delta", "epsilon"}}
 SCALE = 3
@@ -46,6 +46,17 @@ def make_closure():
     def member(value):
         return value in seen
     return member
+
+def with_default(word, allowed=frozenset({{"p", "q", "r", "s"}})):
+    return word in allowed
+
+class Sized(abc.ABC):
+    @abc.abstractmethod
+    def size(self): ...
+
+for index in range(8):  # heap classes: their ids, so a WeakSet's order, vary
+    Sized.register(type(f"Virtual{{index}}", (), {{"size": lambda self: 0}}))
+Sized.register(list)
 
 def is_even(n):
     return True if n == 0 else is_odd(n - 1)
@@ -97,6 +108,8 @@ objects = {{
     "lambda": lambda value: value * SCALE,
     "closure": make_closure(),
     "mutually_recursive": is_even,
+    "set_default": with_default,
+    "abc_with_registered_classes": Sized,
     "class_with_methods": Square,
     "instances": [Square(2), Shape(3), Point(1, 2, frozenset({{"p", "q", "r"}}))],
     "enum": Colour,
@@ -111,6 +124,12 @@ objects = {{
               for i in range(50)}},
 }}
 report = {{}}
+message = graphpickle.wire.pack_bytes(objects, key=b"k", compression="lz4", deterministic=True)
+report["wire message"] = {{
+    "deterministic": hashlib.sha256(message).hexdigest(),
+    "fingerprint": graphpickle.fingerprint(objects),
+    "default": hashlib.sha256(graphpickle.wire.pack_bytes(objects, key=b"k")).hexdigest(),
+}}
 for name, obj in objects.items():
     data = graphpickle.dumps(obj, deterministic=True)
     with open(name + ".pkl", "wb") as f:
@@ -151,7 +170,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict
 def test_same_bytes_in_every_process_and_hash_seed(runs):
     reports = [report for _, report in runs.values()]
     first = reports[0]
-    assert len(first) == 16
+    assert len(first) == 19
     for report in reports[1:]:
         for name, hashes in first.items():
             assert report[name]["deterministic"] == hashes["deterministic"], name
@@ -191,7 +210,11 @@ members = load(first, "enum_member_set")
 results["one_enum"] = Colour_a is Colour_b and Colour_a.RED in members and len(members) == 3
 local_a, local_b = load(first, "local_class"), load(second, "local_instance")
 results["local"] = [type(local_b) is local_a, local_b.kind_count(), sorted(local_a.kinds)]
+Sized = load(first, "abc_with_registered_classes")
+results["abc"] = [isinstance([], Sized), isinstance(set(), Sized),
+                  Sized is load(second, "abc_with_registered_classes")]
 results["functions"] = [
+    load(second, "set_default")("q"),
     load(first, "literal_set_function")("cyan"),
     load(first, "globals_function")("gamma"),
     load(second, "lambda")(4),
@@ -221,7 +244,8 @@ def test_loading_is_correct_and_one_class_per_content(runs, tmp_path):
         "point": [1, 2, ["p", "q", "r"]],
         "one_enum": True,
         "local": [True, 3, ["a", "b", "c"]],
-        "functions": [True, 15, 12, True, True],
+        "abc": [True, False, True],
+        "functions": [True, True, 15, 12, True, True],
         "nested": True,
         "points": [[1, 2, ["a", "b"]], [3, 4, ["c", "d"]]],
         "graph": [50, ["dep7", "dep8"], 12],
@@ -231,10 +255,10 @@ def test_loading_is_correct_and_one_class_per_content(runs, tmp_path):
 def test_a_receiver_that_pickles_what_it_loaded_writes_the_same_bytes(runs, tmp_path):
     first = runs["seed0"][0]
     check = """\
-        import hashlib, json, pickle, sys
+        import json, pathlib, pickle, sys
         import graphpickle
         changed = []
-        for path in sorted(__import__("pathlib").Path(sys.argv[1]).glob("*.pkl")):
+        for path in sorted(pathlib.Path(sys.argv[1]).glob("*.pkl")):
             data = path.read_bytes()
             if graphpickle.dumps(pickle.loads(data), deterministic=True) != data:
                 changed.append(path.stem)

@@ -153,16 +153,24 @@ def pack(
     key: bytes | None = None,
     compression: str | None = None,
     protocol: int = DEFAULT_PROTOCOL,
+    deterministic: bool = False,
 ) -> list[Frame]:
     """Pickle ``obj`` into a list of frames (see the module's docstring).
 
     Out-of-band buffers are not copied: their frames are the buffers themselves
     (compressed frames excepted), so keep ``obj`` alive while the frames are sent.
+    With ``deterministic=True`` the pickle is :mod:`graphpickle.determinism`'s,
+    so equal objects give equal messages (the header and signature follow).
     """
     compress = None if compression is None else _Compressor(compression)
     buffers: list[PickleBuffer] = []
     out = io.BytesIO()
-    pickler = Pickler(out, protocol, buffer_callback=buffers.append if protocol >= 5 else None)
+    pickler = Pickler(
+        out,
+        protocol,
+        buffer_callback=buffers.append if protocol >= 5 else None,
+        deterministic=deterministic,
+    )
     pickler.dump(obj)
     payload = out.getbuffer()
     if len(payload) > MAX_FRAME:
@@ -224,9 +232,13 @@ def pack_bytes(
     key: bytes | None = None,
     compression: str | None = None,
     protocol: int = DEFAULT_PROTOCOL,
+    deterministic: bool = False,
 ) -> bytes:
     """The message of :func:`pack` as one contiguous ``bytes`` (frames back to back)."""
-    return b"".join(pack(obj, key=key, compression=compression, protocol=protocol))
+    frames = pack(
+        obj, key=key, compression=compression, protocol=protocol, deterministic=deterministic
+    )
+    return b"".join(frames)
 
 
 def write(
@@ -236,11 +248,15 @@ def write(
     key: bytes | None = None,
     compression: str | None = None,
     protocol: int = DEFAULT_PROTOCOL,
+    deterministic: bool = False,
 ) -> int:
     """Write the message of ``obj`` to a binary stream (a file, ``socket.makefile("wb")``)
     frame by frame, without joining them; return the number of bytes written."""
     written = 0
-    for frame in pack(obj, key=key, compression=compression, protocol=protocol):
+    frames = pack(
+        obj, key=key, compression=compression, protocol=protocol, deterministic=deterministic
+    )
+    for frame in frames:
         stream.write(frame)
         written += memoryview(frame).nbytes
     return written
