@@ -235,3 +235,31 @@ def test_note_set_keeps_exact_sets_only():
     assert sink == [{1}, frozenset()]
     with pytest.raises(TypeError):
         _pickler._speedups.note_set((), {1})
+
+
+def test_frame_views_matches_the_python_version():
+    import array
+
+    from graphpickle import wire
+
+    message = memoryview(bytes(range(40)))
+    cases = [
+        (4, array.array("Q", [3, 0, 10])),
+        (0, array.array("Q", [40])),
+        (38, array.array("Q", [1, 5])),  # the second frame does not fit
+        (40, array.array("Q", [])),
+        (0, array.array("Q", [2**63])),
+    ]
+    for start, lengths in cases:
+        views, end = wire._frame_views_in_python(message, start, lengths)
+        expected = ([bytes(v) for v in views], end)
+        if _pickler._speedups is None:
+            continue
+        c_views, c_end = _pickler._speedups.frame_views(message, start, lengths)
+        assert ([bytes(v) for v in c_views], c_end) == expected
+        assert all(type(v) is memoryview and v.obj is message.obj for v in c_views)
+    if _pickler._speedups is not None:
+        with pytest.raises(TypeError):
+            _pickler._speedups.frame_views(b"abc", 0, array.array("Q", [1]))
+        with pytest.raises(TypeError):
+            _pickler._speedups.frame_views(message, 0, array.array("I", [1]))
