@@ -22,7 +22,7 @@ from typing import Any
 import cloudpickle
 
 import graphpickle
-from graphpickle._bench import calls_per_sample, timed, variants
+from graphpickle._bench import paired_medians, timed, variants
 from graphpickle._bench_workloads import WORKLOADS
 
 TARGET = 1.5
@@ -66,22 +66,9 @@ def extra_workloads(func: Callable[..., Any], scale: float) -> dict[str, Any]:
     }
 
 
-def median_pair(
-    default: Callable[[], Any], deterministic: Callable[[], Any], repeat: int
-) -> tuple[float, float]:
-    number = calls_per_sample(default)
-    samples: dict[str, list[float]] = {"default": [], "deterministic": []}
-    order = [("default", default), ("deterministic", deterministic)]
-    for _ in range(repeat):
-        for name, call in order:
-            samples[name].append(timed(call, number))
-        order.reverse()
-    return statistics.median(samples["default"]), statistics.median(samples["deterministic"])
-
-
 def measure(name: str, graph: Any, repeat: int) -> tuple[str, float, float, float]:
     keep: list[Any] = []
-    a, b = median_pair(
+    a, b = paired_medians(
         lambda: graphpickle.dumps(graph, buffer_callback=keep.append),
         lambda: graphpickle.dumps(graph, buffer_callback=keep.append, deterministic=True),
         repeat,

@@ -3,7 +3,8 @@
     scripts/bench-wire            # or: .venv/bin/python benchmarks/bench_wire.py [--quick]
 
 Workloads: 1,000 numpy arrays of 1 MB (out of band) and 1,000,000 tuple tasks.
-Medians of --repeat samples; each sample repeats a call until it lasts 50 ms.
+Medians of --repeat samples; each sample repeats a call until it lasts 50 ms, and
+the two calls of a pair take turns (in alternating order) within each repeat.
 """
 
 from __future__ import annotations
@@ -12,20 +13,13 @@ import argparse
 import hashlib
 import hmac
 import pickle
-import statistics
-from collections.abc import Callable
 from typing import Any
 
 from graphpickle import _bench_workloads as workloads
 from graphpickle import dumps, loads, wire
-from graphpickle._bench import calls_per_sample, timed
+from graphpickle._bench import paired_medians
 
 KEY = b"benchmark key"
-
-
-def median_time(func: Callable[[], Any], repeat: int) -> float:
-    number = calls_per_sample(func)
-    return statistics.median(timed(func, number) for _ in range(repeat))
 
 
 def measure(name: str, graph: Any, repeat: int) -> list[tuple[str, float, float, float]]:
@@ -65,7 +59,7 @@ def measure(name: str, graph: Any, repeat: int) -> list[tuple[str, float, float,
     ]
     rows = []
     for label, ours, reference in pairs:
-        a, b = median_time(ours, repeat), median_time(reference, repeat)
+        a, b = paired_medians(ours, reference, repeat)
         rows.append((f"{name}: {label}", a, b, a / b))
     return rows
 

@@ -105,6 +105,21 @@ def calls_per_sample(func: Callable[[], Any], min_seconds: float = 0.05) -> int:
     return max(1, math.ceil(min_seconds / max(once, 1e-9)))
 
 
+def paired_medians(
+    first: Callable[[], Any], second: Callable[[], Any], repeat: int
+) -> tuple[float, float]:
+    """Median seconds per call of ``first`` and of ``second``, timed in turns
+    (each repeat alternates which goes first), so that drift hits both alike."""
+    number = calls_per_sample(second)
+    samples: tuple[list[float], list[float]] = ([], [])
+    order = [(first, samples[0]), (second, samples[1])]
+    for _ in range(repeat):
+        for call, times in order:
+            times.append(timed(call, number))
+        order.reverse()
+    return statistics.median(samples[0]), statistics.median(samples[1])
+
+
 def peak_memory(func: Callable[[], Any]) -> int:
     gc.collect()
     tracemalloc.start()
