@@ -23,7 +23,6 @@ from typing import IO, Any
 
 from . import determinism
 from ._canonical import DeterministicState
-from ._captures import no_capture_warnings
 from ._locate import pickling_error
 from ._reducers import PicklerState, Reducer, ReducerLookup, dispatch_for
 from ._restricted import compile_allowed, restricted_load
@@ -93,29 +92,11 @@ class Pickler(_pickle.Pickler):
             protocol = pickle.HIGHEST_PROTOCOL
         canonical: DeterministicState | None = None
         if deterministic:
-            if protocol < 4:
-                raise ValueError(
-                    f"deterministic payloads need protocol 4 or 5, got {protocol}: "
-                    "older protocols write sets through a call the pickler cannot sort"
-                )
-
-            def sibling(output: IO[bytes]) -> Pickler:
-                return Pickler(
-                    output,
-                    protocol,
-                    reducers=reducers,
-                    reducer_lookup=reducer_lookup,
-                    deterministic=True,
-                )
-
             # Each pass writes to memory; dump() passes the final one on.
-            self._passes = determinism.Passes(file, buffer_callback, sibling)
-            file = self._passes.pass_output
-            if buffer_callback is not None:
-                buffer_callback = self._passes.pass_buffers.append
-            canonical = DeterministicState(
-                _subpayload(reducers, reducer_lookup), leave_out_class_ids=False
+            self._passes, canonical = determinism.prepare(
+                file, protocol, buffer_callback, reducers, reducer_lookup
             )
+            file, buffer_callback = self._passes.pass_output, self._passes.pass_callback
         super().__init__(file, protocol, buffer_callback=buffer_callback)
         self.protocol: int = protocol
         self._state = PicklerState(protocol, canonical)
@@ -169,26 +150,6 @@ class Pickler(_pickle.Pickler):
             super().dump(obj)
         else:
             run_on_deep_stack(lambda: super(Pickler, self).dump(obj))
-
-
-def _subpayload(
-    reducers: Mapping[type, Reducer] | None, reducer_lookup: ReducerLookup | None
-) -> Callable[[Any], bytes]:
-    """What deterministic picklers hash into class ids and sort odd set members
-    by: an object's deterministic payload, made with the same reducers and with
-    class ids left out."""
-
-    def subpayload(obj: Any) -> bytes:
-        output = io.BytesIO()
-        pickler = Pickler(
-            output, 5, reducers=reducers, reducer_lookup=reducer_lookup, deterministic=True
-        )
-        pickler._state.deterministic = DeterministicState(subpayload, leave_out_class_ids=True)
-        with no_capture_warnings():  # the real payload warns, once
-            pickler.dump(obj)
-        return output.getvalue()
-
-    return subpayload
 
 
 def dump(

@@ -32,7 +32,7 @@ import io
 import itertools
 import pickle
 import pickletools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pickle import PickleBuffer
 from typing import IO, Any
 
@@ -46,6 +46,8 @@ from ._canonical import (
     canonical_members,
     canonical_order,
 )
+from ._captures import no_capture_warnings
+from ._reducers import Reducer, ReducerLookup
 
 __all__ = ["fingerprint"]
 
@@ -75,7 +77,7 @@ class Passes:
     Each pass writes into ``pass_output`` (and its buffers into
     ``pass_buffers``); only the final payload reaches the caller's file and
     buffer callback. ``sibling()`` makes a deterministic pickler with the same
-    protocol and reducers, sharing the class ids already computed.
+    protocol and reducers.
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class Passes:
         self.sibling = sibling
         self.pass_output = io.BytesIO()
         self.pass_buffers: list[PickleBuffer] = []
+        self.pass_callback = None if buffer_callback is None else self.pass_buffers.append
 
     def run(self, pickler: Any, obj: Any) -> tuple[bytes, list[PickleBuffer]]:
         """One pass of ``pickler`` (whose output is ``pass_output``) over ``obj``."""
@@ -99,6 +102,42 @@ class Passes:
         pickler._state.globals_ref = {}
         pickler._dump_raw(obj)
         return self.pass_output.getvalue(), list(self.pass_buffers)
+
+
+def prepare(
+    output: IO[bytes],
+    protocol: int,
+    buffer_callback: Callable[[PickleBuffer], Any] | None,
+    reducers: Mapping[type, Reducer] | None,
+    reducer_lookup: ReducerLookup | None,
+) -> tuple[Passes, DeterministicState]:
+    """What a ``Pickler(deterministic=True)`` needs: where its passes write, and
+    its part of the pickler state."""
+    if protocol < 4:
+        raise ValueError(
+            f"deterministic payloads need protocol 4 or 5, got {protocol}: "
+            "older protocols write sets through a call the pickler cannot sort"
+        )
+
+    def sibling(file: IO[bytes]) -> _pickler.Pickler:
+        return _pickler.Pickler(
+            file, protocol, reducers=reducers, reducer_lookup=reducer_lookup, deterministic=True
+        )
+
+    def subpayload(obj: Any) -> bytes:
+        # What class ids hash and odd set members sort by: the object's
+        # deterministic payload with the same reducers, class ids left out.
+        file = io.BytesIO()
+        pickler = _pickler.Pickler(
+            file, 5, reducers=reducers, reducer_lookup=reducer_lookup, deterministic=True
+        )
+        pickler._state.deterministic = DeterministicState(subpayload, leave_out_class_ids=True)
+        with no_capture_warnings():  # the real payload warns, once
+            pickler.dump(obj)
+        return file.getvalue()
+
+    state = DeterministicState(subpayload, leave_out_class_ids=False)
+    return Passes(output, buffer_callback, sibling), state
 
 
 def dump(pickler: Any, obj: Any) -> None:
@@ -214,7 +253,7 @@ def _python_pass(
 ) -> tuple[bytes, list[PickleBuffer]]:
     output = io.BytesIO()
     buffers: list[PickleBuffer] = []
-    keep = None if pickler._passes.buffer_callback is None else buffers.append
+    keep = None if pickler._passes.pass_callback is None else buffers.append
     python_pickler = _SortingPickler(output, pickler, state, keep)
     pickler._state.globals_ref = {}
     python_pickler.dump(obj)
