@@ -102,6 +102,19 @@ def make_local_class():
 Local = make_local_class()
 graphpickle.dumps(Square(1))  # caches Square.__slotnames__ before the payloads
 
+class TagSet(set):
+    pass
+
+class TreeNode:
+    def __init__(self, name, parent=None):
+        self.name, self.parent, self.children = name, parent, set()
+        if parent is not None:
+            parent.children.add(self)
+
+root = TreeNode("root")
+for first in ("a", "b", "c"):
+    TreeNode(first + "2", TreeNode(first, root))
+
 objects = {{
     "literal_set_function": uses_literal_set,
     "globals_function": uses_globals,
@@ -120,6 +133,8 @@ objects = {{
     "string_sets": [{{"one", "two", "three", "four"}}, frozenset({{"five", "six", "seven"}})],
     "nested_sets": {{frozenset({{"k1", "k2"}}): {{frozenset({{"a", "b"}}), frozenset({{"c", "d"}})}}}},
     "instances_in_sets": {{Point(1, 2, frozenset({{"a", "b"}})), Point(3, 4, frozenset({{"c", "d"}}))}},
+    "set_subclass": TagSet({{"red", "green", "blue", "cyan"}}),
+    "tree_with_parent_links": root,
     "graph": {{("task", i): (uses_globals, ("task", i - 1), {{f"dep{{i}}", f"dep{{i + 1}}"}})
               for i in range(50)}},
 }}
@@ -170,7 +185,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict
 def test_same_bytes_in_every_process_and_hash_seed(runs):
     reports = [report for _, report in runs.values()]
     first = reports[0]
-    assert len(first) == 19
+    assert len(first) == 21
     for report in reports[1:]:
         for name, hashes in first.items():
             assert report[name]["deterministic"] == hashes["deterministic"], name
@@ -226,6 +241,11 @@ key = frozenset({"k1", "k2"})
 results["nested"] = nested == {key: {frozenset({"a", "b"}), frozenset({"c", "d"})}}
 points = load(second, "instances_in_sets")
 results["points"] = sorted((p.left, p.top, sorted(p.labels)) for p in points)
+tags = load(first, "set_subclass")
+results["set_subclass"] = [type(tags).__name__, sorted(tags)]
+root = load(second, "tree_with_parent_links")
+results["tree"] = sorted((c.name, sorted(g.name for g in c.children), c.parent is root)
+                         for c in root.children)
 graph = load(first, "graph")
 results["graph"] = [len(graph), sorted(graph[("task", 7)][2]), graph[("task", 7)][0]("beta")]
 import json
@@ -249,6 +269,8 @@ def test_loading_is_correct_and_one_class_per_content(runs, tmp_path):
         "nested": True,
         "points": [[1, 2, ["a", "b"]], [3, 4, ["c", "d"]]],
         "graph": [50, ["dep7", "dep8"], 12],
+        "set_subclass": ["TagSet", ["blue", "cyan", "green", "red"]],
+        "tree": [["a", ["a2"], True], ["b", ["b2"], True], ["c", ["c2"], True]],
     }
 
 
@@ -265,9 +287,9 @@ def test_a_receiver_that_pickles_what_it_loaded_writes_the_same_bytes(runs, tmp_
         print(json.dumps(changed))
         """
     out = run_python(textwrap.dedent(check), str(first), cwd=tmp_path, env={"PYTHONHASHSEED": "9"})
-    # Instances of dataclasses differ: the receiver interns their attribute names
-    # on load, so those are no longer the very strings the class's fields hold,
-    # and the memo writes them again (the README's limits say so).
+    # Instances differ: the receiver interns their attribute names on load, so
+    # those are no longer the very strings the class's fields hold, and the memo
+    # writes them again (the README's limits say so).
     assert json.loads(out) == ["instances", "instances_in_sets"]
 
 
@@ -489,6 +511,23 @@ def test_deterministic_data_with_sets_loads_with_the_data_only_allow_list():
     }
     report = graphpickle.inspect(data)
     assert "operator.itemgetter" in report.globals and not report.dangerous
+    # Restricted loading hands out only that use of itemgetter: (...)[-1] of a tuple.
+    import operator
+
+    for abuse in (
+        (operator.itemgetter("key"), ({"key": 1},)),
+        (operator.itemgetter(-1), ([1, 2],)),
+        (operator.itemgetter(0), ((1, 2),)),
+    ):
+
+        class Abuse:
+            def __reduce__(self, abuse=abuse):  # type: ignore[no-untyped-def]
+                return abuse
+
+        crafted = pickle.dumps(Abuse())
+        assert pickle.loads(crafted) is not None  # plain pickle runs it
+        with pytest.raises(graphpickle.ForbiddenGlobalError, match="itemgetter"):
+            graphpickle.loads(crafted, allowed=graphpickle.DATA_ONLY)
 
 
 def test_fingerprint_covers_out_of_band_buffers():
@@ -501,3 +540,124 @@ def test_fingerprint_covers_out_of_band_buffers():
     assert graphpickle.fingerprint(array) != graphpickle.fingerprint(array.view("u4"))
     assert graphpickle.fingerprint({"a", "b"}) == graphpickle.fingerprint({"b", "a"})
     assert len(graphpickle.fingerprint(None)) == 64
+
+
+class _Node:
+    """An importable class whose instances hold sets (pickled by reference)."""
+
+    def __init__(self, tags: set[str] | frozenset[str]) -> None:
+        self.tags = tags
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _Node and other.tags == self.tags
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self.tags))
+
+
+class _Holder:
+    """An importable class, hashed by identity, holding any value."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+def test_sets_written_before_their_wrapper_keep_the_memo_right():
+    # The small sets inside the nodes are written by the C pickler while the
+    # outer set's members are; the memo must not count them twice.
+    shared = ["shared"]
+    obj = {"nodes": {_Node({"a"}), _Node({"b"})}, "x": shared, "y": shared}
+    loaded = pickle.loads(_det(obj))
+    assert loaded == obj and loaded["x"] is loaded["y"]
+    seq = [1]
+    obj2 = [frozenset({_Node({"z"}), _Node(set())}), frozenset({"q"}), {"x", "y"}, seq, seq]
+    loaded2 = pickle.loads(_det(obj2))
+    assert loaded2 == obj2 and loaded2[3] is loaded2[4]
+
+
+def test_nested_sets_of_objects_cost_polynomial_time(monkeypatch):
+    made = []
+    member_payload = determinism._member_payload
+    monkeypatch.setattr(
+        determinism, "_member_payload", lambda s, m: made.append(1) or member_payload(s, m)
+    )
+    node: object = "leaf"
+    for level in range(32):  # a set holding an object holding the previous set
+        node = {_Holder(node), f"x{level}"}
+    pickler = graphpickle.Pickler(io.BytesIO(), deterministic=True)
+    pickler._state.deterministic.member_payload = determinism._member_payload
+    pickler.dump(node)
+    assert len(made) < 32 * 32  # 2**32 without remembering orders
+
+
+def test_trees_whose_nodes_point_at_their_parent_fail_clearly_when_deep():
+    class Tree:
+        def __init__(self, parent: Tree | None = None) -> None:
+            self.parent, self.children = parent, set()
+            if parent is not None:
+                parent.children.add(self)
+
+    root = Tree()
+    level = [root]
+    for _ in range(6):
+        level = [Tree(node) for node in level for _ in range(2)]
+    assert pickle.loads(graphpickle.dumps(root)).children  # default mode is fine
+    with pytest.raises(graphpickle.PicklingError, match="cannot order the sets holding"):
+        _det(root)
+
+
+def test_a_subclass_hooks_apply_to_every_pass():
+    import threading
+
+    class Handle:  # by value: the secret must not be in its code
+        def __init__(self, secret: set[str]) -> None:
+            self.secret = secret
+            self.lock = threading.Lock()
+
+    secret = {"s3cr3t-" + "token", "other"}
+
+    class Keeper(graphpickle.Pickler):
+        def persistent_id(self, obj: object) -> object:
+            return "handle" if isinstance(obj, Handle) else None
+
+    out = io.BytesIO()
+    Keeper(out, deterministic=True).dump([Handle(secret), {"x", "y"}, {"z", "w"}])
+    assert b"s3cr3t" not in out.getvalue()
+
+    table = {Handle: lambda h: (Handle, (set(),))}
+    out = io.BytesIO()
+    pickler = graphpickle.Pickler(out, deterministic=True)
+    pickler.dispatch_table = table
+    pickler.dump([Handle(secret), {"x", "y"}])
+    assert b"s3cr3t" not in out.getvalue()
+
+
+def test_listing_sets_does_not_copy_out_of_band_buffers():
+    import tracemalloc
+
+    arrays = [np.ones(250_000) for _ in range(20)]  # 40 MB
+    graph = {"arrays": arrays, "tags": {"a", "b"}}
+    handed: list[pickle.PickleBuffer] = []
+    tracemalloc.start()
+    data = graphpickle.dumps(graph, buffer_callback=handed.append, deterministic=True)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(handed) == 20 and peak < 5_000_000
+    assert pickle.loads(data, buffers=handed)["tags"] == {"a", "b"}
+
+
+def test_equal_frozensets_merge_only_when_made_of_plain_values():
+    a, b = _Node({"x"}), _Node({"y"})
+    plain = [frozenset({1, 2}), frozenset({1, 2}), {"p", "q"}]
+    loaded = pickle.loads(_det(plain))
+    assert loaded[0] is loaded[1]  # merged (documented)
+    distinct = [frozenset({a}), frozenset({b}), {"p", "q"}]
+    loaded = pickle.loads(_det(distinct))
+    assert loaded[0] is not loaded[1] and loaded == distinct
+
+
+def test_a_deterministic_pickler_keeps_nothing_of_its_last_dump():
+    array = np.arange(10.0)
+    pickler = graphpickle.Pickler(io.BytesIO(), buffer_callback=[].append, deterministic=True)
+    pickler.dump({"array": array, "tags": {"a", "b"}})
+    assert pickler._passes.pass_buffers == [] and pickler._passes.pass_output.getvalue() == b""

@@ -30,35 +30,67 @@ import hashlib
 import operator
 import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from . import _cloudpickle_internals as cp
 
 AnySet = set[Any] | frozenset[Any]
 _SORTED_AS_THEY_ARE = (str, bytes, int)
+_PLAIN_SCALARS = frozenset({str, bytes, int, float, complex, bool, type(None)})
 
 
 class DeterministicState:
     """Deterministic mode's part of a pickler's state.
 
-    ``subpayload(obj)`` returns the deterministic payload of ``obj`` made with
-    the same reducers, in a pickler that leaves class ids out: it is what
-    class ids hash, and what orders set members that have no natural order.
+    Two functions of ``(state, obj)``, given by ``determinism.prepare``, return
+    bytes that stand for an object's content: ``class_payload`` (a class's
+    deterministic payload with class ids left out: what its id hashes) and
+    ``member_payload`` (what orders set members with no natural order).
+    ``owner`` is the pickler whose dump is running, whose hooks they honour;
+    ``ordering`` holds the ids of the sets whose members are being ordered, and
+    ``orders`` the orders found in this dump (see :func:`canonical_order`).
     """
 
-    __slots__ = ("class_ids", "code_strings", "leave_out_class_ids", "subpayload")
+    __slots__ = (
+        "class_ids",
+        "class_payload",
+        "code_strings",
+        "leave_out_class_ids",
+        "member_payload",
+        "ordering",
+        "orders",
+        "owner",
+        "payloads_made",
+        "placeholders",
+    )
 
-    def __init__(self, subpayload: Callable[[Any], bytes], *, leave_out_class_ids: bool) -> None:
-        self.subpayload = subpayload
+    def __init__(
+        self,
+        class_payload: Callable[[DeterministicState, type], bytes],
+        member_payload: Callable[[DeterministicState, Any], bytes],
+        *,
+        leave_out_class_ids: bool,
+    ) -> None:
+        self.class_payload = class_payload
+        self.member_payload = member_payload
         self.leave_out_class_ids = leave_out_class_ids
         self.class_ids: dict[type, str] = {}
         self.code_strings: dict[str, str] = {}  # see _unshared
+        self.ordering: set[int] = set()
+        self.orders: dict[tuple[int, frozenset[int] | None], tuple[list[Any], tuple[Any, ...]]] = {}
+        self.placeholders = 0  # sets written as placeholders so far
+        self.payloads_made: dict[int, int] = {}  # member_payload calls per member
+        self.owner: Any = None
 
-    def reset(self) -> None:
-        """Forget what the last dump computed: a class or a function may have
-        changed since."""
+    def reset(self, owner: Any) -> None:
+        """Start a dump by ``owner``: forget what the last one computed (a class
+        or a function may have changed since)."""
+        self.owner = owner
         self.class_ids.clear()
         self.code_strings.clear()
+        self.ordering.clear()
+        self.orders.clear()
+        self.payloads_made.clear()
 
     def class_id(self, cls: type) -> str | None:
         """The content hash that names ``cls`` on receivers (``None`` while
@@ -70,7 +102,7 @@ class DeterministicState:
             # The class's own payload, with every class id left out: its name,
             # bases, methods (their code, defaults, closures, globals) and
             # attributes. Self-references resolve through the pickler's memo.
-            class_id = hashlib.sha256(self.subpayload(cls)).hexdigest()[:32]
+            class_id = hashlib.sha256(self.class_payload(self, cls)).hexdigest()[:32]
             self.class_ids[cls] = class_id
             cp.track_class(class_id, cls)
         return class_id
@@ -79,8 +111,8 @@ class DeterministicState:
 def member_key(member: Any, state: DeterministicState) -> tuple[Any, ...]:
     """A sort key that orders the members of any set the same way in every
     process: builtin scalars by value, tuples and frozensets member by member,
-    anything else by its deterministic payload. Each kind has its own tag, so
-    keys of different kinds never compare their values."""
+    anything else by its ``member_payload``. Each kind has its own tag, so keys
+    of different kinds never compare their values."""
     kind = type(member)
     if kind is str:
         return ("s", member)
@@ -98,7 +130,7 @@ def member_key(member: Any, state: DeterministicState) -> tuple[Any, ...]:
         return ("t", tuple(member_key(item, state) for item in member))
     if kind is frozenset:
         return ("z", tuple(sorted(member_key(item, state) for item in member)))
-    return ("o", state.subpayload(member))
+    return ("o", state.member_payload(state, member))
 
 
 def canonical_members(members: AnySet, state: DeterministicState) -> list[Any]:
@@ -112,17 +144,44 @@ def canonical_order(
     """The members of a set in canonical order, and a key that orders sets by
     content: (type name of the set, type name of its members when all are str,
     bytes or int and "" otherwise, the members or their keys). Equal keys,
-    equal sets."""
+    equal sets, when the members are plain values (see :func:`is_plain`)."""
     kinds = {type(member) for member in members}
     if len(kinds) == 1:
         kind = kinds.pop()
         if kind in _SORTED_AS_THEY_ARE:  # the common case, kept cheap
             ordered = sorted(members)
             return ordered, (type(members).__name__, kind.__name__, tuple(ordered))
-    # Members with equal keys write equal bytes: their order cannot show.
-    keyed = sorted(((member_key(member, state), member) for member in members), key=_first)
+    # A member's payload may reach this very set again (a parent and the set of
+    # its children): member_payload writes it as a placeholder meanwhile. An
+    # order found without any placeholder holds in any context; one that used
+    # placeholders only where the same sets are being ordered. Both are
+    # remembered: writing a set and ordering the set that holds it would
+    # otherwise each order it again, twice per level of nesting.
+    context = (id(members), frozenset(state.ordering))
+    known = state.orders.get((id(members), None)) or state.orders.get(context)
+    if known is not None:
+        return known
+    placeholders = state.placeholders
+    state.ordering.add(id(members))
+    try:
+        keyed = [(member_key(member, state), member) for member in members]
+    finally:
+        state.ordering.discard(id(members))
+    keyed.sort(key=_first)  # members with equal keys write equal bytes
     ordered = [member for _, member in keyed]
-    return ordered, (type(members).__name__, "", tuple(key for key, _ in keyed))
+    known = (ordered, (type(members).__name__, "", tuple(key for key, _ in keyed)))
+    state.orders[context if state.placeholders != placeholders else (id(members), None)] = known
+    return known
+
+
+def is_plain(value: Any) -> bool:
+    """Whether ``value`` is made of str, bytes, numbers, None, tuples and
+    frozensets only: then equal sort keys mean equal values."""
+    if type(value) in _PLAIN_SCALARS:
+        return True
+    if type(value) is tuple or type(value) is frozenset:
+        return all(is_plain(item) for item in value)
+    return False
 
 
 def _first(pair: tuple[Any, Any]) -> Any:
@@ -145,6 +204,19 @@ def reduce_sorted_set(state: Any, wrapper: SortedSet) -> tuple[Any, ...]:
     if ordered is None:
         ordered = canonical_members(wrapper.members, state.deterministic)
     return (type(wrapper.members), (ordered,))
+
+
+def reduce_set_subclass(state: Any, members: AnySet) -> Any:
+    """An instance of a subclass of set or frozenset that keeps their reduction
+    (``cls(list(members))`` and its ``__dict__``), with its members sorted;
+    ``NotImplemented`` for a class that reduces itself otherwise."""
+    cls = type(members)
+    if cls.__reduce__ not in (set.__reduce__, frozenset.__reduce__) or (
+        cls.__reduce_ex__ is not object.__reduce_ex__
+    ):
+        return NotImplemented
+    rebuild, _, *rest = cast(tuple[Any, ...], members.__reduce__())
+    return (rebuild, (canonical_members(members, state.deterministic),), *rest)
 
 
 def reduce_code(state: Any, code: types.CodeType) -> tuple[Any, ...]:
@@ -209,10 +281,15 @@ def reduce_memo_remap(state: Any, remap: MemoRemap) -> tuple[Any, ...]:
     memo = remap.pickler.memo.copy()  # {id(obj): (memo index, obj)}
     # The pickler takes the object from each value and ignores the keys. Entries
     # are replaced, never added, so their count (the next memo index) stays
-    # what the receiver counts.
+    # what the receiver counts. A set the pickler already wrote itself (reached
+    # from its own members, through an object) keeps its entry: a second entry
+    # for it would replace the first and lower the count. (If it has two or
+    # more members, it was written in hash order and the dump takes the
+    # pure-Python pass.)
     memo.update(
         (id(wrapper), (memo[id(written)][0], members))
         for wrapper, members, written in remap.targets
+        if id(members) not in memo
     )
     remap.pickler.memo = memo
     return (tuple, ())

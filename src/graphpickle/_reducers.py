@@ -76,6 +76,12 @@ def _reduce_class(state: PicklerState, cls: type) -> Any:
     return cp.reduce_class_by_value(cls, canonical=True, tracker_id=class_id)
 
 
+def _reduce_set_subclass(state: PicklerState, members: set[Any] | frozenset[Any]) -> Any:
+    if state.deterministic is None:
+        return NotImplemented
+    return _canonical.reduce_set_subclass(state, members)
+
+
 def _reduce_code(state: PicklerState, code: types.CodeType) -> Any:
     if state.deterministic is not None:
         return _canonical.reduce_code(state, code)
@@ -215,6 +221,8 @@ class TypeDispatch:
                 handler = _adapt(reducer)
             elif issubclass(cls, type):  # a metaclass: its instances are classes
                 handler = _reduce_class
+            elif issubclass(cls, set | frozenset):  # (exact sets never reach the hook)
+                handler = _reduce_set_subclass
         self.handlers[cls] = handler
         return handler
 

@@ -56,7 +56,8 @@ DATA_ONLY: frozenset[str] = frozenset(
         "_codecs.encode",
         "copyreg._reconstructor",
         "builtins.object",
-        # Deterministic payloads whose data holds sets: (set1, ..., obj)[-1].
+        # Deterministic payloads whose data holds sets: (set1, ..., obj)[-1];
+        # restricted loading hands out only that use of it (_last_item_getter).
         "operator.itemgetter",
         "collections.Counter",
         "collections.OrderedDict",
@@ -146,7 +147,32 @@ class _RestrictedUnpickler(_pickle.Unpickler):
             raise ForbiddenGlobalError(
                 _refusal(imported_module, imported), name=f"{imported_module}.{imported}"
             )
+        if (imported_module, imported) == ("operator", "itemgetter"):
+            return _last_item_getter
         return super().find_class(module, name)
+
+
+def _last_item_getter(index: Any) -> Any:
+    """``operator.itemgetter`` as restricted loading provides it: only what
+    deterministic payloads use, ``itemgetter(-1)`` applied to a tuple. The real
+    one would call ``__getitem__`` with any key on anything the list allows
+    (pandas calls a callable key, a defaultdict its factory)."""
+    if type(index) is not int or index != -1:
+        raise ForbiddenGlobalError(
+            f"restricted loading allows operator.itemgetter(-1) only, not itemgetter({index!r})",
+            name="operator.itemgetter",
+        )
+
+    def last_item(items: Any) -> Any:
+        if type(items) is not tuple:
+            raise ForbiddenGlobalError(
+                "restricted loading applies operator.itemgetter(-1) to tuples only, "
+                f"not to {type(items).__qualname__}",
+                name="operator.itemgetter",
+            )
+        return items[-1]
+
+    return last_item
 
 
 def imported_name(module: str, name: str) -> tuple[str, str]:

@@ -162,8 +162,9 @@ frame_length(PyObject *frame)
         }
         /* No strides, or one dimension of adjacent items: contiguous, without
          * PyBuffer_IsContiguous's general walk (a third of unpack's checks). */
-        int simple = held->strides == NULL
-                     || (held->ndim == 1 && held->strides[0] == held->itemsize);
+        int simple = held->suboffsets == NULL
+                     && (held->strides == NULL
+                         || (held->ndim == 1 && held->strides[0] == held->itemsize));
         if (!simple && !PyBuffer_IsContiguous(held, 'A')) {
             PyErr_SetString(PyExc_BufferError, "a frame is not a contiguous buffer");
             return -1;
@@ -307,7 +308,7 @@ done:
 enum {
     ARG_UNKNOWN = -1,
     ARG_LEN1 = 101, /* 1-byte length, then that many bytes */
-    ARG_LEN4 = 104, /* 4-byte signed little-endian length */
+    ARG_LEN4 = 104, /* 4-byte little-endian length (signed for BINSTRING and LONG4) */
     ARG_LEN8 = 108, /* 8-byte little-endian length */
     ARG_LINE = 120, /* text up to a newline */
     ARG_LINE2 = 121 /* two such lines (GLOBAL, INST) */
@@ -394,7 +395,7 @@ frame_views(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     const unsigned long long *declared = (const unsigned long long *)lengths.buf;
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (end < 0 || declared[i] > (unsigned long long)(size - end)) {
+        if (end < 0 || end > size || declared[i] > (unsigned long long)(size - end)) {
             break; /* truncated: the caller sees fewer views than lengths */
         }
         PyObject *frame = PySequence_GetSlice(view, end, end + (Py_ssize_t)declared[i]);
@@ -495,7 +496,7 @@ sets_to_sort(PyObject *module, PyObject *data)
                 continue;
             }
             length = read_le(p, size);
-            if (size == 4 && (length & 0x80000000ULL)) { /* a negative length */
+            if ((op == 'T' || op == 0x8b) && (length & 0x80000000ULL)) { /* signed, negative */
                 found = 2;
                 continue;
             }

@@ -17,9 +17,12 @@ any hook. A deterministic dump therefore runs in up to four steps:
    its members, then the object, whose references to the sets the pickler's
    memo turns into references to their sorted copies. Walking the opcodes again
    confirms that no set was left in hash order.
-4. If one was (a set inside an object that is itself a set member), the
+4. If one was (a set reached from its own members, through an object), the
    pure-Python pickler writes the payload, sorting every set it meets: right
    for any graph, and 15-20x slower than the C pickler.
+
+Every pass honours the pickler's hooks (``persistent_id``, ``dispatch_table``,
+``reducer_override``), so no pass writes or lists what the pickler would not.
 
 :func:`fingerprint` hashes a deterministic payload and its out-of-band buffers.
 """
@@ -34,7 +37,7 @@ import pickle
 import pickletools
 from collections.abc import Callable, Mapping
 from pickle import PickleBuffer
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from . import _pickler
 from ._canonical import (
@@ -45,9 +48,11 @@ from ._canonical import (
     SortedSet,
     canonical_members,
     canonical_order,
+    is_plain,
 )
 from ._captures import no_capture_warnings
 from ._reducers import Reducer, ReducerLookup
+from .errors import PicklingError
 
 __all__ = ["fingerprint"]
 
@@ -60,7 +65,8 @@ def fingerprint(obj: Any) -> str:
 
     Equal objects give equal fingerprints in any process and under any
     ``PYTHONHASHSEED``, for the same Python minor version and graphpickle and
-    cloudpickle versions (payloads by value embed bytecode).
+    cloudpickle versions (payloads by value embed bytecode), within the limits
+    of deterministic mode that the README lists.
     """
     buffers: list[PickleBuffer] = []
     data = _pickler.dumps(obj, 5, buffer_callback=buffers.append, deterministic=True)
@@ -76,7 +82,8 @@ class Passes:
 
     Each pass writes into ``pass_output`` (and its buffers into
     ``pass_buffers``); only the final payload reaches the caller's file and
-    buffer callback. ``sibling()`` makes a deterministic pickler with the same
+    buffer callback. ``plain_pickler(file, buffer_callback)`` makes a
+    deterministic ``Pickler`` (not the caller's subclass) with the same
     protocol and reducers.
     """
 
@@ -84,24 +91,27 @@ class Passes:
         self,
         output: IO[bytes],
         buffer_callback: Callable[[PickleBuffer], Any] | None,
-        sibling: Callable[[IO[bytes]], Any],
+        plain_pickler: Callable[[IO[bytes], Callable[[PickleBuffer], Any] | None], Any],
     ) -> None:
         self.output = output
         self.buffer_callback = buffer_callback
-        self.sibling = sibling
+        self.plain_pickler = plain_pickler
         self.pass_output = io.BytesIO()
         self.pass_buffers: list[PickleBuffer] = []
         self.pass_callback = None if buffer_callback is None else self.pass_buffers.append
 
     def run(self, pickler: Any, obj: Any) -> tuple[bytes, list[PickleBuffer]]:
         """One pass of ``pickler`` (whose output is ``pass_output``) over ``obj``."""
-        self.pass_output.seek(0)
-        self.pass_output.truncate()
-        self.pass_buffers.clear()
+        self.clear()
         pickler.clear_memo()
         pickler._state.globals_ref = {}
         pickler._dump_raw(obj)
         return self.pass_output.getvalue(), list(self.pass_buffers)
+
+    def clear(self) -> None:
+        self.pass_output.seek(0)
+        self.pass_output.truncate()
+        self.pass_buffers.clear()
 
 
 def prepare(
@@ -119,25 +129,61 @@ def prepare(
             "older protocols write sets through a call the pickler cannot sort"
         )
 
-    def sibling(file: IO[bytes]) -> _pickler.Pickler:
+    def plain_pickler(
+        file: IO[bytes], callback: Callable[[PickleBuffer], Any] | None, protocol: int = protocol
+    ) -> _pickler.Pickler:
         return _pickler.Pickler(
-            file, protocol, reducers=reducers, reducer_lookup=reducer_lookup, deterministic=True
+            file,
+            protocol,
+            buffer_callback=callback,
+            reducers=reducers,
+            reducer_lookup=reducer_lookup,
+            deterministic=True,
         )
 
-    def subpayload(obj: Any) -> bytes:
-        # What class ids hash and odd set members sort by: the object's
-        # deterministic payload with the same reducers, class ids left out.
+    def class_payload(state: DeterministicState, cls: type) -> bytes:
+        # What a class id hashes: its deterministic payload with the same
+        # reducers and hooks (graphpickle's reducer_override: a subclass's own
+        # would compute class ids again), class ids left out.
         file = io.BytesIO()
-        pickler = _pickler.Pickler(
-            file, 5, reducers=reducers, reducer_lookup=reducer_lookup, deterministic=True
+        pickler = plain_pickler(file, None, 5)
+        _share_hooks(state.owner, pickler, reducer_override=False)
+        pickler._state.deterministic = DeterministicState(
+            class_payload, _member_payload, leave_out_class_ids=True
         )
-        pickler._state.deterministic = DeterministicState(subpayload, leave_out_class_ids=True)
         with no_capture_warnings():  # the real payload warns, once
-            pickler.dump(obj)
+            pickler.dump(cls)
         return file.getvalue()
 
-    state = DeterministicState(subpayload, leave_out_class_ids=False)
-    return Passes(output, buffer_callback, sibling), state
+    state = DeterministicState(class_payload, _member_payload, leave_out_class_ids=False)
+    return Passes(output, buffer_callback, plain_pickler), state
+
+
+# How many times one member's payload may be made in a dump. Sets of objects
+# that reach the sets holding them (children that point at their parent) make
+# every member's payload hold the whole structure, in as many contexts as there
+# are sets being ordered around it: the work grows as 2^depth.
+_PAYLOADS_PER_MEMBER = 64
+
+
+def _member_payload(state: DeterministicState, member: Any) -> bytes:
+    """What orders a set member with no natural order: its payload, written in
+    one pass by the pure-Python pickler with the dumping pickler's hooks, with
+    the sets being ordered as placeholders (so a member that reaches its own
+    set ends) and a digest of each buffer in place of the buffer."""
+    made = state.payloads_made[id(member)] = state.payloads_made.get(id(member), 0) + 1
+    if made > _PAYLOADS_PER_MEMBER:
+        raise PicklingError(
+            f"deterministic mode cannot order the sets holding {type(member).__qualname__} "
+            f"objects in reasonable time: they reach the sets that hold them through "
+            f"{len(state.ordering)} levels of nested sets (a tree whose nodes point at their "
+            "parent, in sets); store children in lists, or pickle without deterministic=True"
+        )
+    file = io.BytesIO()
+    buffers: list[PickleBuffer] = []
+    _SortingPickler(file, state.owner, state, buffers.append, protocol=5).dump(member)
+    digests = (hashlib.sha256(buffer.raw()).digest() for buffer in buffers)
+    return file.getvalue() + b"".join(digests)
 
 
 def dump(pickler: Any, obj: Any) -> None:
@@ -145,42 +191,82 @@ def dump(pickler: Any, obj: Any) -> None:
     a ``Pickler`` made with ``deterministic=True``."""
     passes: Passes = pickler._passes
     state: DeterministicState = pickler._state.deterministic
-    state.reset()
-    data, buffers = passes.run(pickler, obj)
-    if _sets_to_sort(data):
-        sets = _sets_met(passes, state, obj)
-        if any(len(members) > 1 for members in sets):
-            data, buffers = passes.run(pickler, _prologue(pickler, state, sets, obj))
-            if _sets_to_sort(data):
-                data, buffers = _python_pass(pickler, state, obj)
+    state.reset(pickler)
+    try:
+        data, buffers = passes.run(pickler, obj)
+        if _sets_to_sort(data):
+            sets = _sets_met(pickler, state, obj)
+            if any(len(members) > 1 for members in sets):
+                data, buffers = passes.run(pickler, _prologue(pickler, state, sets, obj))
+                if _sets_to_sort(data):
+                    data, buffers = _python_pass(pickler, state, obj)
+    finally:
+        passes.clear()  # the payload and buffers stay alive only in the caller's hands
+        state.reset(None)
     passes.output.write(data)
     if passes.buffer_callback is not None:
         for buffer in buffers:
             passes.buffer_callback(buffer)
 
 
-def _sets_met(passes: Passes, state: DeterministicState, obj: Any) -> list[AnySet]:
-    """Every set and frozenset a pass over ``obj`` writes, once each, in the
-    order first met."""
+def _sets_met(pickler: Any, state: DeterministicState, obj: Any) -> list[AnySet]:
+    """Every set and frozenset that a pass of ``pickler`` over ``obj`` writes,
+    once each, in the order first met: a pass with the same hooks, whose
+    ``persistent_id`` also notes each set it is shown, and whose output and
+    buffers are dropped as they come."""
     met: list[AnySet] = []
-    lister = passes.sibling(io.BytesIO())
-    lister._state.deterministic = state
+    passes: Passes = pickler._passes
+    discard = cast(IO[bytes], _Discard())
+    lister = passes.plain_pickler(discard, _out_of_band if pickler.protocol >= 5 else None)
+    _share_hooks(pickler, lister, reducer_override=True)
     speedups = _pickler._speedups
     note_set = _note_set_in_python if speedups is None else speedups.note_set
-    lister.persistent_id = functools.partial(note_set, met)  # persists nothing
+    persistent_id = getattr(pickler, "persistent_id", None)
+    if persistent_id is None:
+        lister.persistent_id = functools.partial(note_set, met)  # persists nothing
+    else:
+
+        def noting_persistent_id(obj: Any) -> Any:
+            note_set(met, obj)
+            return persistent_id(obj)
+
+        lister.persistent_id = noting_persistent_id
     lister._dump_raw(obj)
     return list({id(members): members for members in met}.values())
+
+
+def _share_hooks(source: Any, target: Any, *, reducer_override: bool) -> None:
+    """Give ``target`` the ``persistent_id``, ``dispatch_table`` (and
+    ``reducer_override``) of ``source``, so that both write the same objects."""
+    if source is None:
+        return
+    for name in ("persistent_id", "dispatch_table", "fast"):
+        if hasattr(source, name):
+            setattr(target, name, getattr(source, name))
+    if reducer_override:
+        target.reducer_override = source.reducer_override
+
+
+class _Discard:
+    """A file that drops what is written to it."""
+
+    def write(self, data: Any) -> int:
+        return len(memoryview(data))
+
+
+def _out_of_band(buffer: PickleBuffer) -> None:
+    """A buffer callback that keeps buffers out of the payload, and nowhere."""
 
 
 def _prologue(pickler: Any, state: DeterministicState, sets: list[AnySet], obj: Any) -> Prologue:
     """``obj`` behind its sets, in an order that depends on their content only:
     by nesting depth (a set after those in its members), then type and members.
 
-    Equal frozensets become one object: every reference goes to the first copy.
-    Which of two equal frozensets met inside other sets comes first follows the
-    hash order, so keeping them apart could not be deterministic; they are
-    immutable, so only ``is`` can tell. (Equal mutable sets cannot be set
-    members; they keep their identities.)
+    Equal frozensets of plain values (:func:`is_plain`) become one object: every
+    reference goes to the first copy. Which of two such frozensets met inside
+    other sets comes first follows the hash order, so keeping them apart could
+    not be deterministic; they are immutable and equal, so only ``is`` can tell.
+    Other sets keep their identities.
     """
     depths: dict[int, int] = {}
     entries = []
@@ -195,7 +281,7 @@ def _prologue(pickler: Any, state: DeterministicState, sets: list[AnySet], obj: 
         first_of_content: dict[Any, SortedSet] = {}
         for _, key, wrapper in group:
             written = wrapper
-            if type(wrapper.members) is frozenset:
+            if type(wrapper.members) is frozenset and (key[1] or is_plain(wrapper.members)):
                 written = first_of_content.setdefault(key, wrapper)
             targets.append((wrapper, wrapper.members, written))
             items.append(wrapper)
@@ -223,8 +309,9 @@ def _nesting_depth(members: AnySet, depths: dict[int, int]) -> int:
 
 class _SortingPickler(pickle._Pickler):
     """The pure-Python pickler, which, unlike the C one, offers every object to
-    ``reducer_override``, sets included: sets are written sorted, everything
-    else goes to the deterministic pickler's own hooks."""
+    ``reducer_override``, sets included: sets are written sorted (a set whose
+    members are being ordered, as a placeholder), everything else goes to the
+    hooks of ``pickler``."""
 
     def __init__(
         self,
@@ -232,18 +319,19 @@ class _SortingPickler(pickle._Pickler):
         pickler: Any,
         state: DeterministicState,
         buffer_callback: Callable[[PickleBuffer], Any] | None,
+        protocol: int | None = None,
     ) -> None:
-        super().__init__(file, pickler.protocol, buffer_callback=buffer_callback)
+        super().__init__(file, protocol or pickler.protocol, buffer_callback=buffer_callback)
         self._pickler = pickler
         self._state = state
-        if hasattr(pickler, "dispatch_table"):
-            self.dispatch_table = pickler.dispatch_table
-        if hasattr(pickler, "persistent_id"):
-            self.persistent_id = pickler.persistent_id  # type: ignore[method-assign]
+        _share_hooks(pickler, self, reducer_override=False)
 
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
         if kind is set or kind is frozenset:
+            if id(obj) in self._state.ordering:
+                self._state.placeholders += 1
+                return (str, ("<graphpickle: a set being ordered>",))
             return (kind, (canonical_members(obj, self._state),))
         return self._pickler.reducer_override(obj)
 
