@@ -5,7 +5,8 @@ Deterministic mode (``dumps(obj, deterministic=True)``) fixes each of them:
 
 - Set and frozenset members come in hash order, which follows PYTHONHASHSEED
   for strings and bytes and the insertion history for everything else. They
-  are written sorted (:func:`canonical_members`), as ``set(sorted members)``.
+  are written sorted (:func:`canonical_order`), as ``set(sorted members)``;
+  so are the members of set subclasses that keep set's reduction.
 - cloudpickle names each dynamic class with a random uuid4, so that a receiver
   loading the class twice keeps one class. Here the name is a hash of the
   class's content (:meth:`DeterministicState.class_id`): equal classes share
@@ -190,20 +191,18 @@ def _first(pair: tuple[Any, Any]) -> Any:
 
 class SortedSet:
     """Stands for a set or frozenset in a reduction: the pickler writes it as
-    ``type(members)(ordered)``, never in hash order."""
+    ``type(members)(ordered)``, ``ordered`` being its members in canonical
+    order, never in hash order."""
 
     __slots__ = ("members", "ordered")
 
-    def __init__(self, members: AnySet, ordered: list[Any] | None = None) -> None:
+    def __init__(self, members: AnySet, ordered: list[Any]) -> None:
         self.members = members
         self.ordered = ordered
 
 
 def reduce_sorted_set(state: Any, wrapper: SortedSet) -> tuple[Any, ...]:
-    ordered = wrapper.ordered
-    if ordered is None:
-        ordered = canonical_members(wrapper.members, state.deterministic)
-    return (type(wrapper.members), (ordered,))
+    return (type(wrapper.members), (wrapper.ordered,))
 
 
 def reduce_set_subclass(state: Any, members: AnySet) -> Any:
