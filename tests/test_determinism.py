@@ -661,3 +661,109 @@ def test_a_deterministic_pickler_keeps_nothing_of_its_last_dump():
     pickler = graphpickle.Pickler(io.BytesIO(), buffer_callback=[].append, deterministic=True)
     pickler.dump({"array": array, "tags": {"a", "b"}})
     assert pickler._passes.pass_buffers == [] and pickler._passes.pass_output.getvalue() == b""
+
+
+class _Fresh:
+    """Its state holds a set made anew at each pickling (freed right after)."""
+
+    def __init__(self, name: str, pairs: list[tuple[int, str]]) -> None:
+        self.name, self.pairs = name, pairs
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"name": self.name, "pairs": set(self.pairs)}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.name, self.pairs = state["name"], sorted(state["pairs"])  # type: ignore[call-overload]
+
+
+def test_orders_are_never_taken_from_a_freed_set_with_the_same_id():
+    objs = {_Fresh(f"n{i}", [(i, "a"), (i, "b"), (i, "c")]) for i in range(20)}
+    loaded = pickle.loads(_det(objs))
+    assert sorted((o.name, o.pairs) for o in loaded) == sorted(
+        (o.name, sorted(o.pairs)) for o in objs
+    )
+
+
+def test_members_shared_by_many_sets_are_keyed_once():
+    import enum
+
+    class Perm(enum.Flag):
+        R = 1
+        W = 2
+
+    common = _Holder("common")
+    for graph in (
+        [{Perm.R, Perm.W} for _ in range(100)],
+        [{"types": {int, float}} for _ in range(100)],
+        [{common, _Holder(i)} for i in range(100)],
+    ):
+        assert len(pickle.loads(_det(graph))) == 100
+
+
+def test_a_persisted_set_is_neither_written_nor_listed():
+    import threading
+
+    secret = {"s3cr3t-" + "token", "other", threading.Lock()}
+
+    class Keeper(graphpickle.Pickler):
+        def persistent_id(self, obj: object) -> object:
+            return "SECRET" if obj is secret else None
+
+    out = io.BytesIO()
+    Keeper(out, deterministic=True).dump({"s": secret, "tags": {"x", "y"}})
+    assert b"s3cr3t" not in out.getvalue()
+
+
+class _Registry:
+    def __init__(self) -> None:
+        self.index: dict[_Item, int] = {}
+
+
+class _Item:
+    """Hashed by its state: it must be whole before a dict keys on it."""
+
+    def __init__(self, name: str, registry: _Registry) -> None:
+        self.name, self.registry = name, registry
+        registry.index[self] = len(registry.index)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Item) and other.name == self.name
+
+
+def test_objects_in_sets_are_rebuilt_in_the_order_default_mode_rebuilds_them():
+    registry = _Registry()
+    graph = {"registry": registry, "selected": {_Item("a", registry), _Item("b", registry)}}
+    loaded = pickle.loads(_det(graph))
+    assert {item.name for item in loaded["selected"]} == {"a", "b"}
+    assert sorted(item.name for item in loaded["registry"].index) == ["a", "b"]
+
+
+def test_fast_mode_is_refused_clearly():
+    pickler = graphpickle.Pickler(io.BytesIO(), deterministic=True)
+    pickler.fast = True
+    with pytest.raises(ValueError, match="fast mode"):
+        pickler.dump({"a": {"x", "y"}})
+
+
+def test_deep_graphs_with_a_raised_recursion_limit_do_not_crash(tmp_path):
+    # Plain pickle segfaults here without a deeper stack; so would the
+    # deterministic mode's Python passes.
+    code = """\
+        import sys, pickle, graphpickle
+        sys.setrecursionlimit(10**6)
+        class Node:
+            def __init__(self, nxt):
+                self.nxt = nxt
+        def chain(n):
+            head = None
+            for _ in range(n):
+                head = Node(head)
+            return head
+        graph = {chain(20000), chain(20000)}
+        data = graphpickle.dumps(graph, deterministic=True)
+        print(len(pickle.loads(data)))
+        """
+    assert run_python(textwrap.dedent(code), cwd=tmp_path).split() == ["2"]

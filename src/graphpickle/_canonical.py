@@ -61,7 +61,7 @@ class DeterministicState:
         "ordering",
         "orders",
         "owner",
-        "payloads_made",
+        "payloads",
         "placeholders",
     )
 
@@ -78,9 +78,10 @@ class DeterministicState:
         self.class_ids: dict[type, str] = {}
         self.code_strings: dict[str, str] = {}  # see _unshared
         self.ordering: set[int] = set()
-        self.orders: dict[tuple[int, frozenset[int] | None], tuple[list[Any], tuple[Any, ...]]] = {}
+        self.orders: dict[tuple[int, frozenset[int] | None], tuple[Any, list[Any], Any]] = {}
         self.placeholders = 0  # sets written as placeholders so far
-        self.payloads_made: dict[int, int] = {}  # member_payload calls per member
+        # member id -> (member, payload made in any context or None, payloads made)
+        self.payloads: dict[int, tuple[Any, bytes | None, int]] = {}
         self.owner: Any = None
 
     def reset(self, owner: Any) -> None:
@@ -91,7 +92,7 @@ class DeterministicState:
         self.code_strings.clear()
         self.ordering.clear()
         self.orders.clear()
-        self.payloads_made.clear()
+        self.payloads.clear()
 
     def class_id(self, cls: type) -> str | None:
         """The content hash that names ``cls`` on receivers (``None`` while
@@ -158,10 +159,12 @@ def canonical_order(
     # placeholders only where the same sets are being ordered. Both are
     # remembered: writing a set and ordering the set that holds it would
     # otherwise each order it again, twice per level of nesting.
+    # Entries keep their set, and are used for that very set only: a set made
+    # for one payload and freed could leave its id to another.
     context = (id(members), frozenset(state.ordering))
-    known = state.orders.get((id(members), None)) or state.orders.get(context)
-    if known is not None:
-        return known
+    for entry in (state.orders.get((id(members), None)), state.orders.get(context)):
+        if entry is not None and entry[0] is members:
+            return entry[1], entry[2]
     placeholders = state.placeholders
     state.ordering.add(id(members))
     try:
@@ -170,9 +173,10 @@ def canonical_order(
         state.ordering.discard(id(members))
     keyed.sort(key=_first)  # members with equal keys write equal bytes
     ordered = [member for _, member in keyed]
-    known = (ordered, (type(members).__name__, "", tuple(key for key, _ in keyed)))
-    state.orders[context if state.placeholders != placeholders else (id(members), None)] = known
-    return known
+    key = (type(members).__name__, "", tuple(key for key, _ in keyed))
+    any_context = state.placeholders == placeholders
+    state.orders[(id(members), None) if any_context else context] = (members, ordered, key)
+    return ordered, key
 
 
 def is_plain(value: Any) -> bool:

@@ -132,9 +132,14 @@ class Pickler(_pickle.Pickler):
     def dump(self, obj: Any) -> None:
         """Write the pickle of ``obj``; raise :class:`graphpickle.PicklingError`
         naming the failing object's type and its path in ``obj`` if it fails."""
+        if self._passes is not None and self.fast:
+            raise ValueError("deterministic payloads need the pickler's memo: turn fast mode off")
         try:
             if self._passes is not None:
-                determinism.dump(self, obj)
+                if sys.getrecursionlimit() <= SAFE_RECURSION_LIMIT:
+                    determinism.dump(self, obj)
+                else:  # its Python passes recurse as deep as the C pickler
+                    run_on_deep_stack(lambda: determinism.dump(self, obj))
             elif sys.getrecursionlimit() <= SAFE_RECURSION_LIMIT:
                 super().dump(obj)  # _dump_raw's first branch, inline: 4% of a tiny dumps()
             else:

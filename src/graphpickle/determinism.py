@@ -9,17 +9,21 @@ any hook. A deterministic dump therefore runs in up to four steps:
    frozenset of two or more members (its opcodes are walked, in C, following
    the unpickler's stack to count members), it is the answer: the cost over a
    default dump is that walk, a few percent.
-2. Otherwise a second pickler lists every set it meets (a ``persistent_id``
-   that persists nothing). (Without the C extension, step 1 cannot count
-   members: if no set has two or more, the first payload stands.)
-3. Otherwise the object is written again behind a ``Prologue``: every set
-   first, members sorted, grouped so that a set comes after the sets nested in
-   its members, then the object, whose references to the sets the pickler's
-   memo turns into references to their sorted copies. Walking the opcodes again
-   confirms that no set was left in hash order.
-4. If one was (a set reached from its own members, through an object), the
-   pure-Python pickler writes the payload, sorting every set it meets: right
-   for any graph, and 15-20x slower than the C pickler.
+2. Otherwise a second pass of the C pickler lists every set it writes (its
+   ``persistent_id`` notes each set it is shown and does not persist).
+   (Without the C extension, step 1 cannot count members: if no set has two
+   or more, the first payload stands.)
+3. If every set holds plain values only (strings, numbers, tuples...), the
+   object is written again behind a ``Prologue``: every set first, members
+   sorted, grouped so that a set comes after the sets nested in its members,
+   then the object, whose references to the sets the pickler's memo turns into
+   references to their sorted copies. Walking the opcodes again confirms that
+   no set was left in hash order.
+4. Otherwise (sets of objects, which written first would rebuild their members
+   before the objects around them), or if a set was left in hash order, the
+   pure-Python pickler writes the payload, sorting every set it meets where
+   default mode writes it: right for any graph, and 15-20x slower than the C
+   pickler.
 
 Every pass honours the pickler's hooks (``persistent_id``, ``dispatch_table``,
 ``reducer_override``), so no pass writes or lists what the pickler would not.
@@ -159,10 +163,10 @@ def prepare(
     return Passes(output, buffer_callback, plain_pickler), state
 
 
-# How many times one member's payload may be made in a dump. Sets of objects
-# that reach the sets holding them (children that point at their parent) make
-# every member's payload hold the whole structure, in as many contexts as there
-# are sets being ordered around it: the work grows as 2^depth.
+# How many times one member's payload may be made in a dump when it reaches
+# sets being ordered (children that point at their parent, in sets): each
+# context of sets being ordered around it gives another payload, and their
+# number grows as 2^depth. A payload that reaches none is made once.
 _PAYLOADS_PER_MEMBER = 64
 
 
@@ -171,19 +175,28 @@ def _member_payload(state: DeterministicState, member: Any) -> bytes:
     one pass by the pure-Python pickler with the dumping pickler's hooks, with
     the sets being ordered as placeholders (so a member that reaches its own
     set ends) and a digest of each buffer in place of the buffer."""
-    made = state.payloads_made[id(member)] = state.payloads_made.get(id(member), 0) + 1
-    if made > _PAYLOADS_PER_MEMBER:
+    known, payload, made = state.payloads.get(id(member), (None, None, 0))
+    if known is not member:  # (an id freed and reused by another object)
+        payload, made = None, 0
+    if payload is not None:
+        return payload
+    if made >= _PAYLOADS_PER_MEMBER:
         raise PicklingError(
             f"deterministic mode cannot order the sets holding {type(member).__qualname__} "
-            f"objects in reasonable time: they reach the sets that hold them through "
-            f"{len(state.ordering)} levels of nested sets (a tree whose nodes point at their "
-            "parent, in sets); store children in lists, or pickle without deterministic=True"
+            "objects in reasonable time: their payloads reach the sets that hold them "
+            "(nodes that link to their neighbours or parent, in sets), which costs work "
+            "that doubles with each level; keep such links in lists, or pickle without "
+            "deterministic=True"
         )
+    placeholders = state.placeholders
     file = io.BytesIO()
     buffers: list[PickleBuffer] = []
     _SortingPickler(file, state.owner, state, buffers.append, protocol=5).dump(member)
     digests = (hashlib.sha256(buffer.raw()).digest() for buffer in buffers)
-    return file.getvalue() + b"".join(digests)
+    payload = file.getvalue() + b"".join(digests)
+    any_context = state.placeholders == placeholders
+    state.payloads[id(member)] = (member, payload if any_context else None, made + 1)
+    return payload
 
 
 def dump(pickler: Any, obj: Any) -> None:
@@ -196,7 +209,13 @@ def dump(pickler: Any, obj: Any) -> None:
         data, buffers = passes.run(pickler, obj)
         if _sets_to_sort(data):
             sets = _sets_met(pickler, state, obj)
-            if any(len(members) > 1 for members in sets):
+            if not all(is_plain(member) for members in sets for member in members):
+                # Sets of objects: written first, they would rebuild their
+                # members before the objects that hold them, and an object
+                # hashed while half built fails to load. The Python pass writes
+                # everything where default mode does.
+                data, buffers = _python_pass(pickler, state, obj)
+            elif any(len(members) > 1 for members in sets):
                 data, buffers = passes.run(pickler, _prologue(pickler, state, sets, obj))
                 if _sets_to_sort(data):
                     data, buffers = _python_pass(pickler, state, obj)
@@ -227,8 +246,10 @@ def _sets_met(pickler: Any, state: DeterministicState, obj: Any) -> list[AnySet]
     else:
 
         def noting_persistent_id(obj: Any) -> Any:
-            note_set(met, obj)
-            return persistent_id(obj)
+            persisted = persistent_id(obj)
+            if persisted is None:  # a persisted set is not written, nor listed
+                note_set(met, obj)
+            return persisted
 
         lister.persistent_id = noting_persistent_id
     lister._dump_raw(obj)
@@ -240,7 +261,7 @@ def _share_hooks(source: Any, target: Any, *, reducer_override: bool) -> None:
     ``reducer_override``) of ``source``, so that both write the same objects."""
     if source is None:
         return
-    for name in ("persistent_id", "dispatch_table", "fast"):
+    for name in ("persistent_id", "dispatch_table"):
         if hasattr(source, name):
             setattr(target, name, getattr(source, name))
     if reducer_override:
@@ -262,11 +283,11 @@ def _prologue(pickler: Any, state: DeterministicState, sets: list[AnySet], obj: 
     """``obj`` behind its sets, in an order that depends on their content only:
     by nesting depth (a set after those in its members), then type and members.
 
-    Equal frozensets of plain values (:func:`is_plain`) become one object: every
-    reference goes to the first copy. Which of two such frozensets met inside
-    other sets comes first follows the hash order, so keeping them apart could
-    not be deterministic; they are immutable and equal, so only ``is`` can tell.
-    Other sets keep their identities.
+    Only sets of plain values (:func:`is_plain`) come here. Equal frozensets
+    become one object: every reference goes to the first copy. Which of two
+    such frozensets met inside other sets comes first follows the hash order,
+    so keeping them apart could not be deterministic; they are immutable and
+    equal, so only ``is`` can tell. Mutable sets keep their identities.
     """
     depths: dict[int, int] = {}
     entries = []
@@ -281,7 +302,7 @@ def _prologue(pickler: Any, state: DeterministicState, sets: list[AnySet], obj: 
         first_of_content: dict[Any, SortedSet] = {}
         for _, key, wrapper in group:
             written = wrapper
-            if type(wrapper.members) is frozenset and (key[1] or is_plain(wrapper.members)):
+            if type(wrapper.members) is frozenset:
                 written = first_of_content.setdefault(key, wrapper)
             targets.append((wrapper, wrapper.members, written))
             items.append(wrapper)
