@@ -134,27 +134,23 @@ class Pickler(_pickle.Pickler):
         naming the failing object's type and its path in ``obj`` if it fails."""
         if self._passes is not None and self.fast:
             raise ValueError("deterministic payloads need the pickler's memo: turn fast mode off")
+        # A deterministic dump's passes (some in pure Python) run where this
+        # decides, so the stack is chosen once for all of them.
+        run = _pickle.Pickler.dump if self._passes is None else determinism.dump
         try:
-            if self._passes is not None:
-                if sys.getrecursionlimit() <= SAFE_RECURSION_LIMIT:
-                    determinism.dump(self, obj)
-                else:  # its Python passes recurse as deep as the C pickler
-                    run_on_deep_stack(lambda: determinism.dump(self, obj))
-            elif sys.getrecursionlimit() <= SAFE_RECURSION_LIMIT:
-                super().dump(obj)  # _dump_raw's first branch, inline: 4% of a tiny dumps()
+            if sys.getrecursionlimit() <= SAFE_RECURSION_LIMIT:
+                run(self, obj)
             else:
-                run_on_deep_stack(lambda: super(Pickler, self).dump(obj))
+                run_on_deep_stack(lambda: run(self, obj))
         except (OSError, MemoryError):
             raise  # trouble with the output, not with the object
         except Exception as exc:
             raise pickling_error(self, obj, exc) from exc
 
     def _dump_raw(self, obj: Any) -> None:
-        """One run of the C pickler over ``obj`` (a pass of a deterministic dump)."""
-        if sys.getrecursionlimit() <= SAFE_RECURSION_LIMIT:
-            super().dump(obj)
-        else:
-            run_on_deep_stack(lambda: super(Pickler, self).dump(obj))
+        """One run of the C pickler over ``obj``: a pass of a deterministic dump,
+        already on the stack ``dump()`` chose."""
+        super().dump(obj)
 
 
 def dump(

@@ -259,8 +259,6 @@ def _sets_met(pickler: Any, state: DeterministicState, obj: Any) -> list[AnySet]
 def _share_hooks(source: Any, target: Any, *, reducer_override: bool) -> None:
     """Give ``target`` the ``persistent_id``, ``dispatch_table`` (and
     ``reducer_override``) of ``source``, so that both write the same objects."""
-    if source is None:
-        return
     for name in ("persistent_id", "dispatch_table"):
         if hasattr(source, name):
             setattr(target, name, getattr(source, name))
