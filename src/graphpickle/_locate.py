@@ -1,8 +1,23 @@
-"""Say where in a graph pickling failed.
+"""Say where in a graph pickling failed, without changing what failed.
 
 Runs only after a failure: walks the graph again in pickling order
 (:mod:`._walk`) and stops at the first object whose reduction raises. The
 success path never pays for it.
+
+What the caller gets (see "Errors" in the README):
+
+- an exception raised by an object's own reduction (``TypeError: cannot pickle
+  '_thread.lock' object``, a ``ValueError`` from a ``__reduce__``, the C
+  pickler's ``pickle.PicklingError``) keeps its type and its message, as with
+  pickle and cloudpickle, so ``except TypeError`` and ``pytest.raises(...,
+  match=...)`` keep working. It gains notes (``add_note``, printed under the
+  message in every traceback, as Python 3.14 does for its own pickling errors)
+  that say where the object sits, and the attributes ``graphpickle_path`` and
+  ``graphpickle_type_name`` for code;
+- graphpickle's own refusals are :class:`graphpickle.PicklingError`, whose
+  message names the path (also in ``path`` and ``type_name``);
+- a graph too deep to pickle is a :class:`graphpickle.PicklingError` with
+  cloudpickle's "deep recursion" wording and the path of the deepest object.
 """
 
 from __future__ import annotations
@@ -10,36 +25,88 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ._walk import WalkFailure, render_path, safe_repr, type_name, walk
+from ._walk import WalkFailure, render_path, safe_repr, type_name, walk, walk_with_depth
 from .errors import PicklingError
 
+_NOTE_PREFIX = "when pickling "
+_ADVICE_PREFIX = "  to make it travel, give its type a reducer: "
+_DEEP_RECURSION = "Could not pickle object as excessively deep recursion required"
+if sys.version_info >= (3, 12):
+    # The C pickler's depth is bounded by the interpreter's C recursion limit,
+    # which sys.setrecursionlimit() does not change.
+    _DEEP_ADVICE = "flatten long chains (linked lists, deeply nested containers)"
+else:
+    _DEEP_ADVICE = (
+        "flatten long chains (linked lists, deeply nested containers) or raise the "
+        "limit with sys.setrecursionlimit()"
+    )
 
-def pickling_error(pickler: Any, root: Any, exc: Exception) -> PicklingError:
-    """Build the exception for a failed ``pickler.dump(root)``."""
+
+def pickling_error(pickler: Any, root: Any, exc: Exception) -> Exception:
+    """The exception a failed ``pickler.dump(root)`` raises: ``exc`` itself,
+    located, or a :class:`graphpickle.PicklingError` chained to it."""
     if isinstance(exc, RecursionError):
-        return PicklingError(
-            f"cannot pickle {_describe(root)}: the object graph is nested deeper than "
-            f"Python's recursion limit ({sys.getrecursionlimit()}) allows; flatten long "
-            "chains (linked lists, deeply nested containers) or raise the limit with "
-            "sys.setrecursionlimit()",
-            path=None,
-            type_name=type_name(root),
-        )
+        return _recursion_error(pickler, root)
     found = find_failure(pickler, root)
+    if isinstance(exc, PicklingError):  # one of graphpickle's own refusals
+        return _located_refusal(root, exc, found)
+    _add_location(exc, root, found)
+    return exc
+
+
+def _located_refusal(root: Any, exc: PicklingError, found: tuple[str, Any] | None) -> PicklingError:
     if found is None:
         return PicklingError(
-            f"cannot pickle {_describe(root)}: {type(exc).__name__}: {exc}",
+            f"cannot pickle {_describe(root)}: {exc}",
             path=None,
             type_name=type_name(root),
         )
     path, obj = found
     return PicklingError(
-        f"cannot pickle the {type_name(obj)!r} object at {path}: "
-        f"{type(exc).__name__}: {exc}\n"
-        f"  object: {safe_repr(obj)}\n"
-        f"  to make it travel, give its type a reducer: "
-        f"graphpickle.register_reducer({type_name(obj)}, reducer)",
+        f"cannot pickle the {type_name(obj)!r} object at {path}: {exc}\n  object: {safe_repr(obj)}",
         path=path,
+        type_name=type_name(obj),
+    )
+
+
+def _add_location(exc: Exception, root: Any, found: tuple[str, Any] | None) -> None:
+    """Notes for people, attributes for code; the type and message stay."""
+    # An exception object raised again (a cached one) keeps only the latest notes.
+    notes = getattr(exc, "__notes__", None)
+    if isinstance(notes, list) and hasattr(exc, "graphpickle_path"):
+        notes[:] = [note for note in notes if not note.startswith((_NOTE_PREFIX, _ADVICE_PREFIX))]
+    if found is None:
+        exc.add_note(
+            f"{_NOTE_PREFIX}{_describe(root)}: the object that failed could not be "
+            "located (it failed only once, or outside a reduction)"
+        )
+        exc.graphpickle_path = None  # type: ignore[attr-defined]
+        exc.graphpickle_type_name = type_name(root)  # type: ignore[attr-defined]
+        return
+    path, obj = found
+    exc.add_note(f"{_NOTE_PREFIX}the {type_name(obj)!r} object at {path}: {safe_repr(obj)}")
+    exc.add_note(f"{_ADVICE_PREFIX}graphpickle.register_reducer({type_name(obj)}, reducer)")
+    exc.graphpickle_path = path  # type: ignore[attr-defined]
+    exc.graphpickle_type_name = type_name(obj)  # type: ignore[attr-defined]
+
+
+def _recursion_error(pickler: Any, root: Any) -> PicklingError:
+    try:
+        deepest = max(walk_with_depth(pickler, root), key=lambda node: node[1])
+    except WalkFailure as failure:  # a reduction that recurses without end
+        cause = failure.__cause__
+        return PicklingError(
+            f"{_DEEP_RECURSION}: reducing the {type_name(failure.obj)!r} object at "
+            f"{render_path(failure.path)} raised {type(cause).__name__}: {cause}",
+            path=render_path(failure.path),
+            type_name=type_name(failure.obj),
+        )
+    path, depth, obj = deepest
+    return PicklingError(
+        f"{_DEEP_RECURSION}: {_describe(root)} nests {depth} levels deep, more than "
+        f"the pickler can follow (the deepest object, a {type_name(obj)!r}, is at "
+        f"{render_path(path)}); {_DEEP_ADVICE}",
+        path=render_path(path),
         type_name=type_name(obj),
     )
 

@@ -130,8 +130,13 @@ class Pickler(_pickle.Pickler):
         return handler(self._state, obj)
 
     def dump(self, obj: Any) -> None:
-        """Write the pickle of ``obj``; raise :class:`graphpickle.PicklingError`
-        naming the failing object's type and its path in ``obj`` if it fails."""
+        """Write the pickle of ``obj``.
+
+        If an object's reduction raises, that exception propagates as pickle's
+        would, with notes naming the object's type and its path in ``obj`` (and
+        ``graphpickle_path``/``graphpickle_type_name`` attributes); graphpickle's
+        own refusals, and graphs too deep to pickle, raise
+        :class:`graphpickle.PicklingError`."""
         if self._passes is not None and self.fast:
             raise ValueError("deterministic payloads need the pickler's memo: turn fast mode off")
         # A deterministic dump's passes (some in pure Python) run where this
@@ -145,7 +150,14 @@ class Pickler(_pickle.Pickler):
         except (OSError, MemoryError):
             raise  # trouble with the output, not with the object
         except Exception as exc:
-            raise pickling_error(self, obj, exc) from exc
+            # The exception's traceback holds this pickler, so it may be freed by
+            # the cycle collector, in an order that crashes CPython when its memo
+            # holds memoryviews (3.11). Nothing written after a failure is usable.
+            self.clear_memo()
+            error = pickling_error(self, obj, exc)
+            if error is exc:
+                raise  # its own type and traceback, with notes saying where
+            raise error from exc
 
     def _dump_raw(self, obj: Any) -> None:
         """One run of the C pickler over ``obj``: a pass of a deterministic dump,

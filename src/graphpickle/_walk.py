@@ -53,21 +53,27 @@ def walk(pickler: Any, root: Any) -> Iterator[tuple[Path, Any]]:
     ``pickler`` saves, atoms left out, in pickling order, each once.
 
     Raises :class:`WalkFailure` at the first object whose reduction fails."""
-    stack: list[tuple[Any, Path]] = [(root, None)]
+    for path, _, obj in walk_with_depth(pickler, root):
+        yield path, obj
+
+
+def walk_with_depth(pickler: Any, root: Any) -> Iterator[tuple[Path, int, Any]]:
+    """:func:`walk`, with each object's depth (the number of segments of its path)."""
+    stack: list[tuple[Any, Path, int]] = [(root, None, 0)]
     seen: set[int] = set()
     keep_alive: list[Any] = []  # reductions build temporaries; keep their ids unique
     while stack:
-        obj, path = stack.pop()
+        obj, path, depth = stack.pop()
         if type(obj) in ATOMS or id(obj) in seen:
             continue
         seen.add(id(obj))
         keep_alive.append(obj)
-        yield path, obj
+        yield path, depth, obj
         try:
             children = _children(pickler, obj)
         except Exception as exc:
             raise WalkFailure(path, obj) from exc
-        stack.extend((child, (path, segment)) for segment, child in reversed(children))
+        stack.extend((child, (path, segment), depth + 1) for segment, child in reversed(children))
 
 
 def _children(pickler: Any, obj: Any) -> list[tuple[str, Any]]:

@@ -32,6 +32,9 @@ class PicklingError(pickle.PicklingError):
         super().__init__(message)
         self.path = path
         self.type_name = type_name
+        # The same names as on the other exceptions dump() raises.
+        self.graphpickle_path = path
+        self.graphpickle_type_name = type_name
 
 
 class UnpicklingError(pickle.UnpicklingError):

@@ -8,8 +8,10 @@ arrays) out of band of the pickle; results come back the same way.
 
 Failures reach the caller as clear exceptions, and the pool stays usable:
 
-- an argument that cannot be pickled raises :class:`graphpickle.PicklingError`
-  from ``submit``, with its path (``root['args'][1]``);
+- an argument that cannot be pickled raises from ``submit`` what pickle would
+  (``TypeError: cannot pickle ...``), with its path in a note and in
+  ``graphpickle_path`` (``root['args'][1]``); a result that cannot travel back
+  raises the same from ``Future.result()``;
 - an exception in the task is re-raised by ``Future.result()``, its remote
   traceback attached as ``__cause__``;
 - a worker that dies fails its tasks with ``BrokenProcessPool`` naming the
@@ -29,7 +31,6 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from . import wire
-from .errors import PicklingError
 
 __all__ = ["BrokenProcessPool", "ProcessPoolExecutor"]
 
@@ -62,7 +63,7 @@ def _packed_outcome(compute: Callable[[], Any]) -> bytes:
         outcome = ("raised", exc, traceback.format_exc())
     try:
         return wire.pack_bytes(outcome)
-    except PicklingError as exc:  # a result or an exception that cannot travel
+    except Exception as exc:  # a result or an exception that cannot travel
         return wire.pack_bytes(("raised", exc, traceback.format_exc()))
 
 
