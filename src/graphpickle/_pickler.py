@@ -27,7 +27,7 @@ from ._locate import pickling_error
 from ._reducers import PicklerState, Reducer, ReducerLookup, dispatch_for
 from ._restricted import compile_allowed, restricted_load
 from ._stack import SAFE_RECURSION_LIMIT, run_on_deep_stack
-from .errors import ForbiddenGlobalError, UnpicklingError
+from .errors import ForbiddenGlobalError
 
 __all__ = ["DEFAULT_PROTOCOL", "Pickler", "dump", "dumps", "load", "loads"]
 
@@ -200,12 +200,21 @@ def dumps(
 
 def loads(
     data: bytes | bytearray | memoryview,
+    /,
     *,
-    buffers: Iterable[Any] | None = (),
+    fix_imports: bool = True,
+    encoding: str = "ASCII",
+    errors: str = "strict",
+    buffers: Iterable[Any] | None = None,
     allowed: Iterable[str] | None = None,
 ) -> Any:
-    """Load a pickle from bytes. ``buffers`` supplies, in order, the out-of-band
-    buffers that ``dumps`` handed to its ``buffer_callback``.
+    """Load a pickle from bytes: ``pickle.loads``, with the same arguments.
+    ``buffers`` supplies, in order, the out-of-band buffers that ``dumps``
+    handed to its ``buffer_callback``.
+
+    Bad input raises what ``pickle.loads`` raises (``EOFError`` for empty or
+    truncated data, ``pickle.UnpicklingError``, ``ImportError`` for a missing
+    module, ...), with a note that says what is wrong in words.
 
     With ``allowed`` (for example :data:`graphpickle.DATA_ONLY`), only the globals
     the allow-list names are imported; any other raises
@@ -214,55 +223,68 @@ def loads(
     allow_list = None if allowed is None else compile_allowed(allowed)
     try:
         if allow_list is not None:
-            return restricted_load(io.BytesIO(data), allow_list, buffers)
-        return _pickle.loads(data, buffers=buffers)
+            options = (fix_imports, encoding, errors)
+            return restricted_load(io.BytesIO(data), allow_list, buffers, *options)
+        return _pickle.loads(
+            data, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers
+        )
     except ForbiddenGlobalError:
         raise
     except Exception as exc:
         try:
             memoryview(data)
         except TypeError:
-            raise TypeError(
-                f"loads() needs bytes or a bytes-like object, got {type(data).__qualname__}"
-            ) from None
-        raise _unpickling_error(exc) from exc
+            raise  # not bytes: pickle's own TypeError says so
+        exc.add_note(f"graphpickle: cannot load the pickle: {load_failure(exc)}")
+        raise
 
 
 def load(
     file: IO[bytes],
     *,
-    buffers: Iterable[Any] | None = (),
+    fix_imports: bool = True,
+    encoding: str = "ASCII",
+    errors: str = "strict",
+    buffers: Iterable[Any] | None = None,
     allowed: Iterable[str] | None = None,
 ) -> Any:
-    """Load one pickle from the binary file ``file`` (``allowed`` as in :func:`loads`)."""
+    """Load one pickle from the binary file ``file``: ``pickle.load``, with the
+    same arguments and errors (and ``allowed`` as in :func:`loads`)."""
     allow_list = None if allowed is None else compile_allowed(allowed)
     try:
         if allow_list is not None:
-            return restricted_load(file, allow_list, buffers)
-        return _pickle.load(file, buffers=buffers)
+            return restricted_load(file, allow_list, buffers, fix_imports, encoding, errors)
+        return _pickle.load(
+            file, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers
+        )
     except ForbiddenGlobalError:
         raise
     except OSError:
         raise  # trouble reading the file, not with its content
     except Exception as exc:
-        raise _unpickling_error(exc) from exc
+        exc.add_note(f"graphpickle: cannot load the pickle: {load_failure(exc)}")
+        raise
 
 
-def _unpickling_error(exc: Exception) -> UnpicklingError:
+def load_failure(exc: Exception) -> str:
+    """What a loading error means, in words."""
     if isinstance(exc, EOFError) or "truncated" in str(exc):
-        detail = "the data is truncated or empty"
-    elif isinstance(exc, ImportError):
-        detail = (
+        return "the data is truncated or empty"
+    if isinstance(exc, ImportError):
+        return (
             f"it references module {exc.name!r}, which this interpreter cannot import "
             "(install it here, or register it for pickling by value on the sender)"
         )
-    elif isinstance(exc, AttributeError) and "Can't get attribute" in str(exc):
-        detail = (
+    if isinstance(exc, AttributeError) and "Can't get attribute" in str(exc):
+        return (
             "it references a global this interpreter does not have (was it pickled by "
             "reference from the sender's __main__ with plain pickle?)"
         )
-    elif isinstance(exc, pickle.UnpicklingError | KeyError | ValueError | IndexError):
-        detail = "the data is corrupted or is not a pickle"
-    else:
-        detail = "rebuilding an object failed"
-    return UnpicklingError(f"cannot load the pickle: {detail}: {type(exc).__name__}: {exc}")
+    if "out-of-band" in str(exc):
+        return (
+            "it holds out-of-band buffers: pass those that dumps() handed to its "
+            "buffer_callback, in order, as buffers="
+        )
+    if isinstance(exc, pickle.UnpicklingError | KeyError | ValueError | IndexError):
+        return "the data is corrupted or is not a pickle"
+    return "rebuilding an object failed"

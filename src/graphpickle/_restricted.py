@@ -136,8 +136,14 @@ class AllowList:
 
 
 class _RestrictedUnpickler(_pickle.Unpickler):
-    def __init__(self, file: IO[bytes], allowed: AllowList, buffers: Iterable[Any] | None) -> None:
-        super().__init__(file, buffers=buffers)
+    def __init__(
+        self,
+        file: IO[bytes],
+        allowed: AllowList,
+        buffers: Iterable[Any] | None,
+        **options: Any,
+    ) -> None:
+        super().__init__(file, buffers=buffers, **options)
         self._allowed = allowed
 
     def find_class(self, module: str, name: str) -> Any:
@@ -200,6 +206,17 @@ def _refusal(module: str, name: str) -> str:
     )
 
 
-def restricted_load(file: IO[bytes], allowed: AllowList, buffers: Iterable[Any] | None) -> Any:
-    """Load one pickle from ``file``, importing only what ``allowed`` names."""
-    return _RestrictedUnpickler(file, allowed, buffers).load()
+def restricted_load(
+    file: IO[bytes],
+    allowed: AllowList,
+    buffers: Iterable[Any] | None,
+    fix_imports: bool = True,
+    encoding: str = "ASCII",
+    errors: str = "strict",
+) -> Any:
+    """Load one pickle from ``file``, importing only what ``allowed`` names
+    (the other arguments are ``pickle.load``'s)."""
+    unpickler = _RestrictedUnpickler(
+        file, allowed, buffers, fix_imports=fix_imports, encoding=encoding, errors=errors
+    )
+    return unpickler.load()

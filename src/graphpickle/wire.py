@@ -48,8 +48,8 @@ from collections.abc import Iterable, Sequence
 from pickle import PickleBuffer
 from typing import IO, Any
 
-from ._pickler import DEFAULT_PROTOCOL, Pickler, _speedups, loads
-from .errors import PicklingError, SignatureError, WireFormatError
+from ._pickler import DEFAULT_PROTOCOL, Pickler, _speedups, load_failure, loads
+from .errors import PicklingError, SignatureError, UnpicklingError, WireFormatError
 
 __all__ = [
     "COMPRESS_MAX_RATIO",
@@ -542,7 +542,14 @@ def _load(header: _Header, frames: list[Frame], start: int, allowed: Iterable[st
     buffers = frames[start + 1 : end]
     if header.split:
         buffers = _rejoin(header.buffer_frames, buffers)
-    return loads(payload, buffers=buffers, allowed=allowed)
+    try:
+        return loads(payload, buffers=buffers, allowed=allowed)
+    except UnpicklingError:
+        raise  # graphpickle's own: a forbidden global
+    except Exception as exc:  # the wire's contract: every bad message is an UnpicklingError
+        raise UnpicklingError(
+            f"cannot load the pickle: {load_failure(exc)}: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _read_exactly(stream: IO[bytes], n: int) -> bytearray:
