@@ -192,6 +192,75 @@ def test_dask_serialize_types_next_to_a_main_function():
     assert func(guarded) == 42
 
 
+class Refuses:
+    def __init__(self, value):
+        self.value = value
+
+    def __reduce__(self):
+        raise TypeError("nope")
+
+
+class HoldsRefuses:
+    def __init__(self, value):
+        self.stuff = {"foo": Refuses(value)}
+
+
+def test_dask_serialize_registered_after_a_failure_applies_to_the_next_dumps():
+    from distributed.protocol.serialize import dask_deserialize, dask_serialize
+
+    import graphpickle.dask_distributed as gpd
+
+    for graph in (Refuses(1), HoldsRefuses(1), [1, Refuses(1)]):
+        with pytest.raises(TypeError, match="nope"):  # distributed's contract
+            gpd.dumps(graph)
+    dask_serialize.register(Refuses)(lambda r: ({}, [str(r.value).encode()]))
+    dask_deserialize.register(Refuses)(lambda header, frames: Refuses(int(bytes(frames[0]))))
+    try:
+        assert gpd.loads(gpd.dumps(Refuses(5))).value == 5
+        assert gpd.loads(gpd.dumps(HoldsRefuses(6))).stuff["foo"].value == 6
+    finally:
+        del dask_serialize._lookup[Refuses]
+        del dask_deserialize._lookup[Refuses]
+    # and a registration removed applies too
+    with pytest.raises(TypeError, match="nope"):
+        gpd.dumps(HoldsRefuses(7))
+
+
+def test_lazy_dask_serialize_registration_after_a_failure(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    from distributed.protocol.serialize import dask_deserialize, dask_serialize
+
+    import graphpickle.dask_distributed as gpd
+
+    module = types.ModuleType("gp_lazy_lib")
+    exec(
+        "class Opaque:\n"
+        "    def __init__(self, v): self.v = v\n"
+        "    def __reduce__(self): raise TypeError('opaque')\n",
+        module.__dict__,
+    )
+    monkeypatch.setitem(sys.modules, "gp_lazy_lib", module)
+    with pytest.raises(TypeError, match="opaque"):
+        gpd.dumps([module.Opaque(1)])
+
+    @dask_serialize.register_lazy("gp_lazy_lib")
+    def _register_serialize():
+        dask_serialize.register(module.Opaque)(lambda o: ({}, [bytes([o.v])]))
+
+    @dask_deserialize.register_lazy("gp_lazy_lib")
+    def _register_deserialize():
+        dask_deserialize.register(module.Opaque)(lambda h, frames: module.Opaque(frames[0][0]))
+
+    try:
+        assert gpd.loads(gpd.dumps([module.Opaque(9)]))[0].v == 9
+    finally:
+        for registry in (dask_serialize, dask_deserialize):
+            registry._lookup.pop(module.Opaque, None)
+            registry._lazy.pop("gp_lazy_lib", None)
+
+
 def test_preload_for_command_line_scheduler_and_worker(tmp_path):
     # `dask scheduler` and `dask worker` started as a user would, with the preload.
     import os

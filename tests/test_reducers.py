@@ -162,3 +162,19 @@ def test_reducer_lookup_is_asked_once_per_type_and_never_leaks():
         out, reducers={Handle: lambda h: (str, (h.address,))}, reducer_lookup=lookup
     ).dump(Handle("e"))
     assert graphpickle.loads(out.getvalue()) == "e"
+
+
+def test_a_reducer_registered_after_the_type_was_seen_applies_to_the_next_dumps():
+    class Late:
+        def __init__(self):
+            self.lock = threading.Lock()
+
+    with pytest.raises(TypeError, match=r"_thread\.lock"):
+        graphpickle.dumps([Late()])  # the shared table now remembers Late
+    graphpickle.register_reducer(Late, lambda obj: (Late, ()))
+    try:
+        assert type(graphpickle.loads(graphpickle.dumps([Late()]))[0]) is Late
+    finally:
+        graphpickle.unregister_reducer(Late)
+    with pytest.raises(TypeError, match=r"_thread\.lock"):
+        graphpickle.dumps([Late()])

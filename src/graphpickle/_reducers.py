@@ -31,7 +31,8 @@ Reducer = Callable[[Any], Any]
 ReducerLookup = Callable[[type], Reducer | None]
 """``lookup(cls)`` finds a reducer for a type the reducer tables do not name, or
 returns ``None``: another library's registry. It is asked once per type; the
-answer is remembered for every pickler given the same lookup function."""
+answer is remembered for every pickler given the same lookup function, until
+:func:`forget_lookup` is called for it."""
 
 
 class PicklerState:
@@ -233,6 +234,13 @@ class TypeDispatch:
 # is bounded: it would otherwise keep every class ever pickled alive.
 _MAX_SHARED_TYPES = 4096
 _shared_dispatch: dict[ReducerLookup | None, TypeDispatch] = {}
+
+
+def forget_lookup(lookup: ReducerLookup) -> None:
+    """Drop what picklers sharing ``lookup`` remembered of its answers: the
+    registry behind it changed. Picklers created from now on ask again."""
+    with _global_reducers_lock:
+        _shared_dispatch.pop(lookup, None)
 
 
 def dispatch_for(

@@ -23,7 +23,8 @@ The serialization family ``"graphpickle"`` is registered too, for
 ``Client(serializers=["graphpickle", ...], deserializers=[...])``.
 
 Whether a type has a ``dask_serialize`` registration is looked up once per type
-and remembered: register types before the first graph that holds them is sent.
+and remembered until the registries change: a registration (or its removal)
+made at any time applies to the next ``dumps``, as with stock distributed.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Any
 
 from ._pickler import DEFAULT_PROTOCOL, Pickler
 from ._pickler import loads as _graphpickle_loads
-from ._reducers import Reducer
+from ._reducers import Reducer, forget_lookup
 
 __all__ = ["dask_setup", "dumps", "install", "installed", "loads", "uninstall"]
 
@@ -48,10 +49,79 @@ HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
 _PICKLED_AS_IS_MODULES = ("numpy", "pandas")
 
 
+class _TrackedDict(dict[Any, Any]):
+    """A registry dict of ``dask_serialize``/``dask_deserialize`` that counts its
+    changes, so that remembered answers are dropped when a registration is made
+    or removed. Reads stay the plain dict's."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if dict.get(self, key, _UNSET) is not value:
+            _registry_changed()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        _registry_changed()
+        super().__delitem__(key)
+
+    def pop(self, *args: Any) -> Any:
+        _registry_changed()
+        return super().pop(*args)
+
+    def popitem(self) -> tuple[Any, Any]:
+        _registry_changed()
+        return super().popitem()
+
+    def clear(self) -> None:
+        _registry_changed()
+        super().clear()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        _registry_changed()
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            _registry_changed()
+        return super().setdefault(key, default)
+
+    def __ior__(self, other: Any) -> _TrackedDict:  # type: ignore[override,misc]
+        _registry_changed()
+        return super().__ior__(other)  # type: ignore[no-any-return]
+
+
+_UNSET = object()
+_generation = 0  # bumped by every change of the registries
+_generation_seen = 0  # the generation the remembered answers were looked up in
+_tracking = False
+
+
+def _registry_changed() -> None:
+    global _generation
+    _generation += 1
+
+
+def _track_registries() -> None:
+    """Swap the registries' dicts for counting ones (once, before any answer is
+    remembered)."""
+    global _tracking
+    from distributed.protocol.serialize import dask_deserialize, dask_serialize
+
+    for registry in (dask_serialize, dask_deserialize):
+        for name in ("_lookup", "_lazy"):
+            table = getattr(registry, name)
+            if type(table) is not _TrackedDict:
+                setattr(registry, name, _TrackedDict(table))
+    _tracking = True
+
+
 def _dask_serialize_lookup(cls: type) -> Reducer | None:
     """A reducer that uses ``dask_serialize``/``dask_deserialize`` for ``cls``."""
     from distributed.protocol.serialize import dask_deserialize, dask_serialize
 
+    if not _tracking:
+        _track_registries()
     if cls is str or cls is bytes or _pickled_as_is(cls):
         return None
     try:
@@ -81,6 +151,10 @@ def dumps(
 
     As distributed's: protocol 4 keeps buffers in band (``buffer_callback`` is
     ignored), protocol 5 hands them to ``buffer_callback``."""
+    global _generation_seen
+    if _generation != _generation_seen:  # a registration came or went
+        _generation_seen = _generation
+        forget_lookup(_dask_serialize_lookup)
     protocol = protocol or HIGHEST_PROTOCOL
     out = io.BytesIO()
     Pickler(
@@ -123,13 +197,18 @@ def _family_loads(header: dict[str, Any], frames: list[Any]) -> Any:
     return loads(frames[0], buffers=buffers)
 
 
-# Where distributed keeps its pickle functions: the module, and the names that
-# distributed.client imported from it.
+# Where distributed keeps its pickle functions: the module, and the modules that
+# imported them by name (those a distributed version lacks are skipped).
 _TARGETS = (
     ("distributed.protocol.pickle", "dumps"),
     ("distributed.protocol.pickle", "loads"),
     ("distributed.client", "dumps"),
     ("distributed.client", "loads"),
+    ("distributed.scheduler", "dumps"),
+    ("distributed.scheduler", "loads"),
+    ("distributed.diagnostics.plugin", "dumps"),
+    ("distributed.diagnostics.progressbar", "dumps"),
+    ("distributed.shuffle._scheduler_plugin", "dumps"),
 )
 _originals: dict[tuple[str, str], Any] = {}
 
@@ -141,7 +220,12 @@ def install(client: Any = None) -> None:
 
     ours = {"dumps": dumps, "loads": loads}
     for module_name, name in _TARGETS:
-        module = importlib.import_module(module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        if name not in vars(module):
+            continue
         _originals.setdefault((module_name, name), vars(module)[name])
         setattr(module, name, ours[name])
     register_serialization_family("graphpickle", _family_dumps, _family_loads)
