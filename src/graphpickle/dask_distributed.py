@@ -86,9 +86,9 @@ class _TrackedDict(dict[Any, Any]):
             _registry_changed()
         return super().setdefault(key, default)
 
-    def __ior__(self, other: Any) -> _TrackedDict:  # type: ignore[override,misc]
+    def __ior__(self, other: Any) -> _TrackedDict:  # type: ignore[misc]
         _registry_changed()
-        return super().__ior__(other)  # type: ignore[no-any-return]
+        return super().__ior__(other)
 
 
 _UNSET = object()
