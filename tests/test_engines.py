@@ -24,11 +24,17 @@ def square(x):
 def make_adder(n):
     return lambda x: x + n
 
+class Point:
+    def __init__(self, x):
+        self.x = x
+
 lock = threading.Lock()
 add = make_adder(OFFSET)
 tasks = [delayed(lambda x, lock: add(square(x)))(i, lock) for i in range(50)]
 results = Parallel(n_jobs=2, backend="loky")(tasks)
 assert results == [i * i + OFFSET for i in range(50)], results
+points = Parallel(n_jobs=2, backend="loky")(delayed(Point)(i) for i in range(4))
+assert all(type(p) is Point for p in points) and [p.x for p in points] == [0, 1, 2, 3]
 from joblib.externals.loky.backend import reduction
 assert issubclass(reduction.get_loky_pickler(), graphpickle.Pickler)
 print("ok")
@@ -40,8 +46,11 @@ print("ok")
     [
         'os.environ["LOKY_PICKLER"] = "graphpickle"',
         'from joblib.externals import loky; loky.set_loky_pickler("graphpickle")',
+        # `import graphpickle as cloudpickle` for a consumer that imports cloudpickle
+        # by name: loky then subclasses graphpickle's CloudPickler.
+        'import graphpickle; sys.modules["cloudpickle"] = graphpickle',
     ],
-    ids=["env", "set_loky_pickler"],
+    ids=["env", "set_loky_pickler", "module_swap"],
 )
 def test_joblib_loky_runs_on_graphpickle(tmp_path, setup):
     from conftest import run_python

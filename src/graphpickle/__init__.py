@@ -7,7 +7,7 @@ for pickling by value) is pickled by value, through cloudpickle.
 """
 
 from ._captures import get_large_capture_threshold, set_large_capture_threshold
-from ._pickler import DEFAULT_PROTOCOL, Pickler, dump, dumps, load, loads
+from ._pickler import DEFAULT_PROTOCOL, CloudPickler, Pickler, dump, dumps, load, loads
 from ._policy import (
     ByValueReason,
     list_registry_pickle_by_value,
@@ -34,6 +34,7 @@ __all__ = [
     "DATA_ONLY",
     "DEFAULT_PROTOCOL",
     "ByValueReason",
+    "CloudPickler",
     "ExplainReport",
     "ForbiddenGlobalError",
     "InspectReport",

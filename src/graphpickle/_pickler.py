@@ -29,9 +29,9 @@ from ._restricted import compile_allowed, restricted_load
 from ._stack import SAFE_RECURSION_LIMIT, run_on_deep_stack
 from .errors import ForbiddenGlobalError
 
-__all__ = ["DEFAULT_PROTOCOL", "Pickler", "dump", "dumps", "load", "loads"]
+__all__ = ["DEFAULT_PROTOCOL", "CloudPickler", "Pickler", "dump", "dumps", "load", "loads"]
 
-DEFAULT_PROTOCOL = 5
+DEFAULT_PROTOCOL = pickle.HIGHEST_PROTOCOL  # as cloudpickle's (5 on every Python we support)
 
 
 def _load_speedups() -> ModuleType | None:
@@ -80,8 +80,8 @@ class Pickler(_pickle.Pickler):
         self,
         file: IO[bytes],
         protocol: int | None = None,
-        *,
         buffer_callback: BufferCallback | None = None,
+        *,
         reducers: Mapping[type, Reducer] | None = None,
         reducer_lookup: ReducerLookup | None = None,
         deterministic: bool = False,
@@ -165,12 +165,16 @@ class Pickler(_pickle.Pickler):
         super().dump(obj)
 
 
+#: cloudpickle's other name for its pickler, for ``import graphpickle as cloudpickle``.
+CloudPickler = Pickler
+
+
 def dump(
     obj: Any,
     file: IO[bytes],
     protocol: int | None = None,
-    *,
     buffer_callback: BufferCallback | None = None,
+    *,
     deterministic: bool = False,
 ) -> None:
     """Write the pickle of ``obj`` to the binary file ``file``."""
@@ -180,8 +184,8 @@ def dump(
 def dumps(
     obj: Any,
     protocol: int | None = None,
-    *,
     buffer_callback: BufferCallback | None = None,
+    *,
     deterministic: bool = False,
 ) -> bytes:
     """Return the pickle of ``obj`` as bytes (protocol 5 by default).

@@ -47,8 +47,7 @@ def register_pickle_by_value(module: types.ModuleType) -> None:
     Use it for local modules that workers do not have. The registry is shared
     with ``cloudpickle.register_pickle_by_value``.
     """
-    if not isinstance(module, types.ModuleType):
-        raise TypeError(f"expected a module object, got {type(module).__qualname__}: {module!r}")
+    _check_module(module)
     if sys.modules.get(module.__name__) is not module:
         raise ValueError(
             f"module {module.__name__!r} is not in sys.modules; import it with an import "
@@ -59,11 +58,16 @@ def register_pickle_by_value(module: types.ModuleType) -> None:
 
 def unregister_pickle_by_value(module: types.ModuleType) -> None:
     """Undo :func:`register_pickle_by_value`."""
-    if not isinstance(module, types.ModuleType):
-        raise TypeError(f"expected a module object, got {type(module).__qualname__}: {module!r}")
+    _check_module(module)
     if module.__name__ not in REGISTERED_BY_VALUE:
         raise ValueError(f"module {module.__name__!r} is not registered for pickling by value")
     REGISTERED_BY_VALUE.discard(module.__name__)
+
+
+def _check_module(module: object) -> None:
+    # ValueError, not TypeError: what cloudpickle raises, and code catches.
+    if not isinstance(module, types.ModuleType):
+        raise ValueError(f"expected a module object, got {type(module).__qualname__}: {module!r}")
 
 
 def list_registry_pickle_by_value() -> set[str]:
