@@ -9,6 +9,7 @@ import io
 import pickle
 import sys
 import types
+from typing import ClassVar
 
 import cloudpickle
 import pytest
@@ -73,7 +74,7 @@ def test_subclass_extends_reducer_override(module):
 def test_subclass_with_its_own_dispatch_table():
     def custom(module):
         class Custom(module.Pickler):
-            dispatch_table = {Opaque: lambda obj: (str, (f"table {obj.value}",))}
+            dispatch_table: ClassVar = {Opaque: lambda obj: (str, (f"table {obj.value}",))}
 
         return Custom
 
@@ -137,7 +138,7 @@ def test_errors_of_unpicklable_objects(module):
     import multiprocessing
     import threading
 
-    with pytest.raises(TypeError, match="cannot pickle '_thread.lock' object"):
+    with pytest.raises(TypeError, match=r"cannot pickle '_thread\.lock' object"):
         module.dumps({"a": [threading.Lock()]})
     with pytest.raises(RuntimeError, match="through inheritance"):
         module.dumps(multiprocessing.Lock())
