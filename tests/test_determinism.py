@@ -192,6 +192,46 @@ def test_same_bytes_in_every_process_and_hash_seed(runs):
             assert report[name]["fingerprint"] == hashes["fingerprint"], name
 
 
+def test_no_path_of_the_senders_machine_in_a_payload(runs):
+    for where, _ in runs.values():
+        for payload in where.glob("*.pkl"):
+            data = payload.read_bytes()
+            assert str(where).encode() not in data and b"script.py" not in data, payload
+
+
+def test_a_traceback_on_the_receiver_names_the_function_and_its_line(tmp_path):
+    sender = tmp_path / "sender"
+    sender.mkdir()
+    run_python(
+        """
+        import graphpickle
+
+        def checked(x):
+            if x < 0:
+                raise ValueError("negative")  # the third line of the function
+            return x
+
+        with open("checked.pkl", "wb") as f:
+            f.write(graphpickle.dumps(checked, deterministic=True))
+        """,
+        cwd=sender,
+    )
+    out = run_python(
+        """
+        import pickle, traceback
+        with open("sender/checked.pkl", "rb") as f:
+            checked = pickle.load(f)
+        try:
+            checked(-1)
+        except ValueError as exc:
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            print(frame.name, frame.lineno, frame.filename)
+        """,
+        cwd=tmp_path,
+    )
+    assert out.split() == ["checked", "3", "<dynamic-code>"]
+
+
 def test_default_payloads_do_vary_so_the_comparison_can_fail(runs):
     reports = [report for _, report in runs.values()]
     varying = {

@@ -222,11 +222,15 @@ def reduce_set_subclass(state: Any, members: AnySet) -> Any:
     return (rebuild, (canonical_members(members, state.deterministic),), *rest)
 
 
+_CODE_FILENAME = "<dynamic-code>"
+
+
 def reduce_code(state: Any, code: types.CodeType) -> tuple[Any, ...]:
     """How deterministic payloads write a code object: first line 1 (its line
-    table is relative to it), and constants and names as :func:`_unshared`
-    makes them."""
-    rebuild, args = cp.reduce_code(code.replace(co_firstlineno=1))
+    table is relative to it), no file name of the sender's (cloudpickle 3.1.3
+    writes ``<dynamic-code>`` too, earlier versions the sender's path), and
+    constants and names as :func:`_unshared` makes them."""
+    rebuild, args = cp.reduce_code(code.replace(co_firstlineno=1, co_filename=_CODE_FILENAME))
     return (rebuild, _unshared(args, state.deterministic))
 
 
