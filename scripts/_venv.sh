@@ -1,24 +1,56 @@
-# Sourced by scripts/demo and scripts/test: create or reuse .venv in the repo and
-# install graphpickle (editable) with the extras named in $GP_EXTRAS. The install
-# is redone only when pyproject.toml or the extras change.
+# Sourced by scripts/demo and scripts/test: create or reuse a virtual environment
+# in the repo and install graphpickle (editable) with the extras named in
+# $GP_EXTRAS. The install is redone only when pyproject.toml, the extras or the
+# constraints change.
+#
+#   PYTHON=3.12 scripts/test      # another interpreter (a version or a path): .venv-3.12
+#   GP_FLOOR=1 scripts/test       # every declared dependency at its floor: .venv-3.11-floor
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-venv="$repo/.venv"
-python=${PYTHON:-python3}
+
+# A version number names an interpreter: python3.12 on the PATH, else one that
+# pyenv installed (its shims only run the versions pyenv was told to use).
+resolve_python() {
+    local wanted=$1 candidate
+    case "$wanted" in
+        [0-9]*)
+            for candidate in "python$wanted" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$wanted"*/bin/python"$wanted"; do
+                if "$candidate" -c 'pass' >/dev/null 2>&1; then
+                    echo "$candidate"
+                    return 0
+                fi
+            done
+            echo "no Python $wanted found (looked for python$wanted and pyenv's versions)" >&2
+            return 1
+            ;;
+        *) echo "$wanted" ;;
+    esac
+}
+
+python=$(resolve_python "${PYTHON:-python3}")
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-    echo "graphpickle needs Python >= 3.11; set PYTHON=/path/to/python3.11+" >&2
+    echo "graphpickle needs Python >= 3.11; set PYTHON=3.11 (or a path to python3.11+)" >&2
     exit 1
 fi
+version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+venv="$repo/.venv"
+[ -n "${PYTHON:-}" ] && venv="$repo/.venv-$version"
+constraints=()
+if [ -n "${GP_FLOOR:-}" ]; then
+    venv="$repo/.venv-$version-floor"
+    constraints=(-c "$repo/.ci/floor-constraints.txt")
+fi
 if [ ! -x "$venv/bin/python" ]; then
-    echo "creating $venv" >&2
+    echo "creating $venv with $python" >&2
     "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --upgrade pip
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
 fi
 stamp="$venv/.graphpickle-installed"
-want="$(sha256sum "$repo/pyproject.toml" | cut -c1-16) ${GP_EXTRAS}"
+want="$(cat "$repo/pyproject.toml" ${GP_FLOOR:+"$repo/.ci/floor-constraints.txt"} | sha256sum | cut -c1-16) ${GP_EXTRAS}"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "installing graphpickle[${GP_EXTRAS}] into $venv" >&2
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$repo[${GP_EXTRAS}]"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check ${constraints[@]+"${constraints[@]}"} \
+        -e "$repo[${GP_EXTRAS}]"
     echo "$want" > "$stamp"
 fi
 PY="$venv/bin/python"
