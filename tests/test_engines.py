@@ -46,16 +46,54 @@ print("ok")
     [
         'os.environ["LOKY_PICKLER"] = "graphpickle"',
         'from joblib.externals import loky; loky.set_loky_pickler("graphpickle")',
-        # `import graphpickle as cloudpickle` for a consumer that imports cloudpickle
-        # by name: loky then subclasses graphpickle's CloudPickler.
-        'import graphpickle; sys.modules["cloudpickle"] = graphpickle',
     ],
-    ids=["env", "set_loky_pickler", "module_swap"],
+    ids=["env", "set_loky_pickler"],
 )
 def test_joblib_loky_runs_on_graphpickle(tmp_path, setup):
     from conftest import run_python
 
     assert run_python(_LOKY_SCRIPT.format(setup=setup), cwd=tmp_path).strip() == "ok"
+
+
+_LOKY_SWAP_SCRIPT = """
+import sys, threading
+import graphpickle
+
+# `import graphpickle as cloudpickle`, for a consumer that imports cloudpickle by
+# name: loky's default pickler is then a subclass of graphpickle's CloudPickler.
+sys.modules["cloudpickle"] = graphpickle
+import loky
+from loky.backend import reduction
+
+graphpickle.register_reducer(type(threading.Lock()), lambda lock: (threading.Lock, ()))
+OFFSET = 10
+
+def square(x):
+    return x * x
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+if __name__ == "__main__":
+    assert issubclass(reduction.get_loky_pickler(), graphpickle.CloudPickler)
+    lock = threading.Lock()
+    executor = loky.get_reusable_executor(max_workers=2)
+    results = list(executor.map(lambda x, lock: square(x) + OFFSET, range(20), [lock] * 20))
+    assert results == [i * i + OFFSET for i in range(20)], results
+    # Workers answer with the real cloudpickle: what it writes loads here too.
+    points = list(executor.map(Point, range(4)))
+    assert all(type(p) is Point for p in points) and [p.x for p in points] == [0, 1, 2, 3]
+    executor.shutdown()
+    print("ok")
+"""
+
+
+def test_loky_runs_on_graphpickle_swapped_in_as_the_cloudpickle_module(tmp_path):
+    # joblib up to 1.5 vendors cloudpickle, so the swap reaches standalone loky only.
+    from conftest import run_python
+
+    assert run_python(_LOKY_SWAP_SCRIPT, cwd=tmp_path).strip() == "ok"
 
 
 _FUTURES_SCRIPT = """

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import cloudpickle
 from cloudpickle import cloudpickle as _cp
 
-SUPPORTED_VERSIONS = ">=3.1,<3.2"
+SUPPORTED_VERSIONS = ">=3.1.0,<3.2"
 
 _REQUIRED = (
     "_PICKLE_BY_VALUE_MODULES",
