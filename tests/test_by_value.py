@@ -359,3 +359,33 @@ def test_dynamic_class_identity_across_payloads_in_another_process(sender, recei
         """,
     )
     assert out.split() == ["True", "True", "False", "b"]
+
+
+def test_a_dynamic_module_whose_builtins_hold_an_unpicklable_object(sender, receiver):
+    # Some libraries (scipy among them) put such objects into builtins, which every
+    # module's __dict__ holds as __builtins__: the module still travels, as with
+    # cloudpickle, and the receiver gives it its own builtins.
+    payload = sender(
+        """
+        import builtins, sys, types
+        import graphpickle
+
+        class Unpicklable:
+            def __reduce__(self):
+                raise ValueError("unpicklable")
+
+        builtins.gp_unpicklable = Unpicklable()
+        module = types.ModuleType("gp_dynamic")
+        exec("f = lambda x: abs(x)\\ndef g(items):\\n    return len(items)", module.__dict__)
+        with open(sys.argv[1], "wb") as out:
+            out.write(graphpickle.dumps({"module": module, "f": module.f, "g": module.g}))
+        """
+    )
+    out = receiver(
+        payload,
+        """
+        module = obj["module"]
+        print(module.f(-3), obj["f"](-4), obj["g"]([1, 2]), "__builtins__" in vars(module))
+        """,
+    )
+    assert out.split() == ["3", "4", "2", "True"]
