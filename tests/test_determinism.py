@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import sys
 import textwrap
 import types
 from pathlib import Path
@@ -789,8 +790,11 @@ def test_fast_mode_is_refused_clearly():
 
 
 def test_deep_graphs_with_a_raised_recursion_limit_do_not_crash(tmp_path):
-    # Plain pickle segfaults here without a deeper stack; so would the
-    # deterministic mode's Python passes.
+    # Up to 3.11, plain pickle segfaults here without a deeper stack; so would the
+    # deterministic mode's Python passes: graphpickle runs them on a deep stack.
+    # From 3.12 the C passes stop at the C recursion limit (~500 nested objects
+    # on 3.12, 3333 on 3.13), which no recursion limit or stack changes: the
+    # same graph is a clear error, never a crash.
     code = """\
         import sys, pickle, graphpickle
         sys.setrecursionlimit(10**6)
@@ -803,7 +807,86 @@ def test_deep_graphs_with_a_raised_recursion_limit_do_not_crash(tmp_path):
                 head = Node(head)
             return head
         graph = {chain(20000), chain(20000)}
-        data = graphpickle.dumps(graph, deterministic=True)
-        print(len(pickle.loads(data)))
+        try:
+            data = graphpickle.dumps(graph, deterministic=True)
+        except graphpickle.PicklingError as exc:
+            assert "deep recursion" in str(exc), exc
+            print("clear error")
+        else:
+            print(len(pickle.loads(data)))
         """
-    assert run_python(textwrap.dedent(code), cwd=tmp_path).split() == ["2"]
+    expected = ["clear error"] if sys.version_info >= (3, 12) else ["2"]
+    assert run_python(textwrap.dedent(code), cwd=tmp_path).splitlines() == expected
+
+
+def test_a_raised_recursion_limit_still_deepens_the_python_pass(tmp_path):
+    # Sets of objects take the pure-Python pickler, which needs ~5 Python frames
+    # per level of objects: under the default limit a chain of 300 objects in a
+    # set fails there (the C passes follow it: 332 levels on 3.11, ~500 on 3.12,
+    # 3333 on 3.13). A raised limit lets it through on every version (from 3.12,
+    # Python frames take no C stack, so no helper thread is needed for that).
+    code = """\
+        import sys, pickle, graphpickle
+        class Node:
+            def __init__(self, nxt):
+                self.nxt = nxt
+        def chain(n):
+            head = None
+            for _ in range(n):
+                head = Node(head)
+            return head
+        graph = {chain(300), chain(300)}
+        try:
+            graphpickle.dumps(graph, deterministic=True)
+        except graphpickle.PicklingError as exc:
+            assert "deep recursion" in str(exc), exc
+            print("clear error")
+        sys.setrecursionlimit(10**6)
+        print(len(pickle.loads(graphpickle.dumps(graph, deterministic=True))))
+        """
+    assert run_python(textwrap.dedent(code), cwd=tmp_path).splitlines() == ["clear error", "2"]
+
+
+def test_closures_sharing_a_cell_repickle_to_the_same_bytes():
+    # Functions made together share closure cells (3.13's dataclasses make a
+    # frozen class's __setattr__ and __delattr__ so); loaded functions never do,
+    # so deterministic payloads write each function's cells as copies.
+    namespace: dict = {"__name__": "graphpickle_test_not_importable"}
+    exec(
+        "def make():\n"
+        "    count = 0\n"
+        "    def get():\n"
+        "        return count\n"
+        "    def bump():\n"
+        "        nonlocal count\n"
+        "        count += 1\n"
+        "    return get, bump\n"
+        "pair = make()\n",
+        namespace,
+    )
+    pair = namespace["pair"]
+    assert pair[0].__closure__[0] is pair[1].__closure__[0]
+    data = graphpickle.dumps(pair, deterministic=True)
+    get, bump = pickle.loads(data)
+    assert get.__closure__[0] is not bump.__closure__[0]  # cloudpickle's receivers
+    assert graphpickle.dumps((get, bump), deterministic=True) == data
+
+
+def test_static_attributes_are_written_as_copies():
+    # 3.13 records the names a class's methods assign on self, sorted (so alike
+    # under any hash seed), as the interned strings its instances' attribute
+    # names are: a receiver's loaded copies are not, so both write copies.
+    from graphpickle import _cloudpickle_internals as cp
+
+    class Holder:
+        def __init__(self):
+            self.beta = self.alpha = 1
+
+    _, _, (clsdict, _), *_ = cp.reduce_class_by_value(Holder, canonical=True, tracker_id="x")
+    if sys.version_info >= (3, 13):
+        assert Holder.__static_attributes__ == ("alpha", "beta")
+        written = clsdict["__static_attributes__"]
+        assert written == ("alpha", "beta")
+        assert not any(a is b for a, b in zip(written, Holder.__static_attributes__, strict=True))
+    else:  # no such entry before 3.13
+        assert "__static_attributes__" not in clsdict

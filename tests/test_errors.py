@@ -410,8 +410,13 @@ def test_fuzz_random_bytes_fail_as_pickle_fails(data):
 
 
 def test_raised_recursion_limit_never_crashes(tmp_path):
-    # With a raised limit the C pickler would run off the C stack (a segfault,
-    # with plain pickle too); graphpickle pickles on a stack sized for the limit.
+    # Up to 3.11, with a raised limit the C pickler would run off the C stack (a
+    # segfault, with plain pickle too); graphpickle pickles on a stack sized for
+    # the limit, so these deep graphs pickle. From 3.12 the C pickler stops at
+    # the C recursion limit (fixed when the interpreter is built: ~750 nested
+    # lists and ~500 objects on 3.12, 5000 and 3333 on 3.13) whatever
+    # sys.setrecursionlimit() says: the same graphs are a clear error, never a
+    # crash, as with plain pickle.
     from conftest import run_python
 
     out = run_python(
@@ -428,21 +433,28 @@ def test_raised_recursion_limit_never_crashes(tmp_path):
                 node = Node(node)
             return node
 
+        def outcome(graph):
+            try:
+                data = graphpickle.dumps(graph)
+            except graphpickle.PicklingError as exc:
+                assert "deep recursion" in str(exc), exc
+                return "clear error"
+            assert graphpickle.loads(data) is not None
+            return "deep ok"
+
         sys.setrecursionlimit(1_000_000)
         deep = []
         for _ in range(200_000):
             deep = [deep]
-        assert graphpickle.loads(graphpickle.dumps(deep)) is not None
-        assert graphpickle.loads(graphpickle.dumps(chain(100_000))).nxt.nxt is not None
-        print("deep ok")
-
+        print(outcome(deep))
+        print(outcome(chain(100_000)))
         sys.setrecursionlimit(50_000)
-        try:
-            graphpickle.dumps(chain(100_000))
-        except graphpickle.PicklingError as exc:
-            assert "deep recursion" in str(exc)
-            print("clear error")
+        print(outcome(chain(100_000)))
         """,
         cwd=tmp_path,
     )
-    assert out.split("\n")[:2] == ["deep ok", "clear error"]
+    if sys.version_info >= (3, 12):
+        expected = ["clear error", "clear error", "clear error"]
+    else:
+        expected = ["deep ok", "deep ok", "clear error"]
+    assert out.splitlines() == expected

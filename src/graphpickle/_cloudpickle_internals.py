@@ -76,8 +76,9 @@ def reduce_function_by_value(
     pickled share one again when loaded (``pickler.globals_ref`` keeps the map).
     ``canonical`` leaves out what differs between processes and machines: the
     module's ``__file__`` and ``__path__`` (unless the code reads them, which puts
-    them among the globals it uses) and the import order of its submodules; and
-    it writes module names as copies (see :func:`_copy`).
+    them among the globals it uses) and the import order of its submodules; it
+    writes module names as copies (see :func:`_copy`) and closure cells as
+    copies (see :func:`_copy_cell`).
     """
     newargs = _cp.Pickler._function_getnewargs(pickler, func)
     state, slotstate = _cp._function_getstate(func)
@@ -90,6 +91,9 @@ def reduce_function_by_value(
         slotstate["__module__"] = _copy(slotstate["__module__"])
         submodules = slotstate["_cloudpickle_submodules"]
         slotstate["_cloudpickle_submodules"] = sorted(submodules, key=lambda m: m.__name__)
+        closure = slotstate["__closure__"]
+        if closure is not None:
+            slotstate["__closure__"] = tuple(_copy_cell(cell) for cell in closure)
     return (_cp._make_function, newargs, (state, slotstate), None, None, _cp._function_setstate)
 
 
@@ -101,9 +105,12 @@ def reduce_class_by_value(
     ``canonical`` names the class ``tracker_id`` instead of a random uuid4 and
     leaves out what changes with the class's use or place: the ``__slotnames__``
     cache that pickling an instance adds, and ``__firstlineno__`` (3.13+); it
-    sorts the registered virtual subclasses of an ABC (a WeakSet's order). (Its
-    module name is not copied as a function's is: cloudpickle leaves out of a
-    class's dict what *is* its base's, so that identity must survive.)
+    sorts the registered virtual subclasses of an ABC (a WeakSet's order), and
+    writes the names in ``__static_attributes__`` (3.13+) as copies: the
+    sender's are the interned strings its instances' attribute names are, a
+    receiver's are not (see :func:`_copy`). (Its module name is not copied as a
+    function's is: cloudpickle leaves out of a class's dict what *is* its
+    base's, so that identity must survive.)
     """
     if cls in BUILTIN_TYPES:
         reduction: Reduction = _cp._class_reduce(cls)
@@ -116,6 +123,9 @@ def reduce_class_by_value(
     rebuild, newargs, (clsdict, slotstate), *rest = reduction
     clsdict.pop("__slotnames__", None)
     clsdict.pop("__firstlineno__", None)
+    static_attributes = clsdict.get("__static_attributes__")  # 3.13+
+    if type(static_attributes) is tuple:
+        clsdict["__static_attributes__"] = tuple(_copy(name) for name in static_attributes)
     if isinstance(clsdict.get("_abc_impl"), list):
         clsdict["_abc_impl"].sort(key=lambda c: (c.__module__, c.__qualname__))
     # The tracker id is the next-to-last argument of _make_skeleton_enum (bases,
@@ -137,6 +147,24 @@ def _copy(value: Any) -> Any:
     never shared, in either process. (cloudpickle does the same for names.)
     """
     return "".join(value) if type(value) is str else value
+
+
+def _copy_cell(cell: types.CellType) -> types.CellType:
+    """A new cell holding what ``cell`` holds (an empty one for an empty cell).
+
+    Functions made together share closure cells (Python 3.13's dataclasses
+    build ``__init__``, ``__setattr__``, ``__repr__``... in one ``exec``, so a
+    frozen dataclass's ``__setattr__`` and ``__delattr__`` share theirs), and the
+    memo writes a shared cell once. A receiver never shares them:
+    ``_function_setstate`` copies each cell's contents into the function's own
+    new cells, so re-pickling what it loaded would write every cell. Payload
+    cells only carry values, so writing each function's as copies loads the
+    same functions and gives the same bytes in both processes.
+    """
+    try:
+        return types.CellType(cell.cell_contents)
+    except ValueError:  # an empty cell
+        return types.CellType()
 
 
 def track_class(tracker_id: str, cls: type) -> None:

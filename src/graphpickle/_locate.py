@@ -31,15 +31,28 @@ from .errors import PicklingError
 _NOTE_PREFIX = "when pickling "
 _ADVICE_PREFIX = "  to make it travel, give its type a reducer: "
 _DEEP_RECURSION = "Could not pickle object as excessively deep recursion required"
-if sys.version_info >= (3, 12):
-    # The C pickler's depth is bounded by the interpreter's C recursion limit,
-    # which sys.setrecursionlimit() does not change.
-    _DEEP_ADVICE = "flatten long chains (linked lists, deeply nested containers)"
-else:
-    _DEEP_ADVICE = (
-        "flatten long chains (linked lists, deeply nested containers) or raise the "
-        "limit with sys.setrecursionlimit()"
-    )
+_FLATTEN = "flatten long chains (linked lists, deeply nested containers)"
+
+
+def _deep_advice(pickler: Any) -> str:
+    """What helps with a graph too deep to pickle, on this Python."""
+    if sys.version_info >= (3, 12):
+        # The C pickler's depth is bounded by the interpreter's C recursion limit,
+        # fixed when it is built, which sys.setrecursionlimit() does not change;
+        # only pure-Python code (deterministic mode's Python pass) counts against
+        # Python's recursion limit.
+        advice = (
+            f"{_FLATTEN} (from Python 3.12 the C pickler stops at a depth fixed when "
+            "the interpreter is built: raising the recursion limit does not change it)"
+        )
+        if getattr(pickler, "_passes", None) is not None:
+            advice += (
+                "; deterministic mode's pure-Python pass also stops at Python's "
+                f"recursion limit ({sys.getrecursionlimit()}), which "
+                "sys.setrecursionlimit() raises"
+            )
+        return advice
+    return f"{_FLATTEN} or raise the limit with sys.setrecursionlimit()"
 
 
 def pickling_error(pickler: Any, root: Any, exc: Exception) -> Exception:
@@ -105,7 +118,7 @@ def _recursion_error(pickler: Any, root: Any) -> PicklingError:
     return PicklingError(
         f"{_DEEP_RECURSION}: {_describe(root)} nests {depth} levels deep, more than "
         f"the pickler can follow (the deepest object, a {type_name(obj)!r}, is at "
-        f"{render_path(path)}); {_DEEP_ADVICE}",
+        f"{render_path(path)}); {_deep_advice(pickler)}",
         path=render_path(path),
         type_name=type_name(obj),
     )

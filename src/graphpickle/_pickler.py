@@ -16,7 +16,6 @@ import _pickle
 import io
 import os
 import pickle
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import IO, Any
@@ -26,7 +25,7 @@ from ._canonical import DeterministicState
 from ._locate import pickling_error
 from ._reducers import PicklerState, Reducer, ReducerLookup, dispatch_for
 from ._restricted import compile_allowed, restricted_load
-from ._stack import SAFE_RECURSION_LIMIT, run_on_deep_stack
+from ._stack import needs_deep_stack, run_on_deep_stack
 from .errors import ForbiddenGlobalError
 
 __all__ = ["DEFAULT_PROTOCOL", "CloudPickler", "Pickler", "dump", "dumps", "load", "loads"]
@@ -143,10 +142,10 @@ class Pickler(_pickle.Pickler):
         # decides, so the stack is chosen once for all of them.
         run = _pickle.Pickler.dump if self._passes is None else determinism.dump
         try:
-            if sys.getrecursionlimit() <= SAFE_RECURSION_LIMIT:
-                run(self, obj)
-            else:
+            if needs_deep_stack():
                 run_on_deep_stack(lambda: run(self, obj))
+            else:
+                run(self, obj)
         except (OSError, MemoryError):
             raise  # trouble with the output, not with the object
         except Exception as exc:
