@@ -50,9 +50,9 @@ _PICKLED_AS_IS_MODULES = ("numpy", "pandas")
 
 
 class _TrackedDict(dict[Any, Any]):
-    """A registry dict of ``dask_serialize``/``dask_deserialize`` that counts its
-    changes, so that remembered answers are dropped when a registration is made
-    or removed. Reads stay the plain dict's."""
+    """A registry dict of ``dask_serialize``/``dask_deserialize`` that drops the
+    remembered answers when a registration is made or removed. Reads stay the
+    plain dict's."""
 
     __slots__ = ()
 
@@ -92,14 +92,13 @@ class _TrackedDict(dict[Any, Any]):
 
 
 _UNSET = object()
-_generation = 0  # bumped by every change of the registries
-_generation_seen = 0  # the generation the remembered answers were looked up in
 _tracking = False
 
 
 def _registry_changed() -> None:
-    global _generation
-    _generation += 1
+    # Picklers created from now on ask the registries again; one in the middle of
+    # a dump keeps the table it has. Nothing is checked on the dumps() path.
+    forget_lookup(_dask_serialize_lookup)
 
 
 def _track_registries() -> None:
@@ -151,10 +150,6 @@ def dumps(
 
     As distributed's: protocol 4 keeps buffers in band (``buffer_callback`` is
     ignored), protocol 5 hands them to ``buffer_callback``."""
-    global _generation_seen
-    if _generation != _generation_seen:  # a registration came or went
-        _generation_seen = _generation
-        forget_lookup(_dask_serialize_lookup)
     protocol = protocol or HIGHEST_PROTOCOL
     out = io.BytesIO()
     Pickler(
