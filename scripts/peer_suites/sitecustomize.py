@@ -1,0 +1,13 @@
+"""Installs graphpickle's integration in the subprocesses of distributed's tests.
+
+scripts/peer-suites copies it to site/ next to the tests; with
+GP_PEER_SWAP=distributed the conftest puts that directory on PYTHONPATH, and
+Python imports sitecustomize at start-up (an exception here is printed, not raised).
+"""
+
+import os
+
+if os.environ.get("GP_PEER_SWAP") == "distributed":
+    import graphpickle.dask_distributed
+
+    graphpickle.dask_distributed.install()
