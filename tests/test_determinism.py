@@ -55,8 +55,11 @@ class Sized(abc.ABC):
     @abc.abstractmethod
     def size(self): ...
 
-for index in range(8):  # heap classes: their ids, so a WeakSet's order, vary
-    Sized.register(type(f"Virtual{{index}}", (), {{"size": lambda self: 0}}))
+# Heap classes: their ids, so a WeakSet's order, vary. The ABC holds them weakly:
+# without a strong reference, a garbage collection would drop them.
+VIRTUALS = [type(f"Virtual{{index}}", (), {{"size": lambda self: 0}}) for index in range(8)]
+for virtual in VIRTUALS:
+    Sized.register(virtual)
 Sized.register(list)
 
 def is_even(n):
@@ -318,8 +321,11 @@ def test_loading_is_correct_and_one_class_per_content(runs, tmp_path):
 def test_a_receiver_that_pickles_what_it_loaded_writes_the_same_bytes(runs, tmp_path):
     first = runs["seed0"][0]
     check = """\
-        import json, pathlib, pickle, sys
+        import gc, json, pathlib, pickle, sys
         import graphpickle
+        # A loaded ABC holds its registered classes weakly, as the sender's did: a
+        # collection between loading and pickling again would drop them.
+        gc.disable()
         changed = []
         for path in sorted(pathlib.Path(sys.argv[1]).glob("*.pkl")):
             data = path.read_bytes()
@@ -890,3 +896,38 @@ def test_static_attributes_are_written_as_copies():
         assert not any(a is b for a, b in zip(written, Holder.__static_attributes__, strict=True))
     else:  # no such entry before 3.13
         assert "__static_attributes__" not in clsdict
+
+
+def test_a_spawned_child_writes_what_its_parent_writes(tmp_path):
+    # A child started with spawn names the parent's script __mp_main__;
+    # deterministic payloads write it as __main__, so both give the same bytes.
+    out = run_python(
+        """
+        import dataclasses, enum, multiprocessing, graphpickle
+
+        OFFSET = 3
+
+        @dataclasses.dataclass
+        class Point:
+            x: int
+            y: int = 0
+
+        class Colour(enum.Enum):
+            RED = 1
+
+        def shift(p):
+            return Point(p.x + OFFSET)
+
+        def fingerprints():
+            objects = [shift, Point, Point(1, 2), Colour, Colour.RED, lambda: shift(Point(0))]
+            return [graphpickle.fingerprint(obj) for obj in objects], shift.__module__
+
+        if __name__ == "__main__":
+            with multiprocessing.get_context("spawn").Pool(1) as pool:
+                child, child_module = pool.apply(fingerprints)
+            parent, _ = fingerprints()
+            print(child_module, [a == b for a, b in zip(parent, child, strict=True)])
+        """,
+        cwd=tmp_path,
+    )
+    assert out.strip() == "__mp_main__ [True, True, True, True, True, True]"

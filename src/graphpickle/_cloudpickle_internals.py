@@ -52,6 +52,9 @@ if _missing or not hasattr(_cp.Pickler, "_function_getnewargs"):
 
 Reduction = tuple[Any, ...]
 
+#: How a child started with ``spawn`` or ``forkserver`` names the parent's main module.
+SPAWNED_MAIN = "__mp_main__"
+
 #: Names of the modules registered for pickling by value. This is cloudpickle's
 #: own set, so a module registered through either library is honoured by both.
 REGISTERED_BY_VALUE: set[str] = _cp._PICKLE_BY_VALUE_MODULES
@@ -77,8 +80,9 @@ def reduce_function_by_value(
     ``canonical`` leaves out what differs between processes and machines: the
     module's ``__file__`` and ``__path__`` (unless the code reads them, which puts
     them among the globals it uses) and the import order of its submodules; it
-    writes module names as copies (see :func:`_copy`) and closure cells as
-    copies (see :func:`_copy_cell`).
+    writes module names as copies (see :func:`_copy`), ``__mp_main__`` as
+    ``__main__`` (see :func:`_main_as_main`), and closure cells as copies (see
+    :func:`_copy_cell`).
     """
     newargs = _cp.Pickler._function_getnewargs(pickler, func)
     state, slotstate = _cp._function_getstate(func)
@@ -86,9 +90,11 @@ def reduce_function_by_value(
         base_globals = newargs[1]  # (code, base_globals, name, defaults, closure)
         base_globals.pop("__file__", None)
         base_globals.pop("__path__", None)
+        if base_globals.get("__name__") == SPAWNED_MAIN and base_globals.get("__package__") == "":
+            base_globals["__package__"] = None  # the parent's __main__ has None: no package
         for key, value in base_globals.items():
-            base_globals[key] = _copy(value)
-        slotstate["__module__"] = _copy(slotstate["__module__"])
+            base_globals[key] = _main_as_main(value) if key == "__name__" else _copy(value)
+        slotstate["__module__"] = _main_as_main(slotstate["__module__"])
         submodules = slotstate["_cloudpickle_submodules"]
         slotstate["_cloudpickle_submodules"] = sorted(submodules, key=lambda m: m.__name__)
         closure = slotstate["__closure__"]
@@ -105,8 +111,8 @@ def reduce_class_by_value(
     ``canonical`` names the class ``tracker_id`` instead of a random uuid4 and
     leaves out what changes with the class's use or place: the ``__slotnames__``
     cache that pickling an instance adds, and ``__firstlineno__`` (3.13+); it
-    sorts the registered virtual subclasses of an ABC (a WeakSet's order), and
-    writes the names in ``__static_attributes__`` (3.13+) as copies: the
+    sorts the registered virtual subclasses of an ABC (a WeakSet's order),
+    writes ``__mp_main__`` as ``__main__``, and writes the names in ``__static_attributes__`` (3.13+) as copies: the
     sender's are the interned strings its instances' attribute names are, a
     receiver's are not (see :func:`_copy`). (Its module name is not copied as a
     function's is: cloudpickle leaves out of a class's dict what *is* its
@@ -128,6 +134,17 @@ def reduce_class_by_value(
         clsdict["__static_attributes__"] = tuple(_copy(name) for name in static_attributes)
     if isinstance(clsdict.get("_abc_impl"), list):
         clsdict["_abc_impl"].sort(key=lambda c: (c.__module__, c.__qualname__))
+    if cls.__module__ == SPAWNED_MAIN:
+        # One object, as the class's name is one: in the skeleton's arguments
+        # (type_kwargs of _make_skeleton_class, module of _make_skeleton_enum)
+        # and in the class dict.
+        main = _main_as_main(SPAWNED_MAIN)
+        if rebuild is _cp._make_skeleton_enum:
+            newargs = (*newargs[:4], main, *newargs[5:])
+        elif "__module__" in newargs[3]:
+            newargs[3]["__module__"] = main
+        if "__module__" in clsdict:
+            clsdict["__module__"] = main
     # The tracker id is the next-to-last argument of _make_skeleton_enum (bases,
     # name, qualname, members, module, tracker_id, extra) and _make_skeleton_class
     # (metaclass, name, bases, type_kwargs, tracker_id, extra).
@@ -147,6 +164,15 @@ def _copy(value: Any) -> Any:
     never shared, in either process. (cloudpickle does the same for names.)
     """
     return "".join(value) if type(value) is str else value
+
+
+def _main_as_main(name: Any) -> Any:
+    """A module name as deterministic payloads write it: :func:`_copy`, with
+    ``__mp_main__`` (the main script as a ``spawn``ed child names it) written as
+    ``__main__``, so that a parent and its children write the same bytes for the
+    same code. The receiver's function then reads ``__name__ == "__main__"``, as
+    the code did where it was written."""
+    return _copy("__main__" if name == SPAWNED_MAIN else name)
 
 
 def _copy_cell(cell: types.CellType) -> types.CellType:
