@@ -1,0 +1,82 @@
+"""dask's ``tokenize`` on deterministic payloads: the same notebook code gives the
+same keys in every process.
+
+dask names tasks and collections by ``tokenize``. For an object it cannot name
+otherwise (functions, classes, instances without ``__dask_tokenize__``) it calls
+``dask.tokenize._normalize_pickle``, which runs ``pickle.dumps``, a scan for
+``b"__main__"``, ``cloudpickle.dumps`` and a ``pickle.loads``, up to three times,
+until two hashes agree. Its tokens of ``__main__`` classes and of their
+instances differ in every process (cloudpickle draws a random id for each
+dynamic class), and those of ``__main__`` functions change with the script's
+directory, so a notebook computes other keys in every kernel.
+
+:func:`install` replaces that one function: an object that plain pickle writes
+by reference, with nothing of ``__main__``, is hashed from that payload (dask's
+own first step, without the ``loads`` and the repeats); anything else from one
+deterministic graphpickle payload (:func:`graphpickle.dumps` with
+``deterministic=True``) and its out-of-band buffers. An object whose
+deterministic payload cannot be made gets dask's own treatment, including its
+``tokenize.ensure-deterministic`` error::
+
+    import graphpickle.dask_tokenize
+    graphpickle.dask_tokenize.install()     # in every process that builds graphs
+
+It needs dask only (no distributed). :func:`uninstall` restores dask's function.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from ._pickler import dumps
+
+__all__ = ["install", "installed", "uninstall"]
+
+_MAIN_MARKERS = (b"__main__", b"__mp_main__")
+_original: Any = None
+
+
+def _normalize_pickle(o: object) -> tuple[Any, ...]:
+    """What ``dask.tokenize._normalize_pickle(o)`` returns: a hash of the payload
+    and one of each out-of-band buffer."""
+    from dask.hashing import hash_buffer_hex
+
+    buffers: list[pickle.PickleBuffer] = []
+    try:
+        data = pickle.dumps(o, protocol=5, buffer_callback=buffers.append)
+    except Exception:
+        data = None
+    if data is None or any(marker in data for marker in _MAIN_MARKERS):
+        buffers.clear()
+        try:
+            data = dumps(o, 5, buffers.append, deterministic=True)
+        except Exception:
+            return _original(o)  # type: ignore[no-any-return]
+    return hash_buffer_hex(data), [hash_buffer_hex(buffer) for buffer in buffers]
+
+
+def install() -> None:
+    """Make ``dask.base.tokenize`` hash what dask pickles from deterministic
+    payloads, in this process."""
+    global _original
+    import dask.tokenize
+
+    if dask.tokenize._normalize_pickle is not _normalize_pickle:
+        _original = dask.tokenize._normalize_pickle
+        dask.tokenize._normalize_pickle = _normalize_pickle
+
+
+def uninstall() -> None:
+    """Undo :func:`install`."""
+    import dask.tokenize
+
+    if dask.tokenize._normalize_pickle is _normalize_pickle:
+        dask.tokenize._normalize_pickle = _original
+
+
+def installed() -> bool:
+    """Whether this process tokenizes with graphpickle."""
+    import dask.tokenize
+
+    return dask.tokenize._normalize_pickle is _normalize_pickle
