@@ -3,7 +3,8 @@ same keys in every process.
 
 dask names tasks and collections by ``tokenize``. For an object it cannot name
 otherwise (functions, classes, instances without ``__dask_tokenize__``) it calls
-``dask.tokenize._normalize_pickle``, which runs ``pickle.dumps``, a scan for
+``_normalize_pickle`` (in ``dask.tokenize``, or ``dask.base`` before dask
+2024.12), which runs ``pickle.dumps``, a scan for
 ``b"__main__"``, ``cloudpickle.dumps`` and a ``pickle.loads``, up to three times,
 until two hashes agree. Its tokens of ``__main__`` classes and of their
 instances differ in every process (cloudpickle draws a random id for each
@@ -56,27 +57,37 @@ def _normalize_pickle(o: object) -> tuple[Any, ...]:
     return hash_buffer_hex(data), [hash_buffer_hex(buffer) for buffer in buffers]
 
 
+def _tokenize_module() -> Any:
+    """Where dask keeps ``_normalize_pickle``: ``dask.tokenize`` (2024.12 on), or
+    ``dask.base`` before."""
+    import importlib
+
+    try:
+        module = importlib.import_module("dask.tokenize")
+    except ImportError:
+        module = importlib.import_module("dask.base")
+    if not hasattr(module, "_normalize_pickle"):
+        raise ImportError(f"this dask ({module.__name__}) has no _normalize_pickle to replace")
+    return module
+
+
 def install() -> None:
-    """Make ``dask.base.tokenize`` hash what dask pickles from deterministic
+    """Make dask's ``tokenize`` hash what dask pickles from deterministic
     payloads, in this process."""
     global _original
-    import dask.tokenize
-
-    if dask.tokenize._normalize_pickle is not _normalize_pickle:
-        _original = dask.tokenize._normalize_pickle
-        dask.tokenize._normalize_pickle = _normalize_pickle
+    module = _tokenize_module()
+    if module._normalize_pickle is not _normalize_pickle:
+        _original = module._normalize_pickle
+        module._normalize_pickle = _normalize_pickle
 
 
 def uninstall() -> None:
     """Undo :func:`install`."""
-    import dask.tokenize
-
-    if dask.tokenize._normalize_pickle is _normalize_pickle:
-        dask.tokenize._normalize_pickle = _original
+    module = _tokenize_module()
+    if module._normalize_pickle is _normalize_pickle:
+        module._normalize_pickle = _original
 
 
 def installed() -> bool:
     """Whether this process tokenizes with graphpickle."""
-    import dask.tokenize
-
-    return dask.tokenize._normalize_pickle is _normalize_pickle
+    return _tokenize_module()._normalize_pickle is _normalize_pickle
