@@ -795,6 +795,24 @@ def test_fast_mode_is_refused_clearly():
         pickler.dump({"a": {"x", "y"}})
 
 
+# What the deep-graph scripts below start with: a linked chain of n objects.
+_CHAINS = """\
+import sys, pickle, graphpickle
+class Node:
+    def __init__(self, nxt):
+        self.nxt = nxt
+def chain(n):
+    head = None
+    for _ in range(n):
+        head = Node(head)
+    return head
+"""
+
+
+def _run_with_chains(code: str, tmp_path: Path) -> str:
+    return run_python(_CHAINS + textwrap.dedent(code), cwd=tmp_path)
+
+
 def test_deep_graphs_with_a_raised_recursion_limit_do_not_crash(tmp_path):
     # Up to 3.11, plain pickle segfaults here without a deeper stack; so would the
     # deterministic mode's Python passes: graphpickle runs them on a deep stack.
@@ -802,16 +820,7 @@ def test_deep_graphs_with_a_raised_recursion_limit_do_not_crash(tmp_path):
     # on 3.12, 3333 on 3.13), which no recursion limit or stack changes: the
     # same graph is a clear error, never a crash.
     code = """\
-        import sys, pickle, graphpickle
         sys.setrecursionlimit(10**6)
-        class Node:
-            def __init__(self, nxt):
-                self.nxt = nxt
-        def chain(n):
-            head = None
-            for _ in range(n):
-                head = Node(head)
-            return head
         graph = {chain(20000), chain(20000)}
         try:
             data = graphpickle.dumps(graph, deterministic=True)
@@ -822,7 +831,7 @@ def test_deep_graphs_with_a_raised_recursion_limit_do_not_crash(tmp_path):
             print(len(pickle.loads(data)))
         """
     expected = ["clear error"] if sys.version_info >= (3, 12) else ["2"]
-    assert run_python(textwrap.dedent(code), cwd=tmp_path).splitlines() == expected
+    assert _run_with_chains(code, tmp_path).splitlines() == expected
 
 
 def test_a_raised_recursion_limit_still_deepens_the_python_pass(tmp_path):
@@ -832,15 +841,6 @@ def test_a_raised_recursion_limit_still_deepens_the_python_pass(tmp_path):
     # 3333 on 3.13). A raised limit lets it through on every version (from 3.12,
     # Python frames take no C stack, so no helper thread is needed for that).
     code = """\
-        import sys, pickle, graphpickle
-        class Node:
-            def __init__(self, nxt):
-                self.nxt = nxt
-        def chain(n):
-            head = None
-            for _ in range(n):
-                head = Node(head)
-            return head
         graph = {chain(300), chain(300)}
         try:
             graphpickle.dumps(graph, deterministic=True)
@@ -850,7 +850,7 @@ def test_a_raised_recursion_limit_still_deepens_the_python_pass(tmp_path):
         sys.setrecursionlimit(10**6)
         print(len(pickle.loads(graphpickle.dumps(graph, deterministic=True))))
         """
-    assert run_python(textwrap.dedent(code), cwd=tmp_path).splitlines() == ["clear error", "2"]
+    assert _run_with_chains(code, tmp_path).splitlines() == ["clear error", "2"]
 
 
 def test_closures_sharing_a_cell_repickle_to_the_same_bytes():

@@ -112,11 +112,12 @@ def reduce_class_by_value(
     leaves out what changes with the class's use or place: the ``__slotnames__``
     cache that pickling an instance adds, and ``__firstlineno__`` (3.13+); it
     sorts the registered virtual subclasses of an ABC (a WeakSet's order),
-    writes ``__mp_main__`` as ``__main__``, and writes the names in ``__static_attributes__`` (3.13+) as copies: the
-    sender's are the interned strings its instances' attribute names are, a
-    receiver's are not (see :func:`_copy`). (Its module name is not copied as a
-    function's is: cloudpickle leaves out of a class's dict what *is* its
-    base's, so that identity must survive.)
+    writes ``__mp_main__`` as ``__main__``, and writes the names in
+    ``__static_attributes__`` (3.13+) as copies: the sender's are the interned
+    strings its instances' attribute names are, a receiver's are not (see
+    :func:`_copy`). (Its module name is not copied as a function's is:
+    cloudpickle leaves out of a class's dict what *is* its base's, so that
+    identity must survive.)
     """
     if cls in BUILTIN_TYPES:
         reduction: Reduction = _cp._class_reduce(cls)

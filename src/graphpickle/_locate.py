@@ -88,17 +88,15 @@ def _add_location(exc: Exception, root: Any, found: tuple[str, Any] | None) -> N
     notes = getattr(exc, "__notes__", None)
     if isinstance(notes, list) and hasattr(exc, "graphpickle_path"):
         notes[:] = [note for note in notes if not note.startswith((_NOTE_PREFIX, _ADVICE_PREFIX))]
-    if found is None:
+    path, obj = found if found is not None else (None, root)
+    if path is None:
         exc.add_note(
             f"{_NOTE_PREFIX}{_describe(root)}: the object that failed could not be "
             "located (it failed only once, or outside a reduction)"
         )
-        exc.graphpickle_path = None  # type: ignore[attr-defined]
-        exc.graphpickle_type_name = type_name(root)  # type: ignore[attr-defined]
-        return
-    path, obj = found
-    exc.add_note(f"{_NOTE_PREFIX}the {type_name(obj)!r} object at {path}: {safe_repr(obj)}")
-    exc.add_note(f"{_ADVICE_PREFIX}graphpickle.register_reducer({type_name(obj)}, reducer)")
+    else:
+        exc.add_note(f"{_NOTE_PREFIX}the {type_name(obj)!r} object at {path}: {safe_repr(obj)}")
+        exc.add_note(f"{_ADVICE_PREFIX}graphpickle.register_reducer({type_name(obj)}, reducer)")
     exc.graphpickle_path = path  # type: ignore[attr-defined]
     exc.graphpickle_type_name = type_name(obj)  # type: ignore[attr-defined]
 
@@ -108,18 +106,20 @@ def _recursion_error(pickler: Any, root: Any) -> PicklingError:
         deepest = max(walk_with_depth(pickler, root), key=lambda node: node[1])
     except WalkFailure as failure:  # a reduction that recurses without end
         cause = failure.__cause__
+        path = render_path(failure.path)
         return PicklingError(
             f"{_DEEP_RECURSION}: reducing the {type_name(failure.obj)!r} object at "
-            f"{render_path(failure.path)} raised {type(cause).__name__}: {cause}",
-            path=render_path(failure.path),
+            f"{path} raised {type(cause).__name__}: {cause}",
+            path=path,
             type_name=type_name(failure.obj),
         )
-    path, depth, obj = deepest
+    linked_path, depth, obj = deepest
+    path = render_path(linked_path)
     return PicklingError(
         f"{_DEEP_RECURSION}: {_describe(root)} nests {depth} levels deep, more than "
         f"the pickler can follow (the deepest object, a {type_name(obj)!r}, is at "
-        f"{render_path(path)}); {_deep_advice(pickler)}",
-        path=render_path(path),
+        f"{path}); {_deep_advice(pickler)}",
+        path=path,
         type_name=type_name(obj),
     )
 

@@ -24,7 +24,7 @@ from . import determinism
 from ._canonical import DeterministicState
 from ._locate import pickling_error
 from ._reducers import PicklerState, Reducer, ReducerLookup, dispatch_for
-from ._restricted import compile_allowed, restricted_load
+from ._restricted import AllowList, compile_allowed, restricted_load
 from ._stack import needs_deep_stack, run_on_deep_stack
 from .errors import ForbiddenGlobalError
 
@@ -225,12 +225,7 @@ def loads(
     """
     allow_list = None if allowed is None else compile_allowed(allowed)
     try:
-        if allow_list is not None:
-            options = (fix_imports, encoding, errors)
-            return restricted_load(io.BytesIO(data), allow_list, buffers, *options)
-        return _pickle.loads(
-            data, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers
-        )
+        return load_bytes(data, allow_list, buffers, fix_imports, encoding, errors)
     except ForbiddenGlobalError:
         raise
     except Exception as exc:
@@ -238,7 +233,7 @@ def loads(
             memoryview(data)
         except TypeError:
             raise  # not bytes: pickle's own TypeError says so
-        exc.add_note(f"graphpickle: cannot load the pickle: {load_failure(exc)}")
+        _note_load_failure(exc)
         raise
 
 
@@ -265,8 +260,28 @@ def load(
     except OSError:
         raise  # trouble reading the file, not with its content
     except Exception as exc:
-        exc.add_note(f"graphpickle: cannot load the pickle: {load_failure(exc)}")
+        _note_load_failure(exc)
         raise
+
+
+def load_bytes(
+    data: bytes | bytearray | memoryview,
+    allow_list: AllowList | None,
+    buffers: Iterable[Any] | None,
+    fix_imports: bool = True,
+    encoding: str = "ASCII",
+    errors: str = "strict",
+) -> Any:
+    """:func:`loads` without its error notes (the wire words its own errors)."""
+    if allow_list is not None:
+        return restricted_load(io.BytesIO(data), allow_list, buffers, fix_imports, encoding, errors)
+    return _pickle.loads(
+        data, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers
+    )
+
+
+def _note_load_failure(exc: Exception) -> None:
+    exc.add_note(f"graphpickle: cannot load the pickle: {load_failure(exc)}")
 
 
 def load_failure(exc: Exception) -> str:

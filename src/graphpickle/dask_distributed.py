@@ -102,8 +102,8 @@ def _registry_changed() -> None:
 
 
 def _track_registries() -> None:
-    """Swap the registries' dicts for counting ones (once, before any answer is
-    remembered)."""
+    """Swap the registries' dicts for :class:`_TrackedDict` ones (once, before
+    any answer is remembered)."""
     global _tracking
     from distributed.protocol.serialize import dask_deserialize, dask_serialize
 

@@ -87,9 +87,10 @@ def explain(
 ) -> ExplainReport:
     """Pickle ``obj`` as ``dumps`` would and report what goes by value.
 
-    Raises what ``dumps`` would (with the path) if ``obj`` cannot be pickled. An entry's bytes are those its objects span in the payload, from
-    their constructor to the end of their state: the first function that pulls
-    in a large global carries its bytes, and a by-value object nested in another
+    Raises what ``dumps`` would (with the path) if ``obj`` cannot be pickled.
+    An entry's bytes are those its objects span in the payload, from their
+    constructor to the end of their state: the first function that pulls in a
+    large global carries its bytes, and a by-value object nested in another
     counts in both. Captures are measured by pickling each on its own.
     """
     out = io.BytesIO()

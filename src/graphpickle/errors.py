@@ -32,9 +32,15 @@ class PicklingError(pickle.PicklingError):
         super().__init__(message)
         self.path = path
         self.type_name = type_name
-        # The same names as on the other exceptions dump() raises.
-        self.graphpickle_path = path
-        self.graphpickle_type_name = type_name
+
+    # The names the other exceptions dump() raises carry the same facts under.
+    @property
+    def graphpickle_path(self) -> str | None:
+        return self.path
+
+    @property
+    def graphpickle_type_name(self) -> str | None:
+        return self.type_name
 
 
 class UnpicklingError(pickle.UnpicklingError):

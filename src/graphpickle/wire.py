@@ -48,7 +48,8 @@ from collections.abc import Iterable, Sequence
 from pickle import PickleBuffer
 from typing import IO, Any
 
-from ._pickler import DEFAULT_PROTOCOL, Pickler, _speedups, load_failure, loads
+from ._pickler import DEFAULT_PROTOCOL, Pickler, _speedups, load_bytes, load_failure
+from ._restricted import compile_allowed
 from .errors import PicklingError, SignatureError, UnpicklingError, WireFormatError
 
 __all__ = [
@@ -542,8 +543,9 @@ def _load(header: _Header, frames: list[Frame], start: int, allowed: Iterable[st
     buffers = frames[start + 1 : end]
     if header.split:
         buffers = _rejoin(header.buffer_frames, buffers)
+    allow_list = None if allowed is None else compile_allowed(allowed)
     try:
-        return loads(payload, buffers=buffers, allowed=allowed)
+        return load_bytes(payload, allow_list, buffers)
     except UnpicklingError:
         raise  # graphpickle's own: a forbidden global
     except Exception as exc:  # the wire's contract: every bad message is an UnpicklingError
