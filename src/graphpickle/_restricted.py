@@ -1,34 +1,52 @@
-"""Restricted loading: import only the globals an allow-list names.
+"""Restricted loading: a pickle may build data, and do nothing else.
 
-A pickle can call anything it can import. With ``loads(data, allowed=...)`` the
-unpickler imports only what the allow-list names and raises
-:class:`ForbiddenGlobalError` for anything else, before it is imported.
+A pickle can call anything it can import. With ``loads(data, allowed=...)``:
+
+- **Only allowed globals are resolved.** Before anything is imported, the
+  name must be in the allow-list; a refused one raises
+  :class:`ForbiddenGlobalError`. A name never resolves to a module, and never
+  through one: ``datetime.sys`` and ``pathlib.os.system`` are refused even
+  when ``datetime`` or ``pathlib`` are allowed.
+- **Only objects the payload created are changed.** BUILD (``__setstate__``
+  or the instance dict), SETITEM(S), APPEND(S) and ADDITEMS refuse a target
+  that is a class, module, function, descriptor, or any object a global name
+  resolved to in this load. That closes the rest of the known escapes:
+  ``Fraction.__len__ = int`` through slot state, a module's dict rewritten
+  through BUILD, ``sys.path`` extended through APPENDS.
+- **EXT opcodes are refused**: they name globals through the receiver's
+  ``copyreg`` registry, and a cached entry would skip the allow-list.
 
 An allow-list is a collection of strings:
 
-- ``"module.qualname"``: that global (``"collections.OrderedDict"``);
-- ``"module"``: every top-level global of exactly that module (``"datetime"``);
-- ``"package.*"``: every top-level global of the package and of all its submodules.
+- ``"module.qualname"``: exactly that global (``"collections.OrderedDict"``,
+  ``"zoneinfo.ZoneInfo._unpickle"``; a dotted qualname needs an exact entry);
+- ``"module"``: the classes and functions *defined in* that module (what it
+  imported from elsewhere, its constants and its dunders are not included);
+- ``"package.*"``: the same for the package and all its submodules.
 
-Dotted names (``"module.Class.attr"``, which protocol 4 resolves attribute by
-attribute) are allowed only by an exact entry: a whole-module entry would
-otherwise reach ``module.__builtins__`` and everything beyond it.
-
-:data:`DATA_ONLY` is a ready list for plain data: builtin containers and scalars,
-``collections``, ``datetime``, ``decimal``, ``fractions``, ``uuid``, numpy arrays,
-scalars and dtypes, pandas frames, series, indexes and their dtypes. Extend it
-with set union: ``graphpickle.DATA_ONLY | {"mypackage.*"}``.
+:data:`DATA_ONLY` (``_data_only.py``) names exact objects. Extend it with set
+union: ``graphpickle.DATA_ONLY | {"mypackage.Point"}``. Allow constructors of
+data, never functions that return existing objects (a getter would hand the
+payload state to change) or that call their arguments.
 
 Functions pickled by value are code, so restricted loading refuses them (their
 constructors live in ``cloudpickle``) with a message that says so.
+
+The loader is CPython's pure-Python unpickler (``pickle._Unpickler``) with
+these checks on its opcodes; the C unpickler has no hook for BUILD or SETITEM.
+It is slower than ``pickle.loads`` on payloads of many small objects (the
+README has the numbers); out-of-band buffers are loaded without a copy.
 """
 
 from __future__ import annotations
 
 import _compat_pickle
-import _pickle
+import pickle
+import struct
+import sys
+import types
 from collections.abc import Iterable
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 from ._data_only import DATA_ONLY
 from .errors import ForbiddenGlobalError
@@ -36,6 +54,27 @@ from .errors import ForbiddenGlobalError
 __all__ = ["DATA_ONLY", "AllowList"]
 
 _BY_VALUE_MODULE = "cloudpickle.cloudpickle"
+
+# What a payload may never change: code, namespaces and their descriptors.
+_NOT_DATA = (
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    types.MethodDescriptorType,
+    types.ClassMethodDescriptorType,
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+    types.CodeType,
+    types.FrameType,
+    types.MappingProxyType,
+    property,
+    classmethod,
+    staticmethod,
+)
 
 
 class AllowList:
@@ -51,18 +90,43 @@ class AllowList:
         self._entries = frozenset(e for e in entries if not e.endswith(".*"))
 
     def allows(self, module: str, name: str) -> bool:
-        if f"{module}.{name}" in self._entries:
-            return True
-        if "." in name:
-            # A dotted name walks attributes (protocol 4): "datetime" must not let
-            # "datetime.__builtins__.get" through. Only an exact entry allows one.
+        """Whether the name may be looked up at all (before anything is imported)."""
+        return self.exactly(module, name) or self.by_module(module, name)
+
+    def exactly(self, module: str, name: str) -> bool:
+        return f"{module}.{name}" in self._entries
+
+    def by_module(self, module: str, name: str) -> bool:
+        """Allowed by a module or package entry: plain names only. A dotted name
+        walks attributes (protocol 4) and a dunder reaches the module's
+        machinery (``__builtins__``, ``__loader__``), so both need exact entries."""
+        if "." in name or name.startswith("__"):
             return False
         if module in self._entries:
             return True
         return any(module == p or module.startswith(p + ".") for p in self._prefixes)
 
+    def defines(self, module: str, obj: Any) -> bool:
+        """Whether ``obj`` (found in ``module`` by a module or package entry) is a
+        class or function defined under that entry, not something it imported."""
+        if not isinstance(obj, type | types.FunctionType | types.BuiltinFunctionType):
+            return False
+        home = getattr(obj, "__module__", None)
+        if not isinstance(home, str):
+            return False
+        if home == module and module in self._entries:
+            return True
+        return any(home == p or home.startswith(p + ".") for p in self._prefixes)
 
-class _RestrictedUnpickler(_pickle.Unpickler):
+
+def _opcode(name: str) -> int:
+    code: bytes = getattr(pickle, name)
+    return code[0]
+
+
+class _RestrictedUnpickler(pickle._Unpickler):
+    dispatch: ClassVar[dict[int, Any]] = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
+
     def __init__(
         self,
         file: IO[bytes],
@@ -72,17 +136,121 @@ class _RestrictedUnpickler(_pickle.Unpickler):
     ) -> None:
         super().__init__(file, buffers=buffers, **options)
         self._allowed = allowed
+        # Every object a global name resolved to in this load, by id (the list
+        # keeps them alive, so an id is never reused while loading).
+        self._globals: dict[int, str] = {}
+        self._keep: list[Any] = []
+
+    # -- globals ---------------------------------------------------------------
 
     def find_class(self, module: str, name: str) -> Any:
-        # Check the name that will be imported; the base class maps it itself.
-        imported_module, imported = imported_name(module, name)
-        if not self._allowed.allows(imported_module, imported):
+        if self.proto < 3 and self.fix_imports:
+            module, name = imported_name(module, name)
+        full = f"{module}.{name}"
+        allowed = self._allowed
+        exact = allowed.exactly(module, name)
+        if not exact and not allowed.by_module(module, name):
+            raise ForbiddenGlobalError(_refusal(module, name), name=full)
+        sys.audit("pickle.find_class", module, name)
+        __import__(module, level=0)
+        obj: Any = sys.modules[module]
+        for part in name.split("."):
+            obj = getattr(obj, part)
+            if isinstance(obj, types.ModuleType):
+                raise ForbiddenGlobalError(
+                    f"restricted loading refused {full}: {module}.{part} is a module, and "
+                    "restricted loading never hands out a module or what is reached through one",
+                    name=full,
+                )
+        if not exact and not allowed.defines(module, obj):
+            home = getattr(obj, "__module__", None)
             raise ForbiddenGlobalError(
-                _refusal(imported_module, imported), name=f"{imported_module}.{imported}"
-            )
-        if (imported_module, imported) == ("operator", "itemgetter"):
-            return _last_item_getter
-        return super().find_class(module, name)
+                f"restricted loading refused {full}: {module!r} is allowed as a module, which "
+                f"covers the classes and functions it defines; this is a "
+                f"{type(obj).__qualname__}" + (f" from {home}" if isinstance(home, str) else "")
+                + f" (allow {full!r} exactly if it is data)",
+                name=full,
+            )  # fmt: skip
+        special = _GUARDED.get(full)
+        if special is not None:
+            obj = special
+        self._globals[id(obj)] = full
+        self._keep.append(obj)
+        return obj
+
+    def get_extension(self, code: int) -> None:
+        raise ForbiddenGlobalError(
+            f"restricted loading refused extension code {code}: EXT opcodes name globals "
+            "through the receiver's copyreg registry, which the allow-list cannot check",
+            name=f"copyreg extension {code}",
+        )
+
+    # -- changes of state --------------------------------------------------------
+
+    def _check_target(self, target: Any, opcode: str) -> None:
+        name = self._globals.get(id(target))
+        if name is None and not isinstance(target, _NOT_DATA):
+            return
+        what = name or _describe(target)
+        raise ForbiddenGlobalError(
+            f"restricted loading refused {opcode} on {what}: a payload may change only "
+            "the objects it creates, never a class, module, function or other global",
+            name=what,
+        )
+
+    def _top_before_mark(self) -> Any:
+        # SETITEMS, APPENDS and ADDITEMS change the object just below the mark.
+        metastack = self.metastack
+        if not metastack or not metastack[-1]:
+            raise pickle.UnpicklingError("unpickling stack underflow")
+        return metastack[-1][-1]
+
+    def _below(self, depth: int) -> Any:
+        if len(self.stack) < depth:
+            raise pickle.UnpicklingError("unpickling stack underflow")
+        return self.stack[-depth]
+
+    def load_build(self) -> None:
+        self._check_target(self._below(2), "BUILD")
+        super().load_build()
+
+    def load_setitem(self) -> None:
+        self._check_target(self._below(3), "SETITEM")
+        super().load_setitem()
+
+    def load_setitems(self) -> None:
+        self._check_target(self._top_before_mark(), "SETITEMS")
+        super().load_setitems()
+
+    def load_append(self) -> None:
+        self._check_target(self._below(2), "APPEND")
+        super().load_append()
+
+    def load_appends(self) -> None:
+        self._check_target(self._top_before_mark(), "APPENDS")
+        super().load_appends()
+
+    def load_additems(self) -> None:
+        self._check_target(self._top_before_mark(), "ADDITEMS")
+        super().load_additems()
+
+
+# The base class's table maps opcodes to its own functions: point the checked
+# ones at the methods above.
+for _op in ("BUILD", "SETITEM", "SETITEMS", "APPEND", "APPENDS", "ADDITEMS"):
+    _RestrictedUnpickler.dispatch[_opcode(_op)] = getattr(
+        _RestrictedUnpickler, f"load_{_op.lower()}"
+    )
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, types.ModuleType):
+        return f"the module {obj.__name__}"
+    name = getattr(obj, "__qualname__", None)
+    module = getattr(obj, "__module__", None)
+    if isinstance(name, str):
+        return f"{module}.{name}" if isinstance(module, str) else name
+    return f"a {type(obj).__qualname__}"
 
 
 def _last_item_getter(index: Any) -> Any:
@@ -108,10 +276,27 @@ def _last_item_getter(index: Any) -> Any:
     return last_item
 
 
+def _latin1_encode(text: Any, encoding: Any) -> bytes:
+    """``_codecs.encode`` as restricted loading provides it: what protocols < 3
+    write for bytes, ``encode(str, "latin1")``. Any other codec is looked up by
+    name, which imports a module."""
+    if type(text) is not str or encoding != "latin1":
+        raise ForbiddenGlobalError(
+            "restricted loading allows _codecs.encode(str, 'latin1') only, "
+            f"not encode({type(text).__qualname__}, {encoding!r})",
+            name="_codecs.encode",
+        )
+    return text.encode("latin1")
+
+
+# Allowed globals that are replaced by a narrower function doing only what data uses.
+_GUARDED = {"operator.itemgetter": _last_item_getter, "_codecs.encode": _latin1_encode}
+
+
 def imported_name(module: str, name: str) -> tuple[str, str]:
-    """The global that loading imports for ``module``/``name`` as written: pickles
-    of protocols < 3 use Python 2 names (``__builtin__.set``), which the
-    unpickler maps to Python 3 ones."""
+    """The global that loading imports for ``module``/``name`` as written in a
+    pickle of protocol < 3: Python 2 names (``__builtin__.set``) are mapped to
+    Python 3 ones."""
     module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
     return _compat_pickle.IMPORT_MAPPING.get(module, module), name
 
@@ -127,9 +312,14 @@ def _refusal(module: str, name: str) -> str:
             f"restricted loading refused {full}: the payload holds a function or class "
             "pickled by value, which is code; restricted loading never loads code"
         )
+    if "." in name or name.startswith("__"):
+        return (
+            f"restricted loading refused the global {full}: a dotted or dunder name "
+            f"needs an exact entry (add {full!r} if it is data)"
+        )
     return (
         f"restricted loading refused the global {full}: it is not in the allow-list "
-        f"(add {full!r}, {module!r} or '{module.split('.')[0]}.*' to allow it)"
+        f"(add {full!r} to allow it)"
     )
 
 
@@ -141,9 +331,31 @@ def restricted_load(
     encoding: str = "ASCII",
     errors: str = "strict",
 ) -> Any:
-    """Load one pickle from ``file``, importing only what ``allowed`` names
-    (the other arguments are ``pickle.load``'s)."""
+    """Load one pickle from ``file``, importing only what ``allowed`` names and
+    changing only what it creates (the other arguments are ``pickle.load``'s)."""
     unpickler = _RestrictedUnpickler(
         file, allowed, buffers, fix_imports=fix_imports, encoding=encoding, errors=errors
     )
-    return unpickler.load()
+    try:
+        return unpickler.load()
+    except (IndexError, KeyError, struct.error) as exc:
+        if not _raised_by_unpickler(exc):
+            raise  # an object's own constructor failed: pickle's behaviour
+        # The pure-Python unpickler's own slips on malformed input; the C one
+        # (pickle.loads) says UnpicklingError, so restricted loading does too.
+        raise pickle.UnpicklingError(_malformed(exc)) from exc
+
+
+def _raised_by_unpickler(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename in (pickle.__file__, __file__)
+
+
+def _malformed(exc: BaseException) -> str:
+    if isinstance(exc, IndexError):
+        return "unpickling stack underflow"
+    if isinstance(exc, KeyError):
+        return f"Memo value not found at index {exc.args[0] if exc.args else '?'}"
+    return "pickle data was truncated"
