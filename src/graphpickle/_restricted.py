@@ -210,6 +210,41 @@ class _RestrictedUnpickler(pickle._Unpickler):
             raise pickle.UnpicklingError("unpickling stack underflow")
         return self.stack[-depth]
 
+    # -- what calls return ----------------------------------------------------------
+
+    def _note_if_shared(self) -> None:
+        """After REDUCE, NEWOBJ(_EX), OBJ or INST: a result that something else
+        already holds (a cache, a singleton such as ``numpy.dtype("f8", False,
+        False)`` or pandas' ``NaT``, one of the call's own arguments) existed
+        before the call. The payload did not create it, so it may not change it.
+        A new object is held only by the stack (CPython's reference counts)."""
+        top = self.stack[-1]
+        if sys.getrefcount(top) > 3:  # the stack, ``top`` and getrefcount's argument
+            self._globals.setdefault(
+                id(top), _describe(top) + " (an object that existed before this load)"
+            )
+            self._keep.append(top)
+
+    def load_reduce(self) -> None:
+        super().load_reduce()
+        self._note_if_shared()
+
+    def load_newobj(self) -> None:
+        super().load_newobj()
+        self._note_if_shared()
+
+    def load_newobj_ex(self) -> None:
+        super().load_newobj_ex()
+        self._note_if_shared()
+
+    def load_inst(self) -> None:
+        super().load_inst()
+        self._note_if_shared()
+
+    def load_obj(self) -> None:
+        super().load_obj()
+        self._note_if_shared()
+
     def load_build(self) -> None:
         self._check_target(self._below(2), "BUILD")
         super().load_build()
@@ -237,7 +272,10 @@ class _RestrictedUnpickler(pickle._Unpickler):
 
 # The base class's table maps opcodes to its own functions: point the checked
 # ones at the methods above.
-for _op in ("BUILD", "SETITEM", "SETITEMS", "APPEND", "APPENDS", "ADDITEMS"):
+for _op in (
+    "BUILD", "SETITEM", "SETITEMS", "APPEND", "APPENDS", "ADDITEMS",
+    "REDUCE", "NEWOBJ", "NEWOBJ_EX", "INST", "OBJ",
+):  # fmt: skip
     _RestrictedUnpickler.dispatch[_opcode(_op)] = getattr(
         _RestrictedUnpickler, f"load_{_op.lower()}"
     )
