@@ -124,8 +124,13 @@ def _opcode(name: str) -> int:
     return code[0]
 
 
-class _RestrictedUnpickler(pickle._Unpickler):
-    dispatch: ClassVar[dict[int, Any]] = dict(pickle._Unpickler.dispatch)  # type: ignore[attr-defined]
+# typeshed types pickle._Unpickler as the C Unpickler, without the opcode
+# methods, stack and dispatch table this module works with.
+_PythonUnpickler: Any = pickle._Unpickler
+
+
+class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
+    dispatch: ClassVar[dict[int, Any]] = dict(_PythonUnpickler.dispatch)
 
     def __init__(
         self,
