@@ -152,6 +152,51 @@ def test_different_code_gives_a_different_token():
     assert not graphpickle.dask_tokenize.installed()
 
 
+def test_changing_an_object_between_two_calls_changes_its_token():
+    # The same objects, changed in place: nothing remembered from the first
+    # call may stand for them in the second.
+    from dask.base import tokenize
+
+    import graphpickle.dask_tokenize
+
+    class Unit:
+        name = "m"
+
+        def show(self):
+            return self.name
+
+    def scaled(x, factor=2):
+        return x * factor * OFFSET
+
+    def outer(n):
+        return lambda x: x + n
+
+    graphpickle.dask_tokenize.install()
+    try:
+        instance = Unit()
+        closure = outer(1)
+        changes = [
+            lambda: setattr(Unit, "name", "km"),  # a class attribute
+            lambda: setattr(Unit, "show", lambda self: self.name.upper()),  # a method
+            lambda: setattr(instance, "extra", 1),  # an instance attribute
+            lambda: setattr(scaled, "__defaults__", (3,)),  # a default
+            lambda: globals().__setitem__("OFFSET", 2),  # a global it reads
+            lambda: setattr(closure.__closure__[0], "cell_contents", 2),  # a closure value
+        ]
+        objects = [Unit, Unit, instance, scaled, scaled, closure]
+        for change, obj in zip(changes, objects, strict=True):
+            before = tokenize(obj)
+            assert tokenize(obj) == before
+            change()
+            assert tokenize(obj) != before, change
+    finally:
+        graphpickle.dask_tokenize.uninstall()
+        globals()["OFFSET"] = 1
+
+
+OFFSET = 1
+
+
 def test_what_cannot_be_made_deterministic_keeps_dasks_behaviour():
     import threading
 

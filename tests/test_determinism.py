@@ -420,6 +420,31 @@ def test_each_ingredient_of_a_class_changes_its_payload_and_its_id():
         assert _det(_main_class(changed)) != base
 
 
+def test_a_content_payload_writes_no_class_id_and_still_tells_classes_apart():
+    from cloudpickle import cloudpickle as cp_module
+
+    # (a content of its own: the tracker keeps the first class of each id)
+    source = (
+        f"class C:\n    limit = 1\n    tag = {id(object())}\n"
+        "    def get(self):\n        return self.limit\n"
+    )
+    cls = _main_class(source)
+    shipped = _det(cls)
+    tracker = cp_module._DYNAMIC_CLASS_TRACKER_BY_ID
+    # (cloudpickle tracks its own uuid4 for the class too, written nowhere)
+    (class_id,) = [
+        key for key, value in tracker.items() if value is cls and key.encode() in shipped
+    ]
+    hashed = determinism.content_dumps(cls, [].append)
+    assert class_id.encode() not in hashed
+    assert len(hashed) < len(shipped)  # the same payload less the id
+    assert determinism.content_dumps(_main_class(source), [].append) == hashed
+    changed = _main_class(source.replace("limit = 1", "limit = 2"))
+    assert determinism.content_dumps(changed, [].append) != hashed
+    loaded = pickle.loads(hashed)
+    assert loaded is not cls and loaded().get() == 1  # loads, as a class of its own
+
+
 def test_a_class_payload_ignores_the_slotnames_cache():
     cls = _main_class("class C:\n    __slots__ = ('a',)\n")
     before, default_before = _det(cls), graphpickle.dumps(cls)

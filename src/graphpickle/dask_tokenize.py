@@ -14,8 +14,10 @@ directory, so a notebook computes other keys in every kernel.
 :func:`install` replaces that one function: an object that plain pickle writes
 by reference, with nothing of ``__main__``, is hashed from that payload (dask's
 own first step, without the ``loads`` and the repeats); anything else from one
-deterministic graphpickle payload (:func:`graphpickle.dumps` with
-``deterministic=True``) and its out-of-band buffers. An object whose
+deterministic graphpickle payload and its out-of-band buffers: the payload of
+:func:`graphpickle.dumps` with ``deterministic=True``, with class ids left out
+(:func:`graphpickle.determinism.content_dumps`: an id hashes what the payload
+holds anyway, and computing it costs a pass over each class). An object whose
 deterministic payload cannot be made gets dask's own treatment, including its
 ``tokenize.ensure-deterministic`` error::
 
@@ -30,7 +32,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from ._pickler import dumps
+from .determinism import content_dumps
 
 __all__ = ["install", "installed", "uninstall"]
 
@@ -51,7 +53,7 @@ def _normalize_pickle(o: object) -> tuple[Any, ...]:
     if data is None or any(marker in data for marker in _MAIN_MARKERS):
         buffers.clear()
         try:
-            data = dumps(o, 5, buffers.append, deterministic=True)
+            data = content_dumps(o, buffers.append)
         except Exception:
             return _original(o)  # type: ignore[no-any-return]
     return hash_buffer_hex(data), [hash_buffer_hex(buffer) for buffer in buffers]
