@@ -30,6 +30,10 @@ def make_payload():
     return graphpickle.dumps(graph, buffer_callback=buffers.append), buffers
 
 
+class Plain:
+    pass
+
+
 class RunsCommand:
     def __reduce__(self):
         return (os.system, ("echo pwned",))
@@ -80,10 +84,19 @@ def test_agrees_with_what_loading_imports():
     assert set(looked_up) == set(graphpickle.inspect(data).globals)
 
 
-@pytest.mark.parametrize("data", [b"", b"garbage", pickle.dumps([1, 2])[:-3], b"\x80\x05N"])
-def test_bad_input_is_an_unpickling_error(data):
+@pytest.mark.parametrize("data", [b"", b"garbage", b"\xff\x00"])
+def test_not_a_pickle_is_an_unpickling_error(data):
     with pytest.raises(graphpickle.UnpicklingError, match="not a readable pickle"):
         graphpickle.inspect(data)
+
+
+@pytest.mark.parametrize("data", [pickle.dumps([1, 2])[:-3], b"\x80\x05N", b"\x80\x05t."])
+def test_malformed_pickle_is_reported_up_to_where_loading_stops(data):
+    with pytest.raises(Exception) as loading:
+        pickle.loads(data)
+    report = graphpickle.inspect(data)
+    assert report.error is not None and report.pickles == 0
+    assert report.verdict == "data", report.findings
 
 
 def _cli(*args, stdin=None):
@@ -110,13 +123,29 @@ def test_cli_inspect_file_and_stdin(tmp_path):
 
 def test_cli_inspect_bad_input_is_one_line_and_nonzero(tmp_path):
     bad = tmp_path / "bad.pkl"
-    bad.write_bytes(b"\x80\x05truncated")
+    bad.write_bytes(b"garbage")
     for args in (("inspect", str(bad)), ("inspect", str(tmp_path / "missing.pkl"))):
         result = _cli(*args)
         assert result.returncode == 2
         assert result.stdout == b""
         assert len(result.stderr.strip().splitlines()) == 1
         assert b"Traceback" not in result.stderr
+
+
+def test_cli_exit_status_is_the_gate(tmp_path):
+    cases = {
+        "data.pkl": (pickle.dumps({"a": [1, 2.5]}), 0, 0),
+        "imports.pkl": (pickle.dumps(Plain()), 0, 1),
+        "code.pkl": (pickle.dumps(RunsCommand()), 1, 1),
+        "malformed.pkl": (b"\x80\x05N", 3, 3),
+    }
+    for name, (data, default, strict) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        assert _cli("inspect", str(path)).returncode == default, name
+        assert _cli("inspect", str(path), "--fail-on", "imports").returncode == strict, name
+    text = _cli("inspect", str(tmp_path / "code.pkl")).stdout
+    assert text.startswith(b"verdict: code") and b"runs a shell command" in text
 
 
 def test_cli_help_lists_commands():
@@ -129,6 +158,8 @@ def test_cli_help_lists_commands():
 @settings(max_examples=1000, deadline=None)
 @given(edits=st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 255)), max_size=4))
 def test_fuzz_inspect_raises_only_unpickling_error(edits):
+    # And never anything else: a scanner that stops on an error shows an
+    # operator nothing of what the loader did before it.
     data, _ = _PAYLOAD
     mutated = bytearray(data)
     for pos, value in edits:
@@ -138,3 +169,131 @@ def test_fuzz_inspect_raises_only_unpickling_error(edits):
 
 
 _PAYLOAD = make_payload()
+
+
+# -- verdicts ------------------------------------------------------------------------
+
+
+def _global(module: str, name: str) -> bytes:
+    """STACK_GLOBAL of module.name (protocol 4)."""
+    return (
+        b"\x8c" + bytes([len(module)]) + module.encode()
+        + b"\x8c" + bytes([len(name)]) + name.encode() + b"\x93"
+    )  # fmt: skip
+
+
+SHELL = b"\x80\x04" + _global("os", "system") + b"\x8c\x02hi\x85R."
+
+
+def _code_findings(report):
+    return " | ".join(f.what for f in report.findings if f.level == "code")
+
+
+def test_verdict_levels():
+    assert graphpickle.inspect(pickle.dumps({"a": (1, 2.5, "x")})).verdict == "data"
+    imports = graphpickle.inspect(pickle.dumps(Plain()))
+    assert imports.verdict == "imports"
+    assert [f.what for f in imports.findings] == [f"{__name__}.Plain: outside the data-only list"]
+    code = graphpickle.inspect(SHELL)
+    assert code.verdict == "code" and "os.system: runs a shell command" in _code_findings(code)
+
+
+def test_by_value_code_is_code_that_runs_if_called_or_on_load():
+    built = graphpickle.inspect(graphpickle.dumps(lambda: 1))
+    assert built.verdict == "imports"
+    assert any("runs if the loaded objects are called" in f.what for f in built.findings)
+
+    class CallsOnLoad:
+        def __reduce__(self):
+            return (lambda: 1), ()
+
+    called = graphpickle.inspect(graphpickle.dumps(CallsOnLoad()))
+    assert called.verdict == "code"
+    assert "function pickled by value, while loading" in _code_findings(called)
+
+
+def test_every_pickle_in_a_file_is_read():
+    report = graphpickle.inspect(pickle.dumps([1, 2]) + SHELL)
+    assert report.pickles == 2 and report.verdict == "code"
+    assert report.globals == ("os.system",)
+
+
+def test_an_error_after_the_payload_ran_hides_nothing():
+    # The loader runs os.system, then stops at the bad opcode: report both.
+    data = SHELL[:-1] + b"\xff"
+    report = graphpickle.inspect(data)
+    assert report.verdict == "code" and report.error is not None
+    assert "os.system" in _code_findings(report)
+
+
+def test_names_computed_while_loading_are_code():
+    # The module name is the result of a call (str.lower is looked up by getattr).
+    computed = (
+        b"\x80\x04" + _global("builtins", "getattr") + b"\x8c\x02OS\x8c\x05lower\x86R)R"
+        + b"\x8c\x06system\x93\x8c\x02hi\x85R."
+    )  # fmt: skip
+    assert "computed while loading" in _code_findings(graphpickle.inspect(computed))
+
+
+def test_changing_a_global_is_code():
+    # Fraction.__len__ = int through BUILD's slot state; every name is data-only.
+    build = (
+        b"\x80\x04" + _global("fractions", "Fraction")
+        + b"N}\x8c\x07__len__" + _global("builtins", "int") + b"s\x86b."
+    )  # fmt: skip
+    report = graphpickle.inspect(build)
+    assert set(report.globals) <= graphpickle.DATA_ONLY
+    assert report.verdict == "code"
+    assert "changes the global fractions.Fraction" in _code_findings(report)
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "reached"),
+    [
+        ("pathlib", "os.system", "files"),
+        ("builtins", "eval.__call__", "internals"),
+        ("numpy", "__builtins__", "internals"),
+        ("cProfile", "run", "Python code"),
+        ("pkgutil", "resolve_name", "imports any module"),
+        ("numpy.testing._private.utils", "runstring", "Python code"),
+    ],
+)
+def test_dotted_names_dunders_and_less_known_gadgets(module, name, reached):
+    data = b"\x80\x04" + _global(module, name) + b"."
+    assert reached in _code_findings(graphpickle.inspect(data))
+
+
+def test_parsers_that_disagree_are_flagged():
+    # C's INT reads "0x10" (base 0); pickletools refuses it and would stop
+    # before the os.system that the loader reaches.
+    data = b"I0x10\n0" + SHELL
+    assert pickle.loads(b"I0x10\n.") == 16
+    report = graphpickle.inspect(data)
+    assert report.verdict == "code"
+    assert "reads this payload differently" in _code_findings(report)
+    assert [d.name for d in report.dangerous] == ["os.system"]
+    # An opcode running past the end of its FRAME: the Python unpickler refuses
+    # it, the C one reads on.
+    body = _global("builtins", "len") + b"."
+    framed = b"\x80\x04\x95" + (len(body) - 3).to_bytes(8, "little") + body
+    pickle.loads(framed)
+    assert "past the end of its frame" in _code_findings(graphpickle.inspect(framed))
+
+
+def test_data_verdict_is_what_restricted_loading_accepts():
+    samples = [
+        pickle.dumps({"a": [1, 2]}),
+        graphpickle.dumps({frozenset({1, 2}), 3}, deterministic=True),
+        pickle.dumps([b"ab", bytearray(b"c")], 2),
+        pickle.dumps(Plain()),
+        SHELL,
+        graphpickle.dumps(lambda: 1),
+    ]
+    for data in samples:
+        verdict = graphpickle.inspect(data).verdict
+        try:
+            graphpickle.loads(data, allowed=graphpickle.DATA_ONLY)
+        except graphpickle.ForbiddenGlobalError:
+            assert verdict != "data", data
+        else:
+            assert verdict == "data", data

@@ -25,10 +25,22 @@ def main(argv: list[str] | None = None) -> int:
         help="a spawned process pool, a local dask cluster, or both when distributed is installed (all)",
     )
     inspect = commands.add_parser(
-        "inspect", help="read a pickle without executing it: imports, by-value objects, risks"
+        "inspect",
+        help="read a pickle without executing it: a verdict, imports, by-value objects",
+        description="Read a pickle without executing it. Exit status: 0 the verdict passes "
+        "the gate; 1 it fails (verdict 'code', or 'imports' with --fail-on imports); 2 the "
+        "file cannot be read or is not a pickle; 3 it passes, but is malformed (loading "
+        "would stop with an error).",
     )
     inspect.add_argument("file", help="the pickle file, or - for standard input")
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    inspect.add_argument(
+        "--fail-on",
+        choices=["code", "imports"],
+        default="code",
+        help="the verdict that fails: 'code' (can run code on load, the default) or "
+        "'imports' (anything outside the data-only list)",
+    )
     bench = commands.add_parser(
         "bench", help="benchmark graphpickle against pickle, cloudpickle and distributed"
     )
@@ -42,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_command(args)
     if args.command == "inspect":
-        return _inspect(args.file, as_json=args.json)
+        return _inspect(args.file, as_json=args.json, fail_on=args.fail_on)
 
     if args.command == "demo":
         from ._demo import run_demo
@@ -53,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover
 
 
-def _inspect(path: str, *, as_json: bool) -> int:
+# graphpickle inspect's exit status (documented in the README and in --help).
+EXIT_PASSES, EXIT_FAILS, EXIT_UNREADABLE, EXIT_MALFORMED = 0, 1, 2, 3
+
+
+def _inspect(path: str, *, as_json: bool, fail_on: str) -> int:
     import json
 
     from ._scan import inspect
@@ -68,9 +84,11 @@ def _inspect(path: str, *, as_json: bool) -> int:
         report = inspect(data)
     except (OSError, UnpicklingError) as exc:
         print(f"graphpickle inspect: {path}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_UNREADABLE
     print(json.dumps(report.to_dict(), indent=2) if as_json else report)
-    return 0
+    if report.verdict == "code" or (fail_on == "imports" and report.verdict == "imports"):
+        return EXIT_FAILS
+    return EXIT_PASSES if report.error is None else EXIT_MALFORMED
 
 
 if __name__ == "__main__":

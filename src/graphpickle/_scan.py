@@ -1,25 +1,47 @@
-"""``inspect(data)``: read a pickle without executing it.
+"""``inspect(data)``: read a pickle without executing it, and judge it.
 
-Loading a pickle runs code: it imports modules and calls what the payload names.
-This module never loads. It walks the opcodes (``pickletools.genops``) and keeps
-a small model of the unpickler's stack and memo, holding only what it needs to
-know: strings (module and attribute names), tuples and dicts of them, and which
-callables were applied to what. From that it reports what a receiver must be
-able to import, what was pickled by value and how many bytes it spans, the
-out-of-band buffers it expects, and globals that can run commands on load.
+Loading a pickle runs code: it imports modules and calls what the payload
+names. ``inspect`` never loads. It reads the payload twice:
+
+- **A walk of the opcodes** (``pickletools.genops``) with a small model of the
+  unpickler's stack, marks and memo, holding only what it needs: strings
+  (module and attribute names), tuples and dicts of them, which callables were
+  applied to what, and which objects are globals. From that it reports what a
+  receiver must be able to import, what was pickled by value and how many bytes
+  it spans, the out-of-band buffers it expects, and what looks dangerous.
+- **A dry run of the C unpickler** (``_dry_load.py``), the parser
+  ``pickle.loads`` itself uses, with inert stand-ins for every global. If the
+  two readings disagree (which names, in which order, where it stops), the
+  payload is crafted to show a scanner something else than the loader, and is
+  flagged.
+
+Every pickle in the bytes is read (a file may hold several, and ``pickle.load``
+in a loop reads them all). A malformed payload is reported up to the point
+where the loader would stop, with what it would have done before.
+
+The verdict has three levels: ``"data"`` (restricted loading with
+:data:`graphpickle.DATA_ONLY` accepts it), ``"imports"`` (it imports globals
+outside that list, none known to be dangerous; code pickled by value runs only
+if called), ``"code"`` (it can run code or change the interpreter on load: a
+known-dangerous global (``_gadgets.py``), a name computed at load time, a
+change of a global's state, by-value code called on load, an EXT opcode, or
+parsers that disagree).
 """
 
 from __future__ import annotations
 
+import io
 import pickletools
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ._restricted import imported_name
+from ._dry_load import DryRun, dry_load
+from ._gadgets import danger_of
+from ._restricted import AllowList, imported_name
 from .errors import UnpicklingError
 
-__all__ = ["InspectReport", "inspect"]
+__all__ = ["Finding", "InspectReport", "inspect"]
 
 # cloudpickle's reconstructors: what a by-value object is built with.
 _CLOUDPICKLE = "cloudpickle.cloudpickle"
@@ -32,43 +54,17 @@ _BY_VALUE_MAKERS = {
 }
 _STATE_SETTERS = {"_function_setstate", "_class_setstate"}
 
-# Globals that can run commands or code when a payload is loaded. Exact names,
-# and modules whose every attribute counts ("*").
-DANGEROUS: dict[str, str] = {
-    "os.system": "runs a shell command",
-    "posix.system": "runs a shell command",
-    "nt.system": "runs a shell command",
-    "os.popen": "runs a shell command",
-    "os.execv": "replaces the process",
-    "os.execve": "replaces the process",
-    "os.execl": "replaces the process",
-    "os.execlp": "replaces the process",
-    "os.execvp": "replaces the process",
-    "os.spawnv": "starts a process",
-    "os.spawnl": "starts a process",
-    "os.posix_spawn": "starts a process",
-    "posix.posix_spawn": "starts a process",
-    "os.remove": "deletes files",
-    "os.unlink": "deletes files",
-    "os.rmdir": "deletes files",
-    "shutil.rmtree": "deletes files",
-    "builtins.eval": "evaluates code",
-    "builtins.exec": "executes code",
-    "builtins.compile": "compiles code",
-    "builtins.__import__": "imports any module",
-    "builtins.open": "opens files",
-    "builtins.breakpoint": "starts a debugger",
-    "importlib.import_module": "imports any module",
-    "pickle.loads": "loads a nested pickle",
-    "_pickle.loads": "loads a nested pickle",
-    "marshal.loads": "loads code objects",
-    "pty.spawn": "starts a process",
-    "subprocess.*": "starts processes",
-    "runpy.*": "runs modules",
-    "ctypes.*": "calls native code",
-    "socket.*": "opens network connections",
-    "code.*": "runs an interactive interpreter",
-}
+# Verdict levels, in order.
+DATA, IMPORTS, CODE = "data", "imports", "code"
+_RANK = {DATA: 0, IMPORTS: 1, CODE: 2}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason for the verdict: its level ("imports" or "code") and what it is."""
+
+    level: str
+    what: str
 
 
 @dataclass(frozen=True)
@@ -99,12 +95,20 @@ class InspectReport:
     buffer_sizes: tuple[int, ...] | None = None  # known when buffers were given
     persistent_ids: int = 0
     dangerous: tuple[DangerousGlobal, ...] = field(default_factory=tuple)
+    verdict: str = DATA  # "data", "imports" or "code"
+    findings: tuple[Finding, ...] = field(default_factory=tuple)
+    pickles: int = 1  # complete pickles in the bytes; each one is read
+    error: str | None = None  # where and why the loader would stop early, if it would
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def __str__(self) -> str:
-        lines = [f"pickle: {self.nbytes:,} bytes, protocol {self.protocol}"]
+        lines = [
+            f"verdict: {self.verdict} ({_VERDICT_WORDS[self.verdict]})",
+            f"pickle: {self.nbytes:,} bytes, protocol {self.protocol}"
+            + (f", {self.pickles} pickles" if self.pickles != 1 else ""),
+        ]
         lines.append(
             f"imports ({len(self.modules)} modules): " + (", ".join(self.modules) or "none")
         )
@@ -130,7 +134,22 @@ class InspectReport:
             lines.extend(f"  {d.name}: {d.why}" for d in self.dangerous)
         else:
             lines.append("dangerous globals: none found")
+        shown = [f for f in self.findings if f.level == CODE] or list(self.findings)
+        if shown:
+            lines.append("findings:")
+            lines.extend(f"  [{f.level}] {f.what}" for f in shown[:_SHOWN_GROUPS])
+            if len(shown) > _SHOWN_GROUPS:
+                lines.append(f"  ... {len(shown) - _SHOWN_GROUPS} more (--json lists all)")
+        if self.error is not None:
+            lines.append(f"malformed: {self.error}")
         return "\n".join(lines)
+
+
+_VERDICT_WORDS = {
+    DATA: "plain data: restricted loading with DATA_ONLY accepts it",
+    IMPORTS: "imports globals outside the data-only list",
+    CODE: "can run code or change the interpreter on load",
+}
 
 
 class _Mark:
@@ -161,8 +180,11 @@ class _ByValueInProgress:
     end: int
 
 
+class _Malformed(Exception):
+    """Where the C unpickler would stop: the walk stops there too."""
+
+
 _SHOWN_GROUPS = 20
-_MARK = _Mark()
 _OTHER = object()  # a value whose content the scan does not track
 _STRING_OPS = {
     "STRING",
@@ -173,76 +195,139 @@ _STRING_OPS = {
     "SHORT_BINUNICODE",
     "BINUNICODE8",
 }
+_INT_OPS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4"}
+_CHANGES = {"BUILD", "SETITEM", "SETITEMS", "APPEND", "APPENDS", "ADDITEMS"}
+_DATA_ONLY: AllowList | None = None
+
+
+def _data_only() -> AllowList:
+    global _DATA_ONLY
+    if _DATA_ONLY is None:
+        from ._data_only import DATA_ONLY
+
+        _DATA_ONLY = AllowList(DATA_ONLY)
+    return _DATA_ONLY
 
 
 def inspect(
     data: bytes | bytearray | memoryview, *, buffers: Iterable[Any] | None = None
 ) -> InspectReport:
-    """Report what loading the pickle ``data`` would import and build, without
-    loading it. ``buffers``, if given, are the out-of-band buffers (for sizes).
+    """Report what loading the pickle ``data`` would import, build and do,
+    without loading it, with a verdict: ``"data"``, ``"imports"`` or ``"code"``.
+    ``buffers``, if given, are the out-of-band buffers (for sizes).
 
-    Raises :class:`graphpickle.UnpicklingError` if ``data`` is not a complete pickle.
+    Every pickle in ``data`` is read. A malformed payload is reported up to the
+    point where the loader would stop (``report.error`` says where and why);
+    :class:`graphpickle.UnpicklingError` is raised only when not one opcode
+    could be read (empty data, or not a pickle at all).
     """
     raw = bytes(data)
-    try:
-        return _Scan(raw).run(buffers)
-    except UnpicklingError:
-        raise
-    except Exception as exc:  # pickletools raises ValueError on malformed input
-        raise UnpicklingError(f"not a readable pickle: {exc}") from exc
+    scan = _Scan(raw)
+    scan.run()
+    dry = dry_load(raw)
+    if scan.opcodes == 0 and dry.pickles == 0 and not dry.events:
+        raise UnpicklingError(f"not a readable pickle: {scan.error or 'no data'}")
+    scan.compare(dry)
+    return scan.report(buffers)
 
 
 class _Scan:
     def __init__(self, data: bytes) -> None:
         self.data = data
-        # The stack holds (value, offset where the value's opcodes start).
+        # The stack holds (value, offset where the value's opcodes start); a
+        # MARK moves it onto the metastack, as the C unpickler fences it off.
         self.stack: list[tuple[Any, int]] = []
+        self.metastack: list[list[tuple[Any, int]]] = []
         self.memo: dict[int, tuple[Any, int]] = {}
+        self.names: list[str] = []  # each name as written, in order (the dry run's view)
         self.globals: dict[str, None] = {}
         self.modules: set[str] = set()
         self.objects: list[_ByValueInProgress] = []
+        self.findings: dict[Finding, None] = {}
+        self.dangerous: dict[str, str] = {}
         self.protocol = 0
         self.buffers = self.readonly = self.persistent = 0
-        self.stopped = False
+        self.opcodes = self.pickles = 0
+        self.error: str | None = None
+        self.frame_end: int | None = None
 
-    def run(self, buffers: Iterable[Any] | None) -> InspectReport:
-        for opcode, arg, pos in pickletools.genops(self.data):
-            self.step(opcode, arg, pos or 0)  # pos is None only for file-less streams
-        if not self.stopped:
-            raise UnpicklingError("not a readable pickle: no STOP opcode")
-        names = tuple(self.globals)
-        sizes = None if buffers is None else tuple(memoryview(b).nbytes for b in buffers)
-        return InspectReport(
-            nbytes=len(self.data),
-            protocol=self.protocol,
-            modules=tuple(sorted(self.modules)),
-            globals=tuple(sorted(names)),
-            by_value=tuple(
-                ByValueObject(o.kind, o.name, o.end - o.start, o.start) for o in self.objects
-            ),
-            buffers=self.buffers,
-            readonly_buffers=self.readonly,
-            buffer_sizes=sizes,
-            persistent_ids=self.persistent,
-            dangerous=tuple(_dangerous(names)),
-        )
+    # -- reading -------------------------------------------------------------------
+
+    def run(self) -> None:
+        start = 0
+        while start < len(self.data):
+            try:
+                start = self.read_one(start)
+            except _Malformed as exc:
+                self.error = str(exc)
+                return
+            self.pickles += 1
+
+    def read_one(self, start: int) -> int:
+        """Read the pickle at ``start``; return where it ends."""
+        self.stack, self.metastack, self.memo = [], [], {}
+        self.frame_end = None
+        stream = _stream_at(self.data, start)
+        pos = start
+        try:
+            for opcode, arg, at in pickletools.genops(stream):
+                pos = at if at is not None else pos
+                self.opcodes += 1
+                self.check_frame(opcode.name, arg, pos)
+                self.step(opcode, arg, pos)
+                if opcode.name == "STOP":
+                    end: int = stream.tell()
+                    return end
+        except _Malformed as exc:
+            raise _Malformed(f"at byte {pos}: {exc}") from None
+        except Exception as exc:  # pickletools raises ValueError on bad input
+            raise _Malformed(f"at byte {pos}: {exc}") from None
+        raise _Malformed(f"at byte {pos}: no STOP opcode (the pickle is truncated)")
+
+    def check_frame(self, name: str, arg: Any, pos: int) -> None:
+        """FRAME says how many bytes the next opcodes take. The C unpickler
+        (``pickle.loads``) only checks that they exist; the Python one
+        (``pickle._Unpickler``, restricted loading) also refuses an opcode that
+        runs past the frame, or a frame that starts inside another. A payload
+        whose frames the two read differently was made to confuse parsers."""
+        if self.frame_end is not None and pos > self.frame_end:
+            self.flag(CODE, f"at byte {pos}: an opcode runs past the end of its frame "
+                      "(the C and the Python unpicklers read this payload differently)")  # fmt: skip
+            self.frame_end = None
+        if name != "FRAME":
+            if self.frame_end is not None and pos == self.frame_end:
+                self.frame_end = None
+            return
+        if self.frame_end is not None and pos != self.frame_end:
+            self.flag(CODE, f"at byte {pos}: a frame starts inside another frame "
+                      "(the C and the Python unpicklers read this payload differently)")  # fmt: skip
+        end = pos + 9 + arg
+        if end > len(self.data):
+            raise _Malformed(
+                f"FRAME of {arg:,} bytes, but only {len(self.data) - pos - 9:,} follow"
+            )
+        self.frame_end = end
+
+    # -- the stack model --------------------------------------------------------------
 
     def push(self, value: Any, pos: int) -> None:
         self.stack.append((value, pos))
 
     def pop(self) -> tuple[Any, int]:
         if not self.stack:
-            raise UnpicklingError("not a readable pickle: stack underflow")
+            raise _Malformed("unpickling stack underflow")
         return self.stack.pop()
 
-    def pop_to_mark(self) -> list[tuple[Any, int]]:
-        items: list[tuple[Any, int]] = []
-        while True:
-            value, pos = self.pop()
-            if value is _MARK:
-                items.reverse()
-                return items
-            items.append((value, pos))
+    def pop_mark(self) -> list[tuple[Any, int]]:
+        if not self.metastack:
+            raise _Malformed("could not find MARK")
+        items, self.stack = self.stack, self.metastack.pop()
+        return items
+
+    def top(self, name: str) -> tuple[Any, int]:
+        if not self.stack:
+            raise _Malformed(f"{name} on an empty stack")
+        return self.stack[-1]
 
     def step(self, opcode: Any, arg: Any, pos: int) -> None:
         name = opcode.name
@@ -252,70 +337,89 @@ class _Scan:
             self.protocol = arg
         elif name in _STRING_OPS:
             self.push(arg if isinstance(arg, str) else _OTHER, pos)
+        elif name in _INT_OPS:
+            self.push(arg if type(arg) is int else _OTHER, pos)
         elif name == "GLOBAL" or name == "INST":
             module, _, attr = arg.partition(" ")
             if name == "INST":
-                self.pop_to_mark()
-            self.push(self.record_global(module, attr), pos)
+                self.pop_mark()
+            self.push(self.record_global(module, attr, pos), pos)
+            if name == "INST":
+                self.call(self.stack[-1][0], pos)
         elif name == "STACK_GLOBAL":
             (attr, _), (module, start) = self.pop(), self.pop()
             if not isinstance(module, str) or not isinstance(attr, str):
-                self.record_global("<unknown>", "<computed>")
+                self.flag(CODE, f"at byte {pos}: a global whose name is computed while loading")
+                self.names.append("<computed>")
                 self.push(_OTHER, start)
             else:
-                self.push(self.record_global(module, attr), start)
+                self.push(self.record_global(module, attr, pos), start)
+        elif name in ("EXT1", "EXT2", "EXT4"):
+            self.flag(CODE, f"at byte {pos}: extension code {arg} names a global through the "
+                      "receiver's copyreg registry, which a scan cannot see")  # fmt: skip
+            self.names.append(f"<extension {arg}>")
+            self.push(_OTHER, pos)
         elif name in ("MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"):
+            if name != "MEMOIZE" and arg < 0:
+                raise _Malformed("negative PUT argument")
             index = len(self.memo) if name == "MEMOIZE" else arg
-            self.memo[index] = self.stack[-1]
+            self.memo[index] = self.top(name)
         elif name in ("GET", "BINGET", "LONG_BINGET"):
             if arg not in self.memo:
-                raise UnpicklingError(f"not a readable pickle: memo key {arg} is missing")
+                raise _Malformed(f"Memo value not found at index {arg}")
             value, _ = self.memo[arg]
             self.push(value, pos)
         elif name == "MARK":
-            self.push(_MARK, pos)
+            self.metastack.append(self.stack)
+            self.stack = []
+        elif name == "POP":
+            if self.stack:
+                self.stack.pop()
+            else:
+                self.pop_mark()
+        elif name == "POP_MARK":
+            self.pop_mark()
         elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-            count = int(name[-1])
-            items = [self.pop() for _ in range(count)][::-1]
+            items = [self.pop() for _ in range(int(name[-1]))][::-1]
             self.push(tuple(v for v, _ in items), items[0][1])
         elif name == "TUPLE":
-            items = self.pop_to_mark()
+            items = self.pop_mark()
             self.push(tuple(v for v, _ in items), pos)
+        elif name == "EMPTY_TUPLE":
+            self.push((), pos)
         elif name == "EMPTY_DICT":
             self.push({}, pos)
-        elif name in ("SETITEM", "SETITEMS"):
-            pairs = [self.pop(), self.pop()][::-1] if name == "SETITEM" else self.pop_to_mark()
-            target, _ = self.stack[-1] if self.stack else (None, 0)
-            if isinstance(target, dict):
-                for (key, _), (value, _) in zip(pairs[::2], pairs[1::2], strict=False):
-                    if isinstance(key, str):
-                        target[key] = value
+        elif name in _CHANGES:
+            self.change(name, pos)
         elif name == "REDUCE":
             (args, _), (func, start) = self.pop(), self.pop()
             self.push(self.apply(func, args, start, pos), start)
+        elif name in ("NEWOBJ", "NEWOBJ_EX", "OBJ"):
+            self.generic(opcode, pos)
+            # What was instantiated is gone from the model; the dry run records it.
         elif name == "NEXT_BUFFER":
             self.buffers += 1
             self.push(_OTHER, pos)
         elif name == "READONLY_BUFFER":
             self.readonly += 1
+            self.top(name)
         elif name in ("PERSID", "BINPERSID"):
             self.persistent += 1
             if name == "BINPERSID":
                 self.pop()
             self.push(_OTHER, pos)
         elif name == "DUP":
-            self.stack.append(self.stack[-1])
+            self.stack.append(self.top(name))
         elif name == "STOP":
             self.pop()
-            self.stopped = True
-        else:
+        elif name != "FRAME":
             self.generic(opcode, pos)
 
     def generic(self, opcode: Any, pos: int) -> None:
         """Any other opcode: apply its stack effect, tracking no content."""
         before = opcode.stack_before
         if pickletools.markobject in before:
-            self.pop_to_mark()
+            self.pop_mark()
             before = before[: before.index(pickletools.markobject)]
         start = pos
         for _ in before:
@@ -323,16 +427,79 @@ class _Scan:
         for _ in opcode.stack_after:
             self.push(_OTHER, start)
 
-    def record_global(self, module: str, attr: str) -> _Global:
-        module, attr = imported_name(module, attr)
-        self.globals[f"{module}.{attr}"] = None
+    def change(self, name: str, pos: int) -> None:
+        """BUILD, SETITEM(S), APPEND(S), ADDITEMS: the object they change must be
+        one the payload made, never a global."""
+        if name in ("SETITEMS", "APPENDS", "ADDITEMS"):
+            items = self.pop_mark()
+            target, _ = self.top(name)
+            if name == "SETITEMS" and isinstance(target, dict):
+                values = [v for v, _ in items]
+                for key, value in zip(values[::2], values[1::2], strict=False):
+                    if isinstance(key, str):
+                        target[key] = value
+        else:
+            pairs = [self.pop() for _ in range(2 if name == "SETITEM" else 1)][::-1]
+            target, _ = self.top(name)
+            if name == "SETITEM" and isinstance(target, dict) and isinstance(pairs[0][0], str):
+                target[pairs[0][0]] = pairs[1][0]
+        if isinstance(target, _Global):
+            self.flag(CODE, f"at byte {pos}: {name} changes the global "
+                      f"{target.module}.{target.name} while loading")  # fmt: skip
+
+    # -- what the names mean ------------------------------------------------------------
+
+    def record_global(self, module: str, attr: str, pos: int, *, written: bool = True) -> _Global:
+        if written:  # a name in the bytes, which the loader hands to find_class
+            self.names.append(f"{module}.{attr}")
+        if self.protocol < 3:
+            module, attr = imported_name(module, attr)
+        full = f"{module}.{attr}"
+        self.globals[full] = None
         self.modules.add(module)
+        if not _data_only().exactly(module, attr):
+            why = danger_of(module, attr)
+            if why is not None:
+                self.dangerous[full] = why
+                self.flag(CODE, f"{full}: {why}")
+            elif not all(part.isidentifier() for part in (*module.split("."), *attr.split("."))):
+                self.flag(CODE, f"{full!r}: not a Python name (crafted for a parser)")
+            else:
+                self.flag(IMPORTS, f"{full}: outside the data-only list")
         return _Global(module, attr)
 
+    def call(self, func: Any, pos: int) -> None:
+        """INST and OBJ call what they name, as REDUCE does."""
+        self.apply(func, (), pos, pos)
+
     def apply(self, func: Any, args: Any, start: int, pos: int) -> Any:
-        """REDUCE: note by-value constructors and the state setters that finish them."""
-        if not isinstance(func, _Global) or func.module != _CLOUDPICKLE:
+        """REDUCE: by-value constructors, the state setters that finish them,
+        by-value code called while loading, and the data-only guarded calls."""
+        if isinstance(func, _Applied):
+            inner = func.func
+            if func.by_value is not None and func.by_value.kind == "function":
+                self.flag(CODE, f"at byte {pos}: calls {func.by_value.name}, a function "
+                          "pickled by value, while loading")  # fmt: skip
+            elif _is(inner, "operator", "itemgetter") and func.args == (-1,):
+                if isinstance(args, tuple) and len(args) == 1 and isinstance(args[0], tuple):
+                    return args[0][-1] if args[0] else _OTHER
+                self.flag(IMPORTS, f"at byte {pos}: operator.itemgetter(-1) applied to "
+                          "something other than a tuple")  # fmt: skip
             return _OTHER
+        if not isinstance(func, _Global):
+            return _OTHER
+        if _is(func, "builtins", "getattr"):
+            return self.getattr(args, pos)
+        if _is(func, "operator", "itemgetter") and args != (-1,):
+            self.flag(
+                IMPORTS, f"at byte {pos}: operator.itemgetter({args!r}) (data uses (-1) only)"
+            )
+        if _is(func, "_codecs", "encode") and (
+            not isinstance(args, tuple) or len(args) != 2 or args[1] != "latin1"
+        ):
+            self.flag(IMPORTS, f"at byte {pos}: _codecs.encode with a codec other than latin1")
+        if func.module != _CLOUDPICKLE:
+            return _Applied(func, args, start)
         kind = _BY_VALUE_MAKERS.get(func.name)
         if kind is not None:
             obj = _ByValueInProgress(kind, _name_from_args(kind, args), start, pos + 1)
@@ -346,6 +513,108 @@ class _Scan:
                 if name and target.by_value.kind == "function":
                     target.by_value.name = name
         return _OTHER
+
+    def getattr(self, args: Any, pos: int) -> Any:
+        """``getattr(global, "name")`` (how pickle writes a method of a class) is
+        the dotted global ``global.name``, judged as one; getattr on anything
+        else reaches what the scan cannot know."""
+        if isinstance(args, tuple) and len(args) == 2 and isinstance(args[1], str):
+            target, attr = args
+            if isinstance(target, _Global):
+                dotted = f"{target.name}.{attr}"
+                return self.record_global(target.module, dotted, pos, written=False)
+            if attr.startswith("__"):
+                self.flag(
+                    CODE, f"at byte {pos}: getattr(..., {attr!r}) reaches an object's internals"
+                )
+            return _OTHER
+        self.flag(CODE, f"at byte {pos}: getattr with a name computed while loading")
+        return _OTHER
+
+    def flag(self, level: str, what: str) -> None:
+        self.findings[Finding(level, what)] = None
+
+    # -- the verdict ------------------------------------------------------------------
+
+    def compare(self, dry: DryRun) -> None:
+        """Set the dry run of the C unpickler beside the walk."""
+        if dry.skipped is not None:
+            self.flag(IMPORTS, f"no dry run: {dry.skipped}")
+            return
+        for event in dry.events:
+            if event.kind == "change" and event.origin == "global":
+                self.flag(CODE, f"changes the global {event.name} while loading")
+            elif (
+                event.kind == "call"
+                and _makes_function(event.root)
+                and event.name == f"{event.root}()"
+            ):
+                self.flag(CODE, f"calls code pickled by value ({event.root}) while loading")
+        loader_names = [f"{module}.{name}" for module, name in dry.names]
+        written = set(self.names)
+        for module, name in dry.names:
+            if f"{module}.{name}" not in written:  # judge what only the loader reads
+                self.record_global(module, name, -1, written=False)
+        if loader_names != self.names or dry.pickles != self.pickles:
+            self.flag(CODE, "the C unpickler reads this payload differently from a scan: "
+                      f"{_difference(self.names, loader_names, self.pickles, dry.pickles)}")  # fmt: skip
+        if (dry.error is None) != (self.error is None):
+            self.flag(CODE, "the C unpickler and a scan disagree on whether the payload is "
+                      f"well formed (loader: {dry.error or 'reads it'}; scan: {self.error or 'reads it'})")  # fmt: skip
+
+    def report(self, buffers: Iterable[Any] | None) -> InspectReport:
+        names = tuple(self.globals)
+        sizes = None if buffers is None else tuple(memoryview(b).nbytes for b in buffers)
+        if self.by_value_code():
+            self.flag(
+                IMPORTS, "holds code pickled by value: it runs if the loaded objects are called"
+            )
+        findings = tuple(self.findings)
+        verdict = max((f.level for f in findings), key=_RANK.__getitem__, default=DATA)
+        return InspectReport(
+            nbytes=len(self.data),
+            protocol=self.protocol,
+            modules=tuple(sorted(self.modules)),
+            globals=tuple(sorted(names)),
+            by_value=tuple(
+                ByValueObject(o.kind, o.name, o.end - o.start, o.start) for o in self.objects
+            ),
+            buffers=self.buffers,
+            readonly_buffers=self.readonly,
+            buffer_sizes=sizes,
+            persistent_ids=self.persistent,
+            dangerous=tuple(DangerousGlobal(n, why) for n, why in sorted(self.dangerous.items())),
+            verdict=verdict,
+            findings=findings,
+            pickles=self.pickles,
+            error=self.error,
+        )
+
+    def by_value_code(self) -> bool:
+        return any(o.kind in ("function", "class") for o in self.objects)
+
+
+def _stream_at(data: bytes, start: int) -> io.BytesIO:
+    stream = io.BytesIO(data)
+    stream.seek(start)
+    return stream
+
+
+def _is(value: Any, module: str, name: str) -> bool:
+    return isinstance(value, _Global) and value.module == module and value.name == name
+
+
+def _makes_function(root: str) -> bool:
+    return root == f"{_CLOUDPICKLE}._make_function"
+
+
+def _difference(scan: list[str], loader: list[str], scanned: int, loaded: int) -> str:
+    if scanned != loaded:
+        return f"{loaded} pickle(s) for the loader, {scanned} for a scan"
+    for i, (a, b) in enumerate(zip(scan, loader, strict=False)):
+        if a != b:
+            return f"global #{i + 1} is {b!r} for the loader, {a!r} for a scan"
+    return f"{len(loader)} globals for the loader, {len(scan)} for a scan"
 
 
 def _name_from_args(kind: str, args: Any) -> str:
@@ -367,12 +636,3 @@ def _name_from_state(state: Any) -> str | None:
         if isinstance(qualname, str):
             return f"{module}.{qualname}" if isinstance(module, str) else qualname
     return None
-
-
-def _dangerous(names: Iterable[str]) -> list[DangerousGlobal]:
-    found = []
-    for name in names:
-        why = DANGEROUS.get(name) or DANGEROUS.get(f"{name.split('.')[0]}.*")
-        if why is not None:
-            found.append(DangerousGlobal(name, why))
-    return found
