@@ -169,3 +169,26 @@ def test_python2_names_are_checked_once_mapped():
     assert graphpickle.loads(data, allowed={"dbm.open"}) is dbm.open
     with pytest.raises(graphpickle.ForbiddenGlobalError, match=r"dbm\.open"):
         graphpickle.loads(data, allowed={"anydbm.open"})
+
+
+def _getattr_of(module: str, name: str, attr: str) -> bytes:
+    return (
+        b"\x80\x04" + _stack_global("builtins", "getattr") + _stack_global(module, name)
+        + b"\x8c" + bytes([len(attr)]) + attr.encode() + b"\x86R."
+    )  # fmt: skip
+
+
+def test_getattr_is_a_dotted_global_the_list_must_name():
+    # How CPython pickles ZoneInfo: getattr(zoneinfo.ZoneInfo, "_unpickle").
+    import zoneinfo
+
+    assert graphpickle.loads(
+        _getattr_of("zoneinfo", "ZoneInfo", "_unpickle"), allowed=DATA_ONLY
+    ) == (zoneinfo.ZoneInfo._unpickle)
+    with pytest.raises(graphpickle.ForbiddenGlobalError) as info:
+        graphpickle.loads(_getattr_of("fractions", "Fraction", "from_float"), allowed=DATA_ONLY)
+    assert info.value.name == "fractions.Fraction.from_float"
+    # getattr of anything but a resolved global (here a str the payload made).
+    made = b"\x80\x04" + _stack_global("builtins", "getattr") + b"\x8c\x01x\x8c\x05upper\x86R."
+    with pytest.raises(graphpickle.ForbiddenGlobalError, match="only as a global's attribute"):
+        graphpickle.loads(made, allowed=DATA_ONLY)

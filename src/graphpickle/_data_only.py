@@ -18,8 +18,10 @@ none is a getter of arbitrary state. Reconstructors that hand back a cached or
 singleton object (a zone, ``NaT``, a dtype) are fine: restricted loading lets a
 payload change only what it created.
 
-Left out on purpose: ``builtins.getattr`` (which ``ZoneInfo`` pickles name, see
-the zoneinfo group), pyarrow-backed pandas data (pyarrow's reconstructors are
+``builtins.getattr`` (which ``ZoneInfo`` pickles name, see the zoneinfo group)
+is not listed: restricted loading resolves ``getattr(G, "name")`` of a global
+``G`` as the dotted name ``G.name``, which must be listed. Left out on purpose:
+pyarrow-backed pandas data (pyarrow's reconstructors are
 not reviewed here), ``dateutil.tz`` zones (``tzfile`` opens any path it is
 given) and numpy masked arrays.
 """

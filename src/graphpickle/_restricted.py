@@ -144,6 +144,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         # Every object a global name resolved to in this load, by id (the list
         # keeps them alive, so an id is never reused while loading).
         self._globals: dict[int, str] = {}
+        self._names: dict[int, tuple[str, str]] = {}  # the globals find_class resolved
         self._keep: list[Any] = []
 
     # -- globals ---------------------------------------------------------------
@@ -154,6 +155,8 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         full = f"{module}.{name}"
         allowed = self._allowed
         exact = allowed.exactly(module, name)
+        if full == "builtins.getattr" and not exact:
+            return self._getattr_of_global
         if not exact and not allowed.by_module(module, name):
             raise ForbiddenGlobalError(_refusal(module, name), name=full)
         sys.audit("pickle.find_class", module, name)
@@ -180,8 +183,24 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         if special is not None:
             obj = special
         self._globals[id(obj)] = full
+        self._names[id(obj)] = (module, name)
         self._keep.append(obj)
         return obj
+
+    def _getattr_of_global(self, target: Any, attr: Any) -> Any:
+        """``getattr`` as restricted loading provides it: ``getattr(G, "name")``
+        for a global ``G`` this load resolved is the dotted global ``G.name``
+        (how CPython pickles ``ZoneInfo._unpickle`` and methods of classes), and
+        is resolved, checked and tracked as one. Anything else is refused."""
+        found = self._names.get(id(target))
+        if found is None or type(attr) is not str:
+            raise ForbiddenGlobalError(
+                f"restricted loading refused getattr({_describe(target)}, {attr!r}): "
+                "getattr is allowed only as a global's attribute that the allow-list names",
+                name="builtins.getattr",
+            )
+        module, name = found
+        return self.find_class(module, f"{name}.{attr}")
 
     def get_extension(self, code: int) -> None:
         raise ForbiddenGlobalError(

@@ -527,6 +527,11 @@ class _Scan:
                 self.flag(
                     CODE, f"at byte {pos}: getattr(..., {attr!r}) reaches an object's internals"
                 )
+            else:
+                self.flag(
+                    IMPORTS,
+                    f"at byte {pos}: getattr(..., {attr!r}) of an object made while loading",
+                )
             return _OTHER
         self.flag(CODE, f"at byte {pos}: getattr with a name computed while loading")
         return _OTHER
