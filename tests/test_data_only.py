@@ -28,7 +28,8 @@ import graphpickle
 from graphpickle import DATA_ONLY
 
 NUMPY_2 = np.lib.NumpyVersion(np.__version__) >= "2.0.0"
-PANDAS_3 = int(pd.__version__.split(".")[0]) >= 3
+PANDAS = tuple(int(part) for part in pd.__version__.split(".")[:2])
+PANDAS_3 = PANDAS >= (3, 0)
 PARIS = zoneinfo.ZoneInfo("Europe/Paris")
 
 
@@ -47,6 +48,8 @@ def _builtins_cases() -> Iterator[tuple[str, Any]]:
     yield "complex", [complex(1, 2), complex(-0.0, math.inf)]
     yield "range-slice", [range(3), range(10, 0, -3), slice(1, 5), slice(None, None, -1)]
     yield "empty", [[], (), {}, set(), frozenset(), bytearray()]
+    # Types travel as data too: a defaultdict's factory, a column's Python type.
+    yield "types", [bool, bytes, dict, float, int, list, str, tuple, set, frozenset, complex]
 
 
 def _collections_cases() -> Iterator[tuple[str, Any]]:
@@ -54,6 +57,7 @@ def _collections_cases() -> Iterator[tuple[str, Any]]:
     yield "counter", collections.Counter("abracadabra")
     yield "defaultdict-list", collections.defaultdict(list, {"k": [1]})
     yield "defaultdict-int", collections.defaultdict(int, {"k": 1})
+    yield "defaultdict-dict", collections.defaultdict(dict, {"k": {}})
     yield "defaultdict-none", collections.defaultdict(None, {"k": 1})
     yield "deque", collections.deque([1, 2, 3], maxlen=5)
     yield "chainmap", collections.ChainMap({"a": 1}, {"b": 2})
@@ -279,12 +283,12 @@ def _pandas_cases() -> Iterator[tuple[str, Any]]:
     yield "array-sparse-block", pd.arrays.SparseArray([0, 1, 1, 0, 2], kind="block")
 
 
-# Frequencies as pandas spells them in each major version: what a date range,
-# a period and an offset object carry.
+# Frequencies as pandas spells them (2.2 renamed the month-end ones and more):
+# what a date range, a period and an offset object carry.
 _FREQS = ["D", "B", "W", "W-MON", "MS", "BMS", "QS", "YS", "SMS", "min", "s", "ms", "us", "ns"]
 _FREQS += (
     ["ME", "BME", "QE", "YE", "SME", "h", "bh"]
-    if PANDAS_3
+    if PANDAS >= (2, 2)
     else ["M", "BM", "Q", "Y", "SM", "H", "BH"]
 )
 
@@ -381,6 +385,7 @@ def _resolve(full: str) -> Any:
     raise AssertionError(f"no module prefix of {full} imports")
 
 
+@pytest.mark.filterwarnings("ignore:numpy.core.* is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("name", sorted(DATA_ONLY))
 def test_every_name_is_a_class_or_a_function(name):
     obj = _resolve(name)
