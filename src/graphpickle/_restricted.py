@@ -41,6 +41,7 @@ README has the numbers); out-of-band buffers are loaded without a copy.
 from __future__ import annotations
 
 import _compat_pickle
+import functools
 import pickle
 import struct
 import sys
@@ -364,7 +365,16 @@ def imported_name(module: str, name: str) -> tuple[str, str]:
 
 
 def compile_allowed(allowed: Iterable[str]) -> AllowList:
-    return allowed if isinstance(allowed, AllowList) else AllowList(allowed)
+    if isinstance(allowed, AllowList):
+        return allowed
+    if isinstance(allowed, frozenset):
+        return _compiled(allowed)  # DATA_ONLY and its unions: compiled once
+    return AllowList(allowed)
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(allowed: frozenset[str]) -> AllowList:
+    return AllowList(allowed)
 
 
 def _refusal(module: str, name: str) -> str:
