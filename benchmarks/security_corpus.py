@@ -15,7 +15,7 @@ are publicly documented; no published sample is copied. What we followed:
 - modelscan's documentation of unsafe globals (``runpy``, ``pty``,
   ``webbrowser``, ``shutil``, ``socket``, network clients, ``ctypes``);
 - public write-ups on restricted unpicklers (``find_class`` allow-lists)
-  bypassed through attribute traversal of an allowed module (``datetime.sys``,
+  bypassed through attribute traversal of an allowed module (``datetime.sys``, ``uuid.sys``,
   a module's ``__builtins__``), BUILD on an allowed class or module,
   ``operator.attrgetter``/``methodcaller``/``functools.partial`` chains and
   ``pkgutil.resolve_name``/``pydoc.locate``, gadgets such as ``cProfile.run``,
@@ -48,6 +48,7 @@ import math
 import os
 import pickle
 import struct
+import sys
 import uuid
 import zoneinfo
 from collections.abc import Callable, Iterator
@@ -522,18 +523,18 @@ def _traversal() -> Iterator[Sample]:
             "compile",
         ),
         (
-            "datetime + sys.modules.__setitem__",
-            program(Call(G("datetime", "sys.modules.__setitem__"), "os", G("builtins", "int"))),
+            "uuid + sys.modules.__setitem__",
+            program(Call(G("uuid", "sys.modules.__setitem__"), "os", G("builtins", "int"))),
             "sys.modules",
         ),
         (
-            "datetime + sys.settrace",
-            program(Call(G("datetime", "sys.settrace"), G("builtins", "int"))),
+            "uuid + sys.settrace",
+            program(Call(G("uuid", "sys.settrace"), G("builtins", "int"))),
             "sys.settrace",
         ),
         (
-            "datetime + sys.addaudithook",
-            program(Call(G("datetime", "sys.addaudithook"), G("builtins", "int"))),
+            "uuid + sys.addaudithook",
+            program(Call(G("uuid", "sys.addaudithook"), G("builtins", "int"))),
             "sys.addaudithook",
         ),
         (
@@ -575,13 +576,13 @@ def _state_changes() -> Iterator[Sample]:
     integer = G("builtins", "int")
     rows = [
         (
-            "BUILD dict state on datetime.sys: sys.path",
-            program(Build(G("datetime", "sys"), {"path": [attacker_path]})),
+            "BUILD dict state on uuid.sys: sys.path",
+            program(Build(G("uuid", "sys"), {"path": [attacker_path]})),
             "sys.path",
         ),
         (
-            "BUILD slot state on datetime.sys: sys.path",
-            program(Build(G("datetime", "sys"), (None, {"path": [attacker_path]}))),
+            "BUILD slot state on uuid.sys: sys.path",
+            program(Build(G("uuid", "sys"), (None, {"path": [attacker_path]}))),
             "sys.path",
         ),
         (
@@ -627,24 +628,22 @@ def _state_changes() -> Iterator[Sample]:
             "module:datetime",
         ),
         (
-            "APPENDS to sys.path (datetime + sys.path)",
+            "APPENDS to sys.path (uuid + sys.path)",
             program(
-                _op_then(
-                    G("datetime", "sys.path"), pickle.MARK + ops(attacker_path) + pickle.APPENDS
-                )
+                _op_then(G("uuid", "sys.path"), pickle.MARK + ops(attacker_path) + pickle.APPENDS)
             ),
             "sys.path",
         ),
         (
-            "APPEND to sys.path (datetime.sys BUILD, then its path)",
-            program(_op_then(G("datetime", "sys.path"), ops(attacker_path) + pickle.APPEND)),
+            "APPEND to sys.path (uuid + sys.path)",
+            program(_op_then(G("uuid", "sys.path"), ops(attacker_path) + pickle.APPEND)),
             "sys.path",
         ),
         (
-            "SETITEMS on sys.modules (datetime + sys.modules)",
+            "SETITEMS on sys.modules (uuid + sys.modules)",
             program(
                 _op_then(
-                    G("datetime", "sys.modules"),
+                    G("uuid", "sys.modules"),
                     pickle.MARK + ops("os") + ops(integer) + pickle.SETITEMS,
                 )
             ),
@@ -676,6 +675,14 @@ def _state_changes() -> Iterator[Sample]:
             "module:numpy",
         ),
     ]
+    if getattr(datetime, "sys", None) is sys:  # Python 3.11's datetime.py imports sys
+        rows.append(
+            (
+                "BUILD dict state on datetime.sys: sys.path",
+                program(Build(G("datetime", "sys"), {"path": [attacker_path]})),
+                "sys.path",
+            )
+        )
     yield from _samples("state changes", rows)
 
 
