@@ -15,6 +15,9 @@ module and its submodules.
 
 from __future__ import annotations
 
+import sys
+import types
+
 __all__ = ["danger_of"]
 
 _SHELL = "runs a shell command"
@@ -232,10 +235,34 @@ def danger_of(module: str, name: str) -> str | None:
         why = _lookup(parts[start:])
         if why is not None:
             return why
+    through = _module_on_the_way(module, names)
+    if through is not None:
+        return f"walks through the module {through} (a class's qualified name never does)"
     return None
 
 
+def _module_on_the_way(module: str, names: list[str]) -> str | None:
+    """The module a dotted name walks through (``offsets`` + ``np.testing...``
+    reaches numpy), found without importing or running anything: only modules
+    this process already imported are looked into, by their ``__dict__``."""
+    obj = sys.modules.get(module)
+    for part in names[:-1]:
+        if not isinstance(obj, types.ModuleType):
+            return None
+        obj = vars(obj).get(part)
+        if isinstance(obj, types.ModuleType):
+            return obj.__name__
+    return None
+
+
+# How modules commonly import numpy and pandas: the names a walk through a
+# module that this process has not imported is likely to take.
+_ALIASES = {"np": "numpy", "pd": "pandas"}
+
+
 def _lookup(path: list[str]) -> str | None:
+    if path[0] in _ALIASES:
+        path = [_ALIASES[path[0]], *path[1:]]
     for stop in range(len(path), 0, -1):
         why = GADGETS.get(".".join(path[:stop])) if stop == len(path) else None
         why = why or GADGETS.get(".".join(path[:stop]) + ".*")
