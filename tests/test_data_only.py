@@ -146,7 +146,7 @@ def _numpy_cases() -> Iterator[tuple[str, Any]]:
     yield "scalars", [np.float32(1.5), np.float64(2.5), np.int8(-3), np.uint64(2**64 - 1)]
     yield "scalars-more", [np.bool_(True), np.complex128(1j), np.float16(0.5), np.longdouble(1)]
     yield "scalar-str", [np.str_("abc"), np.bytes_(b"abc")]
-    yield "scalar-datetime64", [np.datetime64("2026-01-01"), np.datetime64("NaT")]
+    yield "scalar-datetime64", [np.datetime64("2026-01-01"), np.datetime64("NaT", "ns")]
     yield "scalar-timedelta64", np.timedelta64(5, "h")
     yield "scalar-void", np.zeros(1, dtype=[("a", "i4"), ("b", "f8")])[0]
     yield "dtypes", [np.dtype("f8"), np.dtype(">i2"), np.dtype("U5"), np.dtype("S3"), np.dtype("O")]
@@ -368,6 +368,7 @@ def _resolve(full: str) -> Any:
     """Import the longest module prefix of ``full`` and walk the rest as a
     qualname, refusing to pass through a module (as restricted loading does)."""
     parts = full.split(".")
+    assert len(parts) > 1, f"{full} is a bare module name, not module.qualname"
     for split in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:split])
         try:
