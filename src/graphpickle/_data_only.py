@@ -9,14 +9,18 @@ verdict both read it.
 
 The names are those that ``pickle.dumps`` and ``graphpickle.dumps`` (protocols 0
 to 5, deterministic payloads, out-of-band buffers) write for that data with
-numpy 1.26 and 2.0-2.4 and pandas 2.1, 2.2 and 3.1 (``tests/test_data_only.py``
-holds the corpus). A name that another version does not define simply fails to
+numpy 1.26, 2.0, 2.4 and 2.5 and pandas 2.1, 2.2 and 3.1 on Python 3.11-3.13
+(``tests/test_data_only.py`` holds the corpus). A name that another version does not define simply fails to
 resolve. Each one is a class, or a function that rebuilds data from its
 arguments: none evaluates text, imports by a name the payload chooses, opens a
 file the payload names or calls what it is given (beyond allowed classes), and
 none is a getter of arbitrary state. Reconstructors that hand back a cached or
 singleton object (a zone, ``NaT``, a dtype) are fine: restricted loading lets a
-payload change only what it created.
+payload change only what it created. One known gap: pandas turns a time-zone
+*string* into a zone, and ``"dateutil/<path>"`` makes dateutil open that path
+(``DatetimeTZDtype("ns", "dateutil//etc/passwd")`` or ``_new_DatetimeIndex`` with
+such a ``tz``; reading fails unless the file is a TZif zone file). Pickles that
+pandas writes carry zone objects, never such strings.
 
 ``builtins.getattr`` (which ``ZoneInfo`` pickles name, see the zoneinfo group)
 is not listed: restricted loading resolves ``getattr(G, "name")`` of a global
