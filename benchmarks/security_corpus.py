@@ -46,6 +46,7 @@ import fractions
 import marshal
 import math
 import os
+import pathlib
 import pickle
 import struct
 import sys
@@ -64,6 +65,9 @@ TARGET = "/tmp/graphpickle-attack-file"
 # A module that nothing imports before the payload does (the harness checks).
 FRESH_MODULE = "tabnanny"
 LOOPBACK = "127.0.0.1"
+# An innocent-looking module whose attribute ``os`` is the os module (3.13's
+# pathlib, a package, no longer has one).
+OS_IMPORTER = "pathlib" if hasattr(pathlib, "os") else "uuid"
 
 CATEGORIES = (
     "direct code runners",
@@ -308,7 +312,12 @@ def _gadgets() -> Iterator[Sample]:
     bytes_io = Call(G("_io", "BytesIO"), inner)
     os_module = Call(G("builtins", "__import__"), "os")
     rows = [
-        ("cProfile.run", program(Call(G("cProfile", "run"), _source())), "sys.setprofile"),
+        # 3.12's cProfile compiles the statement before it turns profiling on
+        (
+            "cProfile.run",
+            program(Call(G("cProfile", "run"), _source())),
+            "sys.setprofile" if sys.version_info < (3, 12) else "compile",
+        ),
         ("profile.run", program(Call(G("profile", "run"), _source())), "sys.setprofile"),
         (
             "timeit.timeit",
@@ -507,8 +516,8 @@ def _traversal() -> Iterator[Sample]:
     eval_src = Call(G("numpy", "__builtins__.get"), "eval")
     rows = [
         (
-            "pathlib + os.system (protocol 4 dotted)",
-            program(Call(G("pathlib", "os.system"), COMMAND)),
+            f"{OS_IMPORTER} + os.system (protocol 4 dotted)",
+            program(Call(G(OS_IMPORTER, "os.system"), COMMAND)),
             "os.system",
         ),
         (
@@ -554,8 +563,8 @@ def _traversal() -> Iterator[Sample]:
             "compile",
         ),
         (
-            "GLOBAL under PROTO 4: pathlib os.system",
-            program(Call(G("pathlib", "os.system", True), COMMAND)),
+            f"GLOBAL under PROTO 4: {OS_IMPORTER} os.system",
+            program(Call(G(OS_IMPORTER, "os.system", True), COMMAND)),
             "os.system",
         ),
     ]
