@@ -192,3 +192,15 @@ def test_getattr_is_a_dotted_global_the_list_must_name():
     made = b"\x80\x04" + _stack_global("builtins", "getattr") + b"\x8c\x01x\x8c\x05upper\x86R."
     with pytest.raises(graphpickle.ForbiddenGlobalError, match="only as a global's attribute"):
         graphpickle.loads(made, allowed=DATA_ONLY)
+
+
+def test_pandas_never_opens_a_dateutil_path():
+    # DatetimeTZDtype("ns", "dateutil//etc/passwd") would make dateutil read the file.
+    call = (
+        b"\x80\x04" + _stack_global("pandas", "DatetimeTZDtype")
+        + b"\x8c\x02ns\x8c\x14dateutil//etc/passwd\x86R."
+    )  # fmt: skip
+    with pytest.raises(graphpickle.ForbiddenGlobalError, match="dateutil zone named by a path"):
+        graphpickle.loads(call, allowed=DATA_ONLY)
+    index = pd.DatetimeIndex(["2026-01-01"], tz="Europe/Paris")
+    assert graphpickle.loads(pickle.dumps(index), allowed=DATA_ONLY).equals(index)

@@ -16,11 +16,11 @@ arguments: none evaluates text, imports by a name the payload chooses, opens a
 file the payload names or calls what it is given (beyond allowed classes), and
 none is a getter of arbitrary state. Reconstructors that hand back a cached or
 singleton object (a zone, ``NaT``, a dtype) are fine: restricted loading lets a
-payload change only what it created. One known gap: pandas turns a time-zone
-*string* into a zone, and ``"dateutil/<path>"`` makes dateutil open that path
-(``DatetimeTZDtype("ns", "dateutil//etc/passwd")`` or ``_new_DatetimeIndex`` with
-such a ``tz``; reading fails unless the file is a TZif zone file). Pickles that
-pandas writes carry zone objects, never such strings.
+payload change only what it created. pandas turns a time-zone *string* into a
+zone, and ``"dateutil/<path>"`` makes dateutil open that path
+(``DatetimeTZDtype("ns", "dateutil//etc/passwd")``, or ``_new_DatetimeIndex``
+with such a ``tz``): restricted loading refuses such a string in a call of a
+pandas name (pickles that pandas writes carry zone objects).
 
 ``builtins.getattr`` (which ``ZoneInfo`` pickles name, see the zoneinfo group)
 is not listed: restricted loading resolves ``getattr(G, "name")`` of a global

@@ -250,15 +250,35 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
             )
             self._keep.append(top)
 
+    def _check_call(self, func: Any, args: Any, kwargs: Any = None) -> None:
+        """pandas turns a time-zone string into a zone, and ``"dateutil/<path>"``
+        makes dateutil open that path (``DatetimeTZDtype("ns",
+        "dateutil//etc/passwd")``). Pickles pandas writes carry zone objects."""
+        name = self._globals.get(id(func))
+        if name is None or not name.startswith("pandas."):
+            return
+        values = [*(args if isinstance(args, tuple) else ()), *(kwargs or {}).values()]
+        values += [v for a in values if type(a) is dict for v in a.values()]
+        for value in values:
+            if type(value) is str and value.startswith("dateutil/"):
+                raise ForbiddenGlobalError(
+                    f"restricted loading refused {name}(..., {value!r}): a dateutil zone "
+                    "named by a path opens that file",
+                    name=name,
+                )
+
     def load_reduce(self) -> None:
+        self._check_call(self._below(2), self._below(1))
         super().load_reduce()
         self._note_if_shared()
 
     def load_newobj(self) -> None:
+        self._check_call(self._below(2), self._below(1))
         super().load_newobj()
         self._note_if_shared()
 
     def load_newobj_ex(self) -> None:
+        self._check_call(self._below(3), self._below(2), self._below(1))
         super().load_newobj_ex()
         self._note_if_shared()
 
