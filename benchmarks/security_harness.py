@@ -277,7 +277,8 @@ def _module_state(module: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         for key, value in list(vars(module).items())
         if not isinstance(value, types.ModuleType) and key != "__builtins__"
     }  # builtins are compared on their own
-    items = {k: type(v)(v) for k, v in names.items() if isinstance(v, dict | list | set)}
+    # exact types only: pytz's lazy lists and sets fill themselves in when read
+    items = {k: type(v)(v) for k, v in names.items() if type(v) in (dict, list, set)}
     return names, items
 
 
@@ -342,7 +343,9 @@ def _load(mode: str, data: bytes, multi: bool) -> Any:
 def _child_main(results_path: str) -> int:
     """Prepare a clean interpreter once, then fork a copy of it for the samples:
     a copy loads samples until one changes state, and the next gets a new copy."""
-    import numpy  # noqa: F401  (what plain data needs is imported before any sample)
+    # What plain data needs is imported before any sample, and numpy.testing too:
+    # numpy 1.26 runs a subprocess when it is imported, which is not the samples' doing.
+    import numpy.testing  # noqa: F401
     import pandas  # noqa: F401
 
     import graphpickle  # noqa: F401
