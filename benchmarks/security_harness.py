@@ -64,8 +64,8 @@ STOPPED_EVENTS = frozenset(
         "os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.chmod", "os.chown",
         "os.truncate", "os.symlink", "os.link", "os.putenv", "os.unsetenv", "os.utime",
         "os.chdir", "tempfile.mkstemp", "tempfile.mkdtemp",
-        "sys.setprofile", "sys.settrace", "sys.addaudithook", "sys.unraisablehook",
-        "cpython.PyInterpreterState_Clear", "cpython.run_command", "cpython.run_module",
+        "sys.setprofile", "sys.settrace", "sys.addaudithook",
+        "cpython.run_command", "cpython.run_module",
     }
 )  # fmt: skip
 SAMPLE_TIMEOUT = 30  # seconds; a sample still loading then is reported as "timeout"
