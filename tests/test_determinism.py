@@ -378,6 +378,41 @@ def _det(obj: object) -> bytes:
     return graphpickle.dumps(obj, deterministic=True)
 
 
+def test_code_remembered_from_earlier_dumps_writes_the_same_bytes(monkeypatch):
+    from graphpickle import _canonical
+
+    # Two functions whose code shares strings ('alpha', 'x'): a payload writes
+    # each string once, whichever code was reduced in an earlier dump.
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    source = (
+        "def f(x):\n    return x in {'alpha', 'beta'} or len(x)\n"
+        "def g(x):\n    return f(x) and 'alpha' + x\n"
+    )
+    exec(compile(source, "script.py", "exec"), namespace)
+    both = [namespace["f"], namespace["g"]]
+    monkeypatch.setattr(_canonical, "_code_cache", _canonical.CodeCache())
+    fresh = _det(both)
+    for earlier in ([both[1]], [both[0]], both[::-1]):
+        monkeypatch.setattr(_canonical, "_code_cache", _canonical.CodeCache())
+        _det(earlier)
+        assert _det(both) == fresh
+    assert len(_canonical._code_cache.reductions) == 2
+    monkeypatch.setattr(_canonical, "_MAX_CACHED_CODE", 0)  # a new cache for each dump
+    assert _det(both) == fresh
+    assert _det(both) == fresh
+
+
+def test_code_whose_frozenset_orders_by_payload_is_not_remembered():
+    from graphpickle import _canonical
+
+    # Complex members are ordered by payloads made with the pickler's hooks.
+    by_payload = _main_function("def f(x):\n    return x in {1j, 2j, 3j}\n")
+    by_value = _main_function("def f(x):\n    return x in {1, 2, 3}\n")
+    _det([by_payload, by_value])
+    assert id(by_payload.__code__) not in _canonical._code_cache.reductions
+    assert id(by_value.__code__) in _canonical._code_cache.reductions
+
+
 def test_each_ingredient_of_a_function_changes_its_payload():
     source = "def f(x, k=1):\n    return x + k + G\n"
     base = _det(_main_function(source, G=1))

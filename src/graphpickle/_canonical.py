@@ -55,7 +55,7 @@ class DeterministicState:
     __slots__ = (
         "class_ids",
         "class_payload",
-        "code_strings",
+        "code_cache",
         "leave_out_class_ids",
         "member_payload",
         "ordering",
@@ -76,7 +76,7 @@ class DeterministicState:
         self.member_payload = member_payload
         self.leave_out_class_ids = leave_out_class_ids
         self.class_ids: dict[type, str] = {}
-        self.code_strings: dict[str, str] = {}  # see _unshared
+        self.code_cache = _code_cache  # see reduce_code
         self.ordering: set[int] = set()
         self.orders: dict[tuple[int, frozenset[int] | None], tuple[Any, list[Any], Any]] = {}
         self.placeholders = 0  # sets written as placeholders so far
@@ -88,8 +88,8 @@ class DeterministicState:
         """Start a dump by ``owner``: forget what the last one computed (a class
         or a function may have changed since)."""
         self.owner = owner
+        self.code_cache = _current_code_cache()
         self.class_ids.clear()
-        self.code_strings.clear()
         self.ordering.clear()
         self.orders.clear()
         self.payloads.clear()
@@ -225,18 +225,61 @@ def reduce_set_subclass(state: Any, members: AnySet) -> Any:
 _CODE_FILENAME = "<dynamic-code>"
 
 
+class CodeCache:
+    """What deterministic dumps remember of code objects between dumps, as code
+    objects never change: each one's reduction (``reductions``, by ``id``, with
+    the code object kept alive so that its id stays its own), and the copies of
+    the strings those reductions write (``strings``, one per value, see
+    :func:`_unshared`).
+
+    A dump uses one cache from start to end (:meth:`DeterministicState.reset`
+    picks the current one), so every code string it writes comes from one
+    table, as equal strings must be one object in every payload. When a cache
+    grows too big a new one replaces it for the dumps that start afterwards.
+    """
+
+    __slots__ = ("reductions", "strings")
+
+    def __init__(self) -> None:
+        self.reductions: dict[int, tuple[types.CodeType, tuple[Any, ...]]] = {}
+        self.strings: dict[str, str] = {}
+
+
+_MAX_CACHED_CODE = 2048  # code objects (and what they hold) kept alive at most
+_code_cache = CodeCache()
+
+
+def _current_code_cache() -> CodeCache:
+    global _code_cache
+    if len(_code_cache.reductions) > _MAX_CACHED_CODE:
+        _code_cache = CodeCache()
+    return _code_cache
+
+
 def reduce_code(state: Any, code: types.CodeType) -> tuple[Any, ...]:
     """How deterministic payloads write a code object: first line 1 (its line
     table is relative to it), no file name of the sender's (cloudpickle 3.1.3
     writes ``<dynamic-code>`` too, earlier versions the sender's path), and
-    constants and names as :func:`_unshared` makes them."""
+    constants and names as :func:`_unshared` makes them.
+
+    The reduction depends on the code object alone (immutable), so it is made
+    once per code object and process, except where a frozenset constant's order
+    needs the pickler's hooks (see :func:`_ordered_by_value`)."""
+    canonical: DeterministicState = state.deterministic
+    cache = canonical.code_cache
+    cached = cache.reductions.get(id(code))
+    if cached is not None:
+        return cached[1]
     rebuild, args = cp.reduce_code(code.replace(co_firstlineno=1, co_filename=_CODE_FILENAME))
-    return (rebuild, _unshared(args, state.deterministic))
+    reduction = (rebuild, _unshared(args, canonical))
+    if _ordered_by_value(args):
+        cache.reductions[id(code)] = (code, reduction)
+    return reduction
 
 
 def _unshared(values: tuple[Any, ...], state: DeterministicState) -> tuple[Any, ...]:
     """``values`` (a code object's constructor arguments) with each string
-    replaced by this payload's copy of its value, through tuples, and
+    replaced by the code cache's copy of its value, through tuples, and
     frozensets sorted.
 
     A receiver interns the strings of a code object it rebuilds, so whether one
@@ -246,14 +289,15 @@ def _unshared(values: tuple[Any, ...], state: DeterministicState) -> tuple[Any, 
     code objects only, alike in every process (strings of one character are
     singletons, everywhere).
     """
-    copies = state.code_strings
+    copies = state.code_cache.strings
     unshared = []
     for value in values:
         kind = type(value)
         if kind is str:
             copy = copies.get(value)
             if copy is None:
-                copy = copies[value] = "".join(value)
+                # setdefault: of two threads copying one value, one copy wins
+                copy = copies.setdefault(value, "".join(value))
             value = copy
         elif kind is tuple:
             value = _unshared(value, state)
@@ -262,6 +306,30 @@ def _unshared(values: tuple[Any, ...], state: DeterministicState) -> tuple[Any, 
             value = SortedSet(value, list(ordered))
         unshared.append(value)
     return tuple(unshared)
+
+
+_KEYED_BY_VALUE = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+def _ordered_by_value(values: tuple[Any, ...]) -> bool:
+    """Whether every frozenset among ``values`` (through tuples) orders its
+    members by their values alone: :func:`member_key` orders anything else
+    (complex numbers, ``...``) by a payload made with the pickler's hooks."""
+    for value in values:
+        kind = type(value)
+        if kind is frozenset:
+            if not all(_keyed_by_value(member) for member in value):
+                return False
+        elif kind is tuple and not _ordered_by_value(value):
+            return False
+    return True
+
+
+def _keyed_by_value(value: Any) -> bool:
+    kind = type(value)
+    if kind is tuple or kind is frozenset:
+        return all(_keyed_by_value(item) for item in value)
+    return kind in _KEYED_BY_VALUE
 
 
 class MemoRemap:

@@ -30,33 +30,42 @@ It needs dask only (no distributed). :func:`uninstall` restores dask's function.
 from __future__ import annotations
 
 import pickle
+from types import FunctionType
 from typing import Any
 
 from .determinism import content_dumps
 
 __all__ = ["install", "installed", "uninstall"]
 
-_MAIN_MARKERS = (b"__main__", b"__mp_main__")
+_MAIN_NAMES = frozenset({"__main__", "__mp_main__"})  # (__mp_main__: a spawned child's)
 _original: Any = None
+_hash_buffer_hex: Any = None
 
 
 def _normalize_pickle(o: object) -> tuple[Any, ...]:
     """What ``dask.tokenize._normalize_pickle(o)`` returns: a hash of the payload
     and one of each out-of-band buffer."""
-    from dask.hashing import hash_buffer_hex
+    global _hash_buffer_hex
+    if _hash_buffer_hex is None:
+        from dask.hashing import hash_buffer_hex
 
+        _hash_buffer_hex = hash_buffer_hex
     buffers: list[pickle.PickleBuffer] = []
-    try:
-        data = pickle.dumps(o, protocol=5, buffer_callback=buffers.append)
-    except Exception:
-        data = None
-    if data is None or any(marker in data for marker in _MAIN_MARKERS):
+    data = None
+    # A function or class of the main script: plain pickle would name __main__
+    # (or fail), so it is not asked.
+    if not ((type(o) is FunctionType or type(o) is type) and o.__module__ in _MAIN_NAMES):
+        try:
+            data = pickle.dumps(o, protocol=5, buffer_callback=buffers.append)
+        except Exception:
+            data = None
+    if data is None or b"__main__" in data or b"__mp_main__" in data:
         buffers.clear()
         try:
             data = content_dumps(o, buffers.append)
         except Exception:
             return _original(o)  # type: ignore[no-any-return]
-    return hash_buffer_hex(data), [hash_buffer_hex(buffer) for buffer in buffers]
+    return _hash_buffer_hex(data), [_hash_buffer_hex(buffer) for buffer in buffers]
 
 
 def _tokenize_module() -> Any:
