@@ -480,6 +480,52 @@ def test_a_content_payload_writes_no_class_id_and_still_tells_classes_apart():
     assert loaded is not cls and loaded().get() == 1  # loads, as a class of its own
 
 
+def test_content_payloads_made_one_after_another_are_each_their_own():
+    # content_dumps reuses its picklers: each call must see its own buffers,
+    # the reducers registered now, a fresh pickler after a failure, and keep
+    # nothing of what it wrote alive.
+    import gc
+    import weakref
+
+    first: list[pickle.PickleBuffer] = []
+    second: list[pickle.PickleBuffer] = []
+    determinism.content_dumps(np.arange(3), first.append)
+    determinism.content_dumps(np.arange(4), second.append)
+    assert [bytes(b.raw()) for b in first] == [np.arange(3).tobytes()]
+    assert [bytes(b.raw()) for b in second] == [np.arange(4).tobytes()]
+
+    cls = _main_class("class C:\n    pass\n")
+    before = determinism.content_dumps(cls(), [].append)
+    graphpickle.register_reducer(cls, lambda obj: (int, (7,)))
+    try:
+        assert pickle.loads(determinism.content_dumps(cls(), [].append)) == 7
+    finally:
+        graphpickle.unregister_reducer(cls)
+    assert determinism.content_dumps(cls(), [].append) == before
+
+    class Fails:
+        def __reduce__(self):
+            raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        determinism.content_dumps([cls(), Fails()], [].append)
+    assert determinism.content_dumps(cls(), [].append) == before
+
+    class Nested:  # reduces itself through another content payload
+        def __reduce__(self):
+            return (bytes, (determinism.content_dumps(cls(), [].append),))
+
+    assert pickle.loads(determinism.content_dumps(Nested(), [].append)) == before
+
+    instance = cls()
+    instance.payload = list(range(10))
+    ref = weakref.ref(instance)
+    determinism.content_dumps(instance, [].append)
+    del instance
+    gc.collect()
+    assert ref() is None
+
+
 def test_a_class_payload_ignores_the_slotnames_cache():
     cls = _main_class("class C:\n    __slots__ = ('a',)\n")
     before, default_before = _det(cls), graphpickle.dumps(cls)
