@@ -28,7 +28,9 @@ any hook. A deterministic dump therefore runs in up to four steps:
 Every pass honours the pickler's hooks (``persistent_id``, ``dispatch_table``,
 ``reducer_override``), so no pass writes or lists what the pickler would not.
 
-:func:`fingerprint` hashes a deterministic payload and its out-of-band buffers.
+:func:`fingerprint` hashes a deterministic payload and its out-of-band buffers;
+:func:`content_dumps` writes what a content hash needs (class ids left out),
+for dask's tokenize.
 """
 
 from __future__ import annotations
