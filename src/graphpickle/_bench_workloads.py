@@ -104,3 +104,113 @@ WORKLOADS = [
     Workload("1000 x 1 MB numpy (oob)", numpy_arrays, out_of_band=True),
     Workload("200k numpy scalars", numpy_scalars),
 ]
+
+
+# --- small messages: what a running cluster pickles, one message at a time ----
+
+
+def _distributed_message() -> dict[str, Any]:
+    """A worker's task-finished report, as distributed builds it."""
+    return {
+        "op": "task-finished",
+        "status": "OK",
+        "key": ("inc-5b1f0c1ad3a94a2e8d6c6f0b1c2d3e4f", 17),
+        "nbytes": 28,
+        "type": b"\x80\x05\x95\x14\x00\x00\x00\x00\x00\x00\x00\x8c\x08builtins\x94\x8c\x03int\x94\x93\x94.",
+        "typename": "int",
+        "metadata": {},
+        "thread": 140234988812032,
+        "startstops": ({"action": "compute", "start": 1767225600.125, "stop": 1767225600.127},),
+        "stimulus_id": "compute-task-1767225600.1234567",
+    }
+
+
+def _who_has_message() -> dict[str, Any]:
+    """A scheduler-to-worker message naming where 100 dependencies live (2.6 kB)."""
+    workers = [f"tcp://10.0.0.{i}:40{i:03d}" for i in range(8)]
+    return {
+        "op": "acquire-replicas",
+        "who_has": {
+            ("getitem-9c2b6a1e0d3f4b5a8e7d6c5b4a3f2e1d", i): [workers[i % 8], workers[(i + 3) % 8]]
+            for i in range(100)
+        },
+        "nbytes": {("getitem-9c2b6a1e0d3f4b5a8e7d6c5b4a3f2e1d", i): 8_000 + i for i in range(100)},
+        "stimulus_id": "find-missing-1767225600.5",
+    }
+
+
+def _dask_task(func: Callable[..., Any]) -> Any:
+    from dask._task_spec import Task, TaskRef
+
+    return Task(("inc-5b1f0c1ad3a94a2e", 17), func, TaskRef(("inc-5b1f0c1ad3a94a2e", 16)), 17)
+
+
+def _dask_task_nested(func: Callable[..., Any]) -> Any:
+    """A Task whose arguments hold nested tasks and a keyword (what dask.array fuses)."""
+    from dask._task_spec import Task, TaskRef
+
+    inner = Task(None, func, TaskRef(("ones-8e1a", 3, 4)), 1)
+    return Task(("sum-4d2c", 3, 4), func, inner, [TaskRef(("x", 1)), TaskRef(("x", 2))], axis=0)
+
+
+def _data_node() -> Any:
+    from dask._task_spec import DataNode
+
+    return DataNode(("from-sequence-1f0e", 3), list(range(20)))
+
+
+def _alias() -> Any:
+    from dask._task_spec import Alias
+
+    return Alias(("finalize-0a9b", 0), ("sum-4d2c", 0))
+
+
+def _numpy_array(n: int) -> Any:
+    import numpy as np
+
+    return np.linspace(0.0, 1.0, n)
+
+
+def _dates_and_decimals() -> Any:
+    from decimal import Decimal
+
+    when = datetime.datetime(2026, 1, 1, 12, 30, 15, 250_000)
+    return (
+        when,
+        when.date(),
+        datetime.timedelta(seconds=90),
+        Decimal("1234.5678"),
+        Decimal("-0.01"),
+    )
+
+
+def _list_of_dicts() -> list[dict[str, Any]]:
+    return [
+        {"name": f"row-{i}", "value": i * 1.5, "ok": i % 2 == 0, "tags": ["a", "b"]}
+        for i in range(10)
+    ]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One small message; ``build(func)`` makes it with the given task function
+    (messages without a function ignore it)."""
+
+    name: str
+    build: Callable[[Callable[..., Any]], Any]
+    by_value: bool = False  # built with a __main__ function or class: not a by-reference message
+
+
+SMALL_MESSAGES = [
+    Message("tuple (1, 2)", lambda func: (1, 2)),
+    Message("distributed task-finished dict", lambda func: _distributed_message()),
+    Message("distributed who_has dict, 100 keys", lambda func: _who_has_message()),
+    Message("dask Task", _dask_task),
+    Message("dask Task, nested, kwargs", _dask_task_nested),
+    Message("dask DataNode of 20 ints", lambda func: _data_node()),
+    Message("dask Alias", lambda func: _alias()),
+    Message("numpy array, 10 floats", lambda func: _numpy_array(10)),
+    Message("numpy array, 1,000 floats", lambda func: _numpy_array(1000)),
+    Message("datetimes and Decimals", lambda func: _dates_and_decimals()),
+    Message("list of 10 dicts", lambda func: _list_of_dicts()),
+]

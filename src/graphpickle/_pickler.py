@@ -13,39 +13,32 @@ the same single pass.
 from __future__ import annotations
 
 import _pickle
+import functools
 import io
-import os
 import pickle
 from collections.abc import Callable, Iterable, Mapping
-from types import ModuleType
-from typing import IO, Any
+from typing import IO, Any, NoReturn, TypeVar, cast
 
 from . import determinism
 from ._canonical import DeterministicState
 from ._locate import pickling_error
-from ._reducers import PicklerState, Reducer, ReducerLookup, dispatch_for
+from ._reducers import (
+    MAX_SHARED_TYPES,
+    PicklerState,
+    Reducer,
+    ReducerLookup,
+    dispatch_for,
+    on_tables_changed,
+)
+from ._reducers import _speedups as _speedups  # tests set it to None: the Python hook
 from ._restricted import AllowList, compile_allowed, restricted_load
-from ._stack import needs_deep_stack, run_on_deep_stack
+from ._stack import DEEP_STACK_ABOVE, needs_deep_stack, run_on_deep_stack
 from .errors import ForbiddenGlobalError
 
 __all__ = ["DEFAULT_PROTOCOL", "CloudPickler", "Pickler", "dump", "dumps", "load", "loads"]
 
 DEFAULT_PROTOCOL = pickle.HIGHEST_PROTOCOL  # as cloudpickle's (5 on every Python we support)
 
-
-def _load_speedups() -> ModuleType | None:
-    """The C version of ``Pickler.reducer_override`` (``_speedups.c``), unless it
-    was not built or ``GRAPHPICKLE_NO_SPEEDUPS`` is set. Output is the same."""
-    if os.environ.get("GRAPHPICKLE_NO_SPEEDUPS"):
-        return None
-    try:
-        from . import _speedups
-    except ImportError:
-        return None
-    return _speedups
-
-
-_speedups = _load_speedups()
 
 BufferCallback = Callable[[pickle.PickleBuffer], Any]
 
@@ -149,19 +142,25 @@ class Pickler(_pickle.Pickler):
         except (OSError, MemoryError):
             raise  # trouble with the output, not with the object
         except Exception as exc:
-            # The exception's traceback holds this pickler, so it may be freed by
-            # the cycle collector, in an order that crashes CPython when its memo
-            # holds memoryviews (3.11). Nothing written after a failure is usable.
-            self.clear_memo()
-            error = pickling_error(self, obj, exc)
-            if error is exc:
-                raise  # its own type and traceback, with notes saying where
-            raise error from exc
+            _dump_failed(self, obj, exc)
 
     def _dump_raw(self, obj: Any) -> None:
         """One run of the C pickler over ``obj``: a pass of a deterministic dump,
         already on the stack ``dump()`` chose."""
         super().dump(obj)
+
+
+def _dump_failed(pickler: Pickler, obj: Any, exc: Exception) -> NoReturn:
+    """Raise what a failed ``pickler.dump(obj)`` raises: ``exc`` located, or
+    graphpickle's own error chained to it."""
+    # The exception's traceback holds the pickler, so it may be freed by the
+    # cycle collector, in an order that crashes CPython when its memo holds
+    # memoryviews (3.11). Nothing written after a failure is usable.
+    pickler.clear_memo()
+    error = pickling_error(pickler, obj, exc)
+    if error is exc:
+        raise exc  # its own type and traceback, with notes saying where
+    raise error from exc
 
 
 #: cloudpickle's other name for its pickler, for ``import graphpickle as cloudpickle``.
@@ -229,12 +228,7 @@ def loads(
     except ForbiddenGlobalError:
         raise
     except Exception as exc:
-        try:
-            memoryview(data)
-        except TypeError:
-            raise  # not bytes: pickle's own TypeError says so
-        _note_load_failure(exc)
-        raise
+        _loads_failed(exc, data)
 
 
 def load(
@@ -280,6 +274,16 @@ def load_bytes(
     )
 
 
+def _loads_failed(exc: Exception, data: Any) -> NoReturn:
+    """Raise ``exc``, the failure of ``loads(data)``, with its note."""
+    try:
+        memoryview(data)
+    except TypeError:
+        raise exc from None  # not bytes: pickle's own TypeError says so
+    _note_load_failure(exc)
+    raise exc
+
+
 def _note_load_failure(exc: Exception) -> None:
     exc.add_note(f"graphpickle: cannot load the pickle: {load_failure(exc)}")
 
@@ -306,3 +310,73 @@ def load_failure(exc: Exception) -> str:
     if isinstance(exc, pickle.UnpicklingError | KeyError | ValueError | IndexError):
         return "the data is corrupted or is not a pickle"
     return "rebuilding an object failed"
+
+
+# --- dumps and loads in C ----------------------------------------------------
+# For a message of a few hundred bytes, creating a Pickler (its Python __init__,
+# a BytesIO) and calling Python functions with keyword-only defaults cost ten
+# times the pickling itself. With the extension built, ``dumps`` and ``loads``
+# are ``_speedups`` objects that pickle with one of a few ready picklers (the
+# pool: up to 4 per protocol) and call ``_pickle.loads`` directly; anything else
+# (deterministic payloads, restricted loading, unusual arguments, a raised
+# recursion limit on 3.11) goes to the Python functions above, which stay the
+# reference. A pooled pickler's memo and state are reset after each dump, and
+# the pools are dropped when a reducer table changes.
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_SIGNATURES = {"graphpickle": 0, "distributed": 1}
+
+
+def accelerated_dumps(reference: _F, reducer_lookup: ReducerLookup | None, signature: str) -> _F:
+    """A C stand-in for ``reference`` (a ``dumps`` with graphpickle's or
+    distributed's signature) that pickles on pooled ``Pickler(file, protocol,
+    buffer_callback, reducer_lookup=reducer_lookup)``s; ``reference`` itself
+    without the extension."""
+    if _speedups is None:
+        return reference
+
+    def make(protocol: int) -> tuple[Pickler, Any, Any]:
+        sink = _speedups.Sink()
+        pickler = Pickler(
+            sink,  # it has the write() a pickler uses
+            protocol,
+            sink.buffer if protocol >= 5 else None,
+            reducer_lookup=reducer_lookup,
+        )
+        return pickler, sink, pickler.reducer_override
+
+    dumper = _speedups.Dumper(
+        make,
+        reference,
+        _dump_failed,
+        _pickle.Pickler.dump,
+        _pickle.Pickler.clear_memo,
+        _SIGNATURES[signature],
+        DEEP_STACK_ABOVE,
+        MAX_SHARED_TYPES,
+        # Tests set this module's _speedups to None to run the Python hook.
+        globals(),
+    )
+    on_tables_changed(dumper.clear)
+    return _standing_for(dumper, reference)
+
+
+def accelerated_loads(reference: _F, signature: str) -> _F:
+    """A C stand-in for ``reference`` (a ``loads`` with graphpickle's or
+    distributed's signature) that calls ``_pickle.loads`` itself and
+    ``_loads_failed`` on failure; ``reference`` without the extension."""
+    if _speedups is None:
+        return reference
+    loader = _speedups.Loader(_pickle.loads, reference, _loads_failed, _SIGNATURES[signature])
+    return _standing_for(loader, reference)
+
+
+def _standing_for(fast: Any, reference: _F) -> _F:
+    # Name, docstring, module and (through __wrapped__) inspect.signature of the
+    # Python function; pickled by reference under its name (``__reduce__``).
+    functools.update_wrapper(fast, reference)
+    return cast(_F, fast)
+
+
+dumps = accelerated_dumps(dumps, None, "graphpickle")
+loads = accelerated_loads(loads, "graphpickle")

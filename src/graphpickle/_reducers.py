@@ -9,6 +9,7 @@ imported is what keeps graphpickle's output byte-identical to ``pickle``'s.
 
 from __future__ import annotations
 
+import os
 import threading
 import types
 import typing
@@ -20,6 +21,7 @@ from . import _canonical
 from . import _cloudpickle_internals as cp
 from ._canonical import DeterministicState
 from ._captures import warn_about_large_captures
+from ._cloudpickle_internals import REGISTERED_BY_VALUE
 from ._policy import class_reason, function_reason, module_reason, named_object_reason
 from .errors import PicklingError
 
@@ -51,12 +53,43 @@ class PicklerState:
         # same Python minor version (the wire envelope checks it).
         self.by_value = False
 
+    def reset(self) -> None:
+        """Forget what a dump wrote: a pooled pickler (``_speedups.Dumper``) starts
+        its next payload as a new pickler would (functions pickled by value then
+        share no globals dict with those of an earlier payload)."""
+        self.globals_ref = {}
+        self.by_value = False
+
 
 Handler = Callable[[PicklerState, Any], Any]
 
 
+def _load_speedups() -> types.ModuleType | None:
+    if os.environ.get("GRAPHPICKLE_NO_SPEEDUPS"):
+        return None
+    try:
+        from . import _speedups
+    except ImportError:
+        return None
+    return _speedups
+
+
+def _remember_nothing(obj: Any) -> None:
+    pass
+
+
+# The C hook remembers the functions and classes the policy sent by reference
+# and answers for them again, checking in C that they are still importable
+# (see _speedups.c: what a hit checks). The Python hook asks the policy each time.
+_speedups = _load_speedups()
+remember_by_reference: Callable[[Any], None] = (
+    _remember_nothing if _speedups is None else _speedups.remember_by_reference
+)
+
+
 def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     if function_reason(func) is None:
+        remember_by_reference(func)
         return NotImplemented
     state.by_value = True
     canonical = state.deterministic is not None
@@ -67,6 +100,7 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
 
 def _reduce_class(state: PicklerState, cls: type) -> Any:
     if class_reason(cls) is None:
+        remember_by_reference(cls)
         return NotImplemented
     if cls in cp.BUILTIN_TYPES:  # types.FunctionType & co are references to `types`
         return cp.reduce_class_by_value(cls)
@@ -160,6 +194,9 @@ _BUILTIN_HANDLERS: dict[type, Handler] = {
     _canonical.Prologue: _canonical.reduce_prologue,
 }
 
+if _speedups is not None:
+    _speedups.set_by_reference_policy(REGISTERED_BY_VALUE, _reduce_function, _reduce_class)
+
 _global_reducers: dict[type, Reducer] = {}
 _global_reducers_lock = threading.Lock()
 
@@ -181,6 +218,7 @@ def register_reducer(cls: type, reducer: Reducer) -> None:
     with _global_reducers_lock:
         _global_reducers[cls] = reducer
         _shared_dispatch.clear()
+    _tables_changed()
 
 
 def unregister_reducer(cls: type) -> None:
@@ -189,6 +227,7 @@ def unregister_reducer(cls: type) -> None:
         if _global_reducers.pop(cls, None) is None:
             raise KeyError(f"no reducer is registered for {cls.__module__}.{cls.__qualname__}")
         _shared_dispatch.clear()
+    _tables_changed()
 
 
 class TypeDispatch:
@@ -232,8 +271,22 @@ class TypeDispatch:
 # (``None`` for most), so that creating a pickler costs no copy and each type is
 # resolved once per process, not once per pickler. The cache of resolved types
 # is bounded: it would otherwise keep every class ever pickled alive.
-_MAX_SHARED_TYPES = 4096
+MAX_SHARED_TYPES = 4096
 _shared_dispatch: dict[ReducerLookup | None, TypeDispatch] = {}
+
+# Called when a shared table is dropped: picklers kept for reuse
+# (``_pickler``'s pools) hold the table they were made with and must go.
+_change_listeners: list[Callable[[], None]] = []
+
+
+def on_tables_changed(listener: Callable[[], None]) -> None:
+    """Call ``listener()`` whenever a shared dispatch table is dropped."""
+    _change_listeners.append(listener)
+
+
+def _tables_changed() -> None:
+    for listener in _change_listeners:
+        listener()
 
 
 def forget_lookup(lookup: ReducerLookup) -> None:
@@ -241,6 +294,7 @@ def forget_lookup(lookup: ReducerLookup) -> None:
     registry behind it changed. Picklers created from now on ask again."""
     with _global_reducers_lock:
         _shared_dispatch.pop(lookup, None)
+    _tables_changed()
 
 
 def dispatch_for(
@@ -255,9 +309,12 @@ def dispatch_for(
             user_reducers = {**_global_reducers, **local_reducers}
         return TypeDispatch(user_reducers, lookup)
     shared = _shared_dispatch.get(lookup)
-    if shared is None or len(shared.handlers) > _MAX_SHARED_TYPES:
+    if shared is None or len(shared.handlers) > MAX_SHARED_TYPES:
+        replaced = shared is not None or len(_shared_dispatch) > 64
         with _global_reducers_lock:
             if len(_shared_dispatch) > 64:  # lookups made on the fly: do not hoard them
                 _shared_dispatch.clear()
             shared = _shared_dispatch[lookup] = TypeDispatch(dict(_global_reducers), lookup)
+        if replaced:
+            _tables_changed()
     return shared

@@ -37,12 +37,18 @@
 #include <stddef.h>
 #include <string.h>
 
+static PyObject *str_module, *str_by_value, *str_reset, *str_memo, *str_join, *str_qualname;
+static PyObject *str_protocol, *str_buffer_callback, *str_deterministic, *str_buffers;
+static PyObject *str_fix_imports, *str_encoding, *str_errors, *str_speedups;
+static PyObject *empty_bytes, *empty_dict;
+
 typedef struct {
     PyObject_HEAD
     PyObject *handlers; /* dict: type -> handler, or None for "the C pickler's default" */
     PyObject *resolve;  /* callable(type) -> handler or None, called on a dict miss */
     PyObject *state;    /* first argument of every handler */
     vectorcallfunc vectorcall;
+    int touched; /* a handler ran since the last reset: the state may have changed */
 } DispatchObject;
 
 static PyObject *
@@ -50,6 +56,143 @@ call_handler(DispatchObject *self, PyObject *handler, PyObject *obj)
 {
     PyObject *args[2] = {self->state, obj};
     return PyObject_Vectorcall(handler, args, 2, NULL);
+}
+
+/* Importable functions and classes, remembered once the Python policy found
+ * them importable (remember_by_reference): object -> (module, module name,
+ * qualified name). A hit still checks, in a few dict lookups, what the policy
+ * checked: no module is registered for pickling by value, sys.modules still
+ * holds that module under that name, and the module holds the object under its
+ * (undotted) qualified name; a rebound global, a reloaded module or a changed
+ * __module__/__qualname__ misses, and the Python policy decides again. Only
+ * exact functions and classes of plain metaclasses (is_plain_class: identity
+ * hashing, type's attributes) are remembered, at most MAX_BY_REFERENCE of them. */
+#define MAX_BY_REFERENCE 4096
+static PyObject *by_reference;      /* dict: function or class -> (module, name, qualname) */
+static PyObject *by_value_registry; /* cloudpickle's set of module names registered by value */
+/* The policy's handlers of functions and classes: another handler (a reducer
+ * registered for all functions) is never bypassed. */
+static PyObject *function_handler, *class_handler;
+
+/* A class whose metaclass hashes, compares and reads attributes as `type` does
+ * (ABCMeta, numpy's DTypeMeta): its identity and its names are type's. */
+static int
+is_plain_class(PyObject *obj)
+{
+    PyTypeObject *meta = Py_TYPE(obj);
+    if (meta == &PyType_Type) {
+        return 1;
+    }
+    return PyType_Check(obj) && meta->tp_hash == PyType_Type.tp_hash
+           && meta->tp_richcompare == PyType_Type.tp_richcompare
+           && meta->tp_getattro == PyType_Type.tp_getattro;
+}
+
+/* obj's current module name and qualified name (borrowed): 1; 0 if they cannot
+ * be read without Python code; for a static type (whose names cannot change),
+ * the names in `remembered` (a tuple), or NULL names if there is none yet. */
+static int
+current_names(PyObject *obj, PyObject *remembered, PyObject **module_name, PyObject **qualname)
+{
+    if (Py_IS_TYPE(obj, &PyFunction_Type)) {
+        *module_name = ((PyFunctionObject *)obj)->func_module;
+        *qualname = ((PyFunctionObject *)obj)->func_qualname;
+    }
+    else if (is_plain_class(obj) && (((PyTypeObject *)obj)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+        PyObject *type_dict = ((PyTypeObject *)obj)->tp_dict;
+        *module_name = type_dict == NULL ? NULL : PyDict_GetItemWithError(type_dict, str_module);
+        *qualname = ((PyHeapTypeObject *)obj)->ht_qualname;
+    }
+    else if (is_plain_class(obj) && remembered != NULL) {
+        *module_name = PyTuple_GET_ITEM(remembered, 1);
+        *qualname = PyTuple_GET_ITEM(remembered, 2);
+    }
+    else {
+        return 0;
+    }
+    return *module_name != NULL && PyUnicode_CheckExact(*module_name) && *qualname != NULL
+           && PyUnicode_CheckExact(*qualname);
+}
+
+/* Whether sys.modules[module_name] is `module` and holds obj as `qualname`. */
+static int
+found_as(PyObject *obj, PyObject *module, PyObject *module_name, PyObject *qualname)
+{
+    if (PySet_GET_SIZE(by_value_registry) != 0) {
+        return 0;
+    }
+    PyObject *modules = PyImport_GetModuleDict();
+    if (modules == NULL || PyDict_GetItemWithError(modules, module_name) != module) {
+        return 0;
+    }
+    return PyDict_GetItemWithError(PyModule_GetDict(module), qualname) == obj;
+}
+
+static PyObject *
+remember_by_reference(PyObject *unused, PyObject *obj)
+{
+    PyObject *module_name = NULL, *qualname = NULL, *names = NULL;
+    if (is_plain_class(obj) && !(((PyTypeObject *)obj)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+        /* A static type's names come from tp_name, as type.__module__ reads them. */
+        module_name = PyObject_GetAttr(obj, str_module);
+        qualname = module_name == NULL ? NULL : PyObject_GetAttr(obj, str_qualname);
+        if (qualname == NULL) {
+            Py_XDECREF(module_name);
+            return NULL;
+        }
+        names = PyTuple_Pack(3, Py_None, module_name, qualname);
+        Py_DECREF(module_name);
+        Py_DECREF(qualname);
+        if (names == NULL) {
+            return NULL;
+        }
+    }
+    if (!current_names(obj, names, &module_name, &qualname)) {
+        Py_XDECREF(names);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    PyObject *modules = PyImport_GetModuleDict();
+    PyObject *module = modules == NULL ? NULL : PyDict_GetItemWithError(modules, module_name);
+    if (module == NULL || !PyModule_CheckExact(module)
+        || !found_as(obj, module, module_name, qualname)) { /* a dotted name, or registrations */
+        Py_XDECREF(names);
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    PyObject *entry = PyTuple_Pack(3, module, module_name, qualname);
+    Py_XDECREF(names);
+    if (entry == NULL) {
+        return NULL;
+    }
+    if (PyDict_GET_SIZE(by_reference) >= MAX_BY_REFERENCE) {
+        PyDict_Clear(by_reference);
+    }
+    int failed = PyDict_SetItem(by_reference, obj, entry);
+    Py_DECREF(entry);
+    if (failed) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* Whether obj is a remembered function or class that is still importable. */
+static int
+known_by_reference(PyObject *obj)
+{
+    if (!Py_IS_TYPE(obj, &PyFunction_Type) && !is_plain_class(obj)) {
+        return 0; /* a metaclass may hash and compare in Python */
+    }
+    PyObject *entry = PyDict_GetItemWithError(by_reference, obj); /* borrowed */
+    PyObject *module_name, *qualname;
+    if (entry == NULL || !current_names(obj, entry, &module_name, &qualname)) {
+        return 0;
+    }
+    return found_as(obj, PyTuple_GET_ITEM(entry, 0), module_name, qualname);
 }
 
 static PyObject *
@@ -79,7 +222,14 @@ dispatch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject
     if (handler == Py_None) {
         result = Py_NewRef(Py_NotImplemented);
     }
+    else if ((handler == function_handler || handler == class_handler) && known_by_reference(obj)) {
+        result = Py_NewRef(Py_NotImplemented); /* what the policy answered for it */
+    }
+    else if (PyErr_Occurred()) {
+        result = NULL;
+    }
     else {
+        self->touched = 1;
         result = call_handler(self, handler, obj);
     }
     Py_DECREF(handler);
@@ -149,6 +299,739 @@ static PyTypeObject DispatchType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(DispatchObject, vectorcall),
 };
+
+/* ---- dumps and loads without a Python call or a new pickler per message ----
+ *
+ * A dask scheduler pickles every task on its own: for a message of a few
+ * hundred bytes, building a graphpickle Pickler (a Python __init__, a type
+ * table, a BytesIO) cost ten times the pickling. `Dumper` keeps a few
+ * ready picklers per protocol and runs the C pickler's own dump() on one; the
+ * Python `dumps` it stands for (`slow`) still handles every call it does not
+ * recognise (deterministic payloads, odd arguments, a raised recursion limit on
+ * 3.11), so both behave alike. `Loader` does the same for loads(). */
+
+
+/* Whether the keyword `name` is `wanted` (interned names compare by pointer). */
+static int
+is_name(PyObject *name, PyObject *wanted)
+{
+    return name == wanted || PyUnicode_Compare(name, wanted) == 0;
+}
+
+/* Sink: the file of a pooled pickler. The C pickler hands write() its whole
+ * output buffer at the end of a dump (and, for big payloads, each 64 KiB frame
+ * and each large bytes object on the way): the first chunk is kept as it is,
+ * so a small payload is returned without a copy. buffer() is the pickler's
+ * buffer_callback: it forwards to the current dump's callback or, when there
+ * is none, returns True (in band), which writes what no callback writes. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *first;    /* the first chunk, or NULL */
+    PyObject *rest;     /* a list of the later chunks, or NULL */
+    PyObject *callback; /* the current dump's buffer_callback, or NULL */
+} SinkObject;
+
+static PyObject *
+sink_write(SinkObject *self, PyObject *data)
+{
+    PyObject *chunk;
+    if (PyBytes_CheckExact(data)) {
+        chunk = Py_NewRef(data);
+    }
+    else { /* the bytes of a bytearray or PickleBuffer being pickled: copied now, as BytesIO does */
+        chunk = PyBytes_FromObject(data);
+        if (chunk == NULL) {
+            return NULL;
+        }
+    }
+    if (self->first == NULL) {
+        self->first = chunk;
+        Py_RETURN_NONE;
+    }
+    if (self->rest == NULL && (self->rest = PyList_New(0)) == NULL) {
+        Py_DECREF(chunk);
+        return NULL;
+    }
+    int failed = PyList_Append(self->rest, chunk);
+    Py_DECREF(chunk);
+    if (failed) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+sink_buffer(SinkObject *self, PyObject *buffer)
+{
+    if (self->callback == NULL) {
+        Py_RETURN_TRUE;
+    }
+    return PyObject_CallOneArg(self->callback, buffer);
+}
+
+/* The payload written since the last take (a new reference), and an empty sink. */
+static PyObject *
+sink_take(SinkObject *self)
+{
+    PyObject *first = self->first, *rest = self->rest;
+    self->first = self->rest = NULL;
+    if (first == NULL) {
+        Py_XDECREF(rest);
+        return Py_NewRef(empty_bytes);
+    }
+    if (rest == NULL) {
+        return first;
+    }
+    PyObject *joined = NULL;
+    if (PyList_Insert(rest, 0, first) == 0) {
+        joined = PyObject_CallMethodOneArg(empty_bytes, str_join, rest);
+    }
+    Py_DECREF(first);
+    Py_DECREF(rest);
+    return joined;
+}
+
+static int
+sink_traverse(SinkObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->first);
+    Py_VISIT(self->rest);
+    Py_VISIT(self->callback);
+    return 0;
+}
+
+static int
+sink_clear(SinkObject *self)
+{
+    Py_CLEAR(self->first);
+    Py_CLEAR(self->rest);
+    Py_CLEAR(self->callback);
+    return 0;
+}
+
+static void
+sink_dealloc(SinkObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    sink_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef sink_methods[] = {
+    {"write", (PyCFunction)sink_write, METH_O, PyDoc_STR("write(data): keep a chunk.")},
+    {"buffer", (PyCFunction)sink_buffer, METH_O,
+     PyDoc_STR("buffer(pickle_buffer): the current buffer_callback's answer (True: in band).")},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SinkType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "graphpickle._speedups.Sink",
+    .tp_doc = PyDoc_STR("Sink(): the output file and buffer_callback of a pooled pickler."),
+    .tp_basicsize = sizeof(SinkObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)sink_dealloc,
+    .tp_traverse = (traverseproc)sink_traverse,
+    .tp_clear = (inquiry)sink_clear,
+    .tp_methods = sink_methods,
+};
+
+enum { SIGNATURE_GRAPHPICKLE = 0, SIGNATURE_DISTRIBUTED = 1 };
+#define N_PROTOCOLS 6      /* 0 to pickle.HIGHEST_PROTOCOL (5) */
+#define POOL_SIZE 4        /* ready picklers per protocol: threads, and dumps inside a reduction */
+#define SMALL_PAYLOAD 256  /* after a bigger payload the memo table is replaced, not cleared */
+
+typedef struct {
+    PyObject *pickler;
+    SinkObject *sink;
+    DispatchObject *dispatch;
+} PoolEntry;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *make;       /* make(protocol) -> (pickler, sink, dispatch) */
+    PyObject *slow;       /* the Python dumps: every call the fast path does not take */
+    PyObject *failed;     /* failed(pickler, obj, exc): raises what the failed dump raises */
+    PyObject *dump;       /* _pickle.Pickler.dump */
+    PyObject *clear_memo; /* _pickle.Pickler.clear_memo */
+    PyObject *switch_ns;  /* a namespace whose "_speedups" is this module, or None to */
+    PyObject *module;     /* run the Python hook: then every call takes the slow path */
+    PyObject *dict;       /* __dict__: __wrapped__, __doc__, __name__, ... */
+    vectorcallfunc vectorcall;
+    int signature;
+    int deep_limit;       /* a recursion limit above this takes the slow path (0: never) */
+    Py_ssize_t max_types; /* a pickler whose type table grew past this is not reused */
+    Py_ssize_t npool[N_PROTOCOLS];
+    PoolEntry pool[N_PROTOCOLS][POOL_SIZE];
+} DumperObject;
+
+static void
+entry_drop(PoolEntry *entry)
+{
+    Py_CLEAR(entry->pickler);
+    Py_CLEAR(entry->sink);
+    Py_CLEAR(entry->dispatch);
+}
+
+static int
+entry_make(DumperObject *self, int protocol, PoolEntry *entry)
+{
+    PyObject *made = PyObject_CallFunction(self->make, "i", protocol);
+    if (made == NULL) {
+        return -1;
+    }
+    if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 3
+        || !PyObject_TypeCheck(PyTuple_GET_ITEM(made, 1), &SinkType)
+        || !PyObject_TypeCheck(PyTuple_GET_ITEM(made, 2), &DispatchType)) {
+        Py_DECREF(made);
+        PyErr_SetString(PyExc_TypeError, "make() must return (pickler, Sink, Dispatch)");
+        return -1;
+    }
+    entry->pickler = Py_NewRef(PyTuple_GET_ITEM(made, 0));
+    entry->sink = (SinkObject *)Py_NewRef(PyTuple_GET_ITEM(made, 1));
+    entry->dispatch = (DispatchObject *)Py_NewRef(PyTuple_GET_ITEM(made, 2));
+    Py_DECREF(made);
+    return 0;
+}
+
+/* The current exception, normalized, as a new reference (it is cleared). */
+static PyObject *
+take_exception(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback != NULL) {
+        PyException_SetTraceback(value, traceback);
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(traceback);
+    return value;
+#endif
+}
+
+/* Make a used pickler ready for the next dump; -1 if it cannot be reused. */
+static int
+entry_reset(DumperObject *self, PoolEntry *entry, Py_ssize_t payload_size)
+{
+    PyObject *done;
+    if (payload_size <= SMALL_PAYLOAD) {
+        /* Clearing costs the table's size, which a small payload keeps small. */
+        done = PyObject_Vectorcall(self->clear_memo, &entry->pickler, 1, NULL);
+    }
+    else { /* a fresh 8-entry table, so that later small dumps do not clear a big one */
+        done = PyObject_SetAttr(entry->pickler, str_memo, empty_dict) < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    if (done == NULL) {
+        return -1;
+    }
+    Py_DECREF(done);
+    DispatchObject *dispatch = entry->dispatch;
+    if (dispatch->touched) {
+        dispatch->touched = 0;
+        /* Only a by-value reduction writes to the state (its globals map). */
+        PyObject *by_value = PyObject_GetAttr(dispatch->state, str_by_value);
+        if (by_value == NULL) {
+            return -1;
+        }
+        int dirty = PyObject_IsTrue(by_value);
+        Py_DECREF(by_value);
+        if (dirty < 0) {
+            return -1;
+        }
+        if (dirty) {
+            PyObject *reset = PyObject_CallMethodNoArgs(dispatch->state, str_reset);
+            if (reset == NULL) {
+                return -1;
+            }
+            Py_DECREF(reset);
+        }
+    }
+    if (PyDict_GET_SIZE(dispatch->handlers) > self->max_types) {
+        return -1; /* the next pickler made starts a fresh shared table */
+    }
+    return 0;
+}
+
+/* The arguments of one dumps() call, or 0 if the slow path must take it. */
+static int
+dumper_parse(DumperObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+             PyObject **obj, int *protocol, PyObject **callback)
+{
+    PyObject *proto = Py_None, *cb = Py_None, *deterministic = Py_False;
+    Py_ssize_t max_positional = self->signature == SIGNATURE_GRAPHPICKLE ? 3 : 1;
+    if (nargs < 1 || nargs > max_positional) {
+        return 0;
+    }
+    *obj = args[0];
+    if (nargs > 1) {
+        proto = args[1];
+    }
+    if (nargs > 2) {
+        cb = args[2];
+    }
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        PyObject *value = args[nargs + i];
+        if (is_name(name, str_protocol) && (nargs < 2 || self->signature != SIGNATURE_GRAPHPICKLE)) {
+            proto = value;
+        }
+        else if (is_name(name, str_buffer_callback) && nargs < 3) {
+            cb = value;
+        }
+        else if (self->signature == SIGNATURE_GRAPHPICKLE && is_name(name, str_deterministic)) {
+            deterministic = value;
+        }
+        else {
+            return 0; /* let Python word the error */
+        }
+    }
+    if (deterministic != Py_False) {
+        return 0;
+    }
+    long p;
+    if (self->signature == SIGNATURE_GRAPHPICKLE) {
+        if (proto == Py_None) {
+            p = N_PROTOCOLS - 1; /* DEFAULT_PROTOCOL */
+        }
+        else if (PyLong_CheckExact(proto)) {
+            p = PyLong_AsLong(proto);
+            if (p == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+            if (p < 0) {
+                p = N_PROTOCOLS - 1; /* HIGHEST_PROTOCOL */
+            }
+        }
+        else {
+            return 0;
+        }
+    }
+    else { /* distributed: `protocol or HIGHEST_PROTOCOL`; buffers in band below 5 */
+        if (proto == Py_None) {
+            p = N_PROTOCOLS - 1;
+        }
+        else if (PyLong_CheckExact(proto)) {
+            p = PyLong_AsLong(proto);
+            if (p == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0;
+            }
+            if (p == 0) {
+                p = N_PROTOCOLS - 1;
+            }
+        }
+        else {
+            return 0;
+        }
+        if (p < 5) {
+            cb = Py_None;
+        }
+    }
+    if (p < 0 || p >= N_PROTOCOLS || (cb != Py_None && p < 5)) {
+        return 0; /* the C pickler's own error, from the slow path */
+    }
+    if (self->deep_limit && Py_GetRecursionLimit() > self->deep_limit) {
+        return 0;
+    }
+    PyObject *current = PyDict_GetItemWithError(self->switch_ns, str_speedups); /* borrowed */
+    if (current != self->module) {
+        PyErr_Clear();
+        return 0;
+    }
+    *protocol = (int)p;
+    *callback = cb == Py_None ? NULL : cb;
+    return 1;
+}
+
+static PyObject *
+dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    DumperObject *self = (DumperObject *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *obj, *callback;
+    int protocol;
+    if (!dumper_parse(self, args, nargs, kwnames, &obj, &protocol, &callback)) {
+        return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    }
+    PoolEntry entry;
+    if (self->npool[protocol] > 0) {
+        entry = self->pool[protocol][--self->npool[protocol]];
+    }
+    else if (entry_make(self, protocol, &entry) < 0) {
+        return NULL;
+    }
+    Py_XINCREF(callback);
+    entry.sink->callback = callback;
+    PyObject *dump_args[2] = {entry.pickler, obj};
+    PyObject *done = PyObject_Vectorcall(self->dump, dump_args, 2, NULL);
+    Py_CLEAR(entry.sink->callback);
+    if (done == NULL) {
+        /* Not reused: what a failed dump leaves behind is of no use. */
+        Py_CLEAR(entry.sink->first);
+        Py_CLEAR(entry.sink->rest);
+        if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_OSError)
+            || PyErr_ExceptionMatches(PyExc_MemoryError)) {
+            entry_drop(&entry); /* as Pickler.dump: these propagate as they are */
+            return NULL;
+        }
+        PyObject *exc = take_exception();
+        PyObject *failed_args[3] = {entry.pickler, obj, exc};
+        PyObject *returned = PyObject_Vectorcall(self->failed, failed_args, 3, NULL);
+        Py_DECREF(exc);
+        entry_drop(&entry);
+        if (returned != NULL) {
+            Py_DECREF(returned);
+            PyErr_SetString(PyExc_SystemError, "graphpickle: failed() returned");
+        }
+        return NULL;
+    }
+    Py_DECREF(done);
+    PyObject *data = sink_take(entry.sink);
+    if (data == NULL || entry_reset(self, &entry, PyBytes_GET_SIZE(data)) < 0
+        || self->npool[protocol] == POOL_SIZE) {
+        entry_drop(&entry);
+        if (data != NULL && PyErr_Occurred()) {
+            Py_CLEAR(data);
+        }
+        return data;
+    }
+    self->pool[protocol][self->npool[protocol]++] = entry;
+    return data;
+}
+
+static void
+dumper_clear_pool(DumperObject *self)
+{
+    for (int p = 0; p < N_PROTOCOLS; p++) {
+        while (self->npool[p] > 0) {
+            PoolEntry entry = self->pool[p][--self->npool[p]];
+            entry_drop(&entry);
+        }
+    }
+}
+
+static PyObject *
+dumper_clear_method(DumperObject *self, PyObject *unused)
+{
+    dumper_clear_pool(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+reduce_by_qualname(PyObject *self, PyObject *unused)
+{
+    /* Pickled by reference, as the function it stands for. */
+    return PyObject_GetAttr(self, str_qualname);
+}
+
+static PyObject *
+dumper_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *make, *slow, *failed, *dump, *clear_memo, *switch_ns;
+    int signature, deep_limit;
+    Py_ssize_t max_types;
+    static char *kwlist[] = {"make",      "slow",       "failed",    "dump",
+                             "clear_memo", "signature", "deep_limit", "max_types",
+                             "switch",    NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOiinO!:Dumper", kwlist, &make, &slow,
+                                     &failed, &dump, &clear_memo, &signature, &deep_limit,
+                                     &max_types, &PyDict_Type, &switch_ns)) {
+        return NULL;
+    }
+    PyObject *module = PyDict_GetItemWithError(switch_ns, str_speedups);
+    if (module == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_KeyError, "switch has no _speedups");
+        }
+        return NULL;
+    }
+    if (signature != SIGNATURE_GRAPHPICKLE && signature != SIGNATURE_DISTRIBUTED) {
+        PyErr_SetString(PyExc_ValueError, "signature must be 0 (graphpickle) or 1 (distributed)");
+        return NULL;
+    }
+    DumperObject *self = (DumperObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->make = Py_NewRef(make);
+    self->slow = Py_NewRef(slow);
+    self->failed = Py_NewRef(failed);
+    self->dump = Py_NewRef(dump);
+    self->clear_memo = Py_NewRef(clear_memo);
+    self->switch_ns = Py_NewRef(switch_ns);
+    self->module = Py_NewRef(module);
+    self->signature = signature;
+    self->deep_limit = deep_limit;
+    self->max_types = max_types;
+    self->vectorcall = dumper_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+dumper_traverse(DumperObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->make);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->failed);
+    Py_VISIT(self->dump);
+    Py_VISIT(self->clear_memo);
+    Py_VISIT(self->switch_ns);
+    Py_VISIT(self->module);
+    Py_VISIT(self->dict);
+    for (int p = 0; p < N_PROTOCOLS; p++) {
+        for (Py_ssize_t i = 0; i < self->npool[p]; i++) {
+            Py_VISIT(self->pool[p][i].pickler);
+            Py_VISIT(self->pool[p][i].sink);
+            Py_VISIT(self->pool[p][i].dispatch);
+        }
+    }
+    return 0;
+}
+
+static int
+dumper_clear(DumperObject *self)
+{
+    dumper_clear_pool(self);
+    Py_CLEAR(self->make);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->failed);
+    Py_CLEAR(self->dump);
+    Py_CLEAR(self->clear_memo);
+    Py_CLEAR(self->switch_ns);
+    Py_CLEAR(self->module);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+dumper_dealloc(DumperObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    dumper_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+dumper_pooled(DumperObject *self, PyObject *unused)
+{
+    Py_ssize_t total = 0;
+    for (int p = 0; p < N_PROTOCOLS; p++) {
+        total += self->npool[p];
+    }
+    return PyLong_FromSsize_t(total);
+}
+
+static PyMethodDef dumper_methods[] = {
+    {"clear", (PyCFunction)dumper_clear_method, METH_NOARGS,
+     PyDoc_STR("clear(): drop the ready picklers (the reducer tables changed).")},
+    {"pooled", (PyCFunction)dumper_pooled, METH_NOARGS,
+     PyDoc_STR("pooled(): how many ready picklers are kept.")},
+    {"__reduce__", (PyCFunction)reduce_by_qualname, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef with_dict_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject DumperType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "graphpickle._speedups.Dumper",
+    .tp_doc = PyDoc_STR("Dumper(make, slow, failed, dump, clear_memo, signature, deep_limit, "
+                        "max_types, switch): dumps() on pooled picklers."),
+    .tp_basicsize = sizeof(DumperObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = dumper_new,
+    .tp_dealloc = (destructor)dumper_dealloc,
+    .tp_traverse = (traverseproc)dumper_traverse,
+    .tp_clear = (inquiry)dumper_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(DumperObject, vectorcall),
+    .tp_dictoffset = offsetof(DumperObject, dict),
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+    .tp_methods = dumper_methods,
+    .tp_getset = with_dict_getset,
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *loads;  /* _pickle.loads */
+    PyObject *slow;   /* the Python loads: every call the fast path does not take */
+    PyObject *failed; /* failed(exc, data): raises exc, with a note in words */
+    PyObject *dict;
+    vectorcallfunc vectorcall;
+    int signature;
+} LoaderObject;
+
+static PyObject *
+loader_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    LoaderObject *self = (LoaderObject *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs != 1) {
+        return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    }
+    PyObject *result;
+    if (self->signature == SIGNATURE_GRAPHPICKLE) {
+        /* pickle.loads's own keywords go to it as they are; `allowed` is not its. */
+        for (Py_ssize_t i = 0; i < nkw; i++) {
+            PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+            if (!is_name(name, str_buffers) && !is_name(name, str_fix_imports)
+                && !is_name(name, str_encoding) && !is_name(name, str_errors)) {
+                return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+            }
+        }
+        result = PyObject_Vectorcall(self->loads, args, nargsf, kwnames);
+    }
+    else { /* distributed's loads(x, *, buffers=()): buffers only when there are some */
+        PyObject *buffers = NULL;
+        if (nkw == 1 && is_name(PyTuple_GET_ITEM(kwnames, 0), str_buffers)) {
+            buffers = args[1];
+        }
+        else if (nkw) {
+            return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+        }
+        int some = buffers == NULL ? 0 : PyObject_IsTrue(buffers);
+        if (some < 0) {
+            return NULL;
+        }
+        result = some ? PyObject_Vectorcall(self->loads, args, nargsf, kwnames)
+                      : PyObject_Vectorcall(self->loads, args, 1, NULL);
+    }
+    if (result != NULL || !PyErr_ExceptionMatches(PyExc_Exception)) {
+        return result;
+    }
+    PyObject *exc = take_exception();
+    PyObject *failed_args[2] = {exc, args[0]};
+    PyObject *returned = PyObject_Vectorcall(self->failed, failed_args, 2, NULL);
+    Py_DECREF(exc);
+    if (returned != NULL) {
+        Py_DECREF(returned);
+        PyErr_SetString(PyExc_SystemError, "graphpickle: failed() returned");
+    }
+    return NULL;
+}
+
+static PyObject *
+loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *loads, *slow, *failed;
+    int signature;
+    static char *kwlist[] = {"loads", "slow", "failed", "signature", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOi:Loader", kwlist, &loads, &slow, &failed,
+                                     &signature)) {
+        return NULL;
+    }
+    if (signature != SIGNATURE_GRAPHPICKLE && signature != SIGNATURE_DISTRIBUTED) {
+        PyErr_SetString(PyExc_ValueError, "signature must be 0 (graphpickle) or 1 (distributed)");
+        return NULL;
+    }
+    LoaderObject *self = (LoaderObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->loads = Py_NewRef(loads);
+    self->slow = Py_NewRef(slow);
+    self->failed = Py_NewRef(failed);
+    self->signature = signature;
+    self->vectorcall = loader_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+loader_traverse(LoaderObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->loads);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->failed);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+loader_clear(LoaderObject *self)
+{
+    Py_CLEAR(self->loads);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->failed);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+loader_dealloc(LoaderObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    loader_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef loader_methods[] = {
+    {"__reduce__", (PyCFunction)reduce_by_qualname, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LoaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "graphpickle._speedups.Loader",
+    .tp_doc = PyDoc_STR("Loader(loads, slow, failed, signature): loads() without a Python call."),
+    .tp_basicsize = sizeof(LoaderObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = loader_new,
+    .tp_dealloc = (destructor)loader_dealloc,
+    .tp_traverse = (traverseproc)loader_traverse,
+    .tp_clear = (inquiry)loader_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(LoaderObject, vectorcall),
+    .tp_dictoffset = offsetof(LoaderObject, dict),
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+    .tp_methods = loader_methods,
+    .tp_getset = with_dict_getset,
+};
+
+static int
+init_fast_calls(void)
+{
+    struct {
+        PyObject **slot;
+        const char *text;
+    } names[] = {
+        {&str_module, "__module__"}, {&str_by_value, "by_value"}, {&str_reset, "reset"}, {&str_memo, "memo"},
+        {&str_join, "join"}, {&str_qualname, "__qualname__"}, {&str_protocol, "protocol"},
+        {&str_buffer_callback, "buffer_callback"}, {&str_deterministic, "deterministic"},
+        {&str_buffers, "buffers"}, {&str_fix_imports, "fix_imports"},
+        {&str_encoding, "encoding"}, {&str_errors, "errors"}, {&str_speedups, "_speedups"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) {
+            return -1;
+        }
+    }
+    empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
+    empty_dict = PyDict_New();
+    by_reference = PyDict_New();
+    by_value_registry = PySet_New(NULL); /* until set_by_reference_policy() */
+    if (empty_bytes == NULL || empty_dict == NULL || by_reference == NULL
+        || by_value_registry == NULL) {
+        return -1;
+    }
+    if (PyType_Ready(&SinkType) < 0 || PyType_Ready(&DumperType) < 0
+        || PyType_Ready(&LoaderType) < 0) {
+        return -1;
+    }
+    return 0;
+}
 
 /* The length of one contiguous frame; -1 with an exception set if it is none. */
 static Py_ssize_t
@@ -591,7 +1474,27 @@ note_set(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+static PyObject *
+set_by_reference_policy(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PySet_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "set_by_reference_policy(registry: set, function_handler, class_handler)");
+        return NULL;
+    }
+    Py_SETREF(by_value_registry, Py_NewRef(args[0]));
+    Py_XSETREF(function_handler, Py_NewRef(args[1]));
+    Py_XSETREF(class_handler, Py_NewRef(args[2]));
+    PyDict_Clear(by_reference);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef speedups_methods[] = {
+    {"remember_by_reference", remember_by_reference, METH_O,
+     PyDoc_STR("remember_by_reference(obj): the policy found this function or class importable.")},
+    {"set_by_reference_policy", (PyCFunction)(void (*)(void))set_by_reference_policy, METH_FASTCALL,
+     PyDoc_STR("set_by_reference_policy(registry, function_handler, class_handler): what a "
+               "remembered answer stands for; nothing is remembered while the registry is not empty.")},
     {"frame_views", (PyCFunction)(void (*)(void))frame_views, METH_FASTCALL,
      PyDoc_STR("frame_views(view, start, lengths): (slices of view, end offset).")},
     {"sets_to_sort", sets_to_sort, METH_O,
@@ -618,7 +1521,7 @@ static struct PyModuleDef speedups_module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    if (PyType_Ready(&DispatchType) < 0) {
+    if (PyType_Ready(&DispatchType) < 0 || init_fast_calls() < 0) {
         return NULL;
     }
     init_opcode_args();
@@ -627,7 +1530,10 @@ PyInit__speedups(void)
     if (module == NULL) {
         return NULL;
     }
-    if (PyModule_AddObjectRef(module, "Dispatch", (PyObject *)&DispatchType) < 0) {
+    if (PyModule_AddObjectRef(module, "Dispatch", (PyObject *)&DispatchType) < 0
+        || PyModule_AddObjectRef(module, "Sink", (PyObject *)&SinkType) < 0
+        || PyModule_AddObjectRef(module, "Dumper", (PyObject *)&DumperType) < 0
+        || PyModule_AddObjectRef(module, "Loader", (PyObject *)&LoaderType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

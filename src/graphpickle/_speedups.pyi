@@ -1,4 +1,5 @@
 from collections.abc import Callable, Sequence
+from pickle import PickleBuffer
 from typing import Any
 
 class Dispatch:
@@ -16,3 +17,39 @@ def frame_table(first_length: int, buffers: Sequence[Any], /) -> tuple[bytes, in
 def sets_to_sort(data: Any, /) -> bool: ...
 def note_set(sink: list[Any], obj: Any, /) -> None: ...
 def frame_views(view: memoryview, start: int, lengths: Any, /) -> tuple[list[memoryview], int]: ...
+
+class Sink:
+    def write(self, data: Any, /) -> None: ...
+    def buffer(self, buffer: PickleBuffer, /) -> Any: ...
+
+class Dumper:
+    def __init__(
+        self,
+        make: Callable[[int], tuple[Any, Sink, Dispatch]],
+        slow: Callable[..., bytes],
+        failed: Callable[[Any, Any, Exception], Any],
+        dump: Callable[[Any, Any], None],
+        clear_memo: Callable[[Any], None],
+        signature: int,
+        deep_limit: int,
+        max_types: int,
+        switch: dict[str, Any],
+    ) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> bytes: ...
+    def clear(self) -> None: ...
+    def pooled(self) -> int: ...
+
+class Loader:
+    def __init__(
+        self,
+        loads: Callable[..., Any],
+        slow: Callable[..., Any],
+        failed: Callable[[Exception, Any], Any],
+        signature: int,
+    ) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+def remember_by_reference(obj: Any, /) -> None: ...
+def set_by_reference_policy(
+    registry: set[str], function_handler: Any, class_handler: Any, /
+) -> None: ...

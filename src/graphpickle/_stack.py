@@ -45,6 +45,9 @@ _stack_size_lock = threading.Lock()
 
 # Python 3.12+ bounds C recursion by its own limit (see the module docstring).
 _C_STACK_FOLLOWS_RECURSION_LIMIT = sys.version_info < (3, 12)
+#: A recursion limit above this needs the deep stack (0: no limit does), for
+#: callers that check in C (``_speedups.Dumper``).
+DEEP_STACK_ABOVE = SAFE_RECURSION_LIMIT if _C_STACK_FOLLOWS_RECURSION_LIMIT else 0
 
 
 def needs_deep_stack() -> bool:
