@@ -148,6 +148,32 @@ def test_dumps_keeps_distributed_semantics():
     np.testing.assert_array_equal(gpd.loads(data), array)
 
 
+def test_fast_dumps_and_loads_take_every_argument_as_stock_does():
+    import pickle
+
+    import numpy as np
+    from distributed.protocol import pickle as stock
+
+    import graphpickle.dask_distributed as gpd
+
+    array = np.arange(10)
+    for protocol in (None, 0, 4, 5):  # `protocol or HIGHEST_PROTOCOL`; buffers in band below 5
+        ours: list[pickle.PickleBuffer] = []
+        theirs: list[pickle.PickleBuffer] = []
+        data = gpd.dumps([array, (1, 2)], buffer_callback=ours.append, protocol=protocol)
+        expected = stock.dumps([array, (1, 2)], buffer_callback=theirs.append, protocol=protocol)
+        assert data == expected and len(ours) == len(theirs)
+        loaded = gpd.loads(data, buffers=ours)
+        np.testing.assert_array_equal(loaded[0], array)
+        assert gpd.dumps((1, 2)) == stock.dumps((1, 2))  # nothing left of the call before
+    with pytest.raises(TypeError):
+        gpd.dumps((1, 2), 5)  # keyword-only, as stock's
+    with pytest.raises(EOFError) as info:
+        gpd.loads(b"")
+    assert "truncated or empty" in info.value.__notes__[0]
+    assert gpd.loads(pickle.dumps(b"x"), buffers=[]) == b"x"
+
+
 def test_serialization_family():
     import numpy as np
     from distributed.protocol import deserialize, serialize

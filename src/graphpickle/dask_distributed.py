@@ -29,6 +29,7 @@ made at any time applies to the next ``dumps``, as with stock distributed.
 
 from __future__ import annotations
 
+import _pickle
 import importlib
 import io
 import pickle
@@ -36,8 +37,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ._pickler import DEFAULT_PROTOCOL, Pickler
-from ._pickler import loads as _graphpickle_loads
+from ._pickler import (
+    DEFAULT_PROTOCOL,
+    Pickler,
+    _loads_failed,
+    accelerated_dumps,
+    accelerated_loads,
+)
 from ._reducers import Reducer, forget_lookup
 
 __all__ = ["dask_setup", "dumps", "install", "installed", "loads", "uninstall"]
@@ -162,8 +168,20 @@ def dumps(
 
 
 def loads(x: Any, *, buffers: Any = ()) -> Any:
-    """``distributed.protocol.pickle.loads``: a plain load (no graphpickle needed)."""
-    return _graphpickle_loads(x, buffers=buffers or ())
+    """``distributed.protocol.pickle.loads``: a plain load (no graphpickle needed),
+    with a note in words when it fails."""
+    try:
+        if buffers:
+            return _pickle.loads(x, buffers=buffers)
+        return _pickle.loads(x)
+    except Exception as exc:
+        _loads_failed(exc, x)
+
+
+# A scheduler pickles each task on its own: in C, on pooled picklers (see
+# graphpickle._pickler), when the extension is built.
+dumps = accelerated_dumps(dumps, _dask_serialize_lookup, "distributed")
+loads = accelerated_loads(loads, "distributed")
 
 
 def _family_dumps(x: Any, context: Any = None) -> tuple[dict[str, Any], list[Any]]:
