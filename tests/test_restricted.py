@@ -200,7 +200,74 @@ def test_pandas_never_opens_a_dateutil_path():
         b"\x80\x04" + _stack_global("pandas", "DatetimeTZDtype")
         + b"\x8c\x02ns\x8c\x14dateutil//etc/passwd\x86R."
     )  # fmt: skip
-    with pytest.raises(graphpickle.ForbiddenGlobalError, match="dateutil zone named by a path"):
+    with pytest.raises(graphpickle.ForbiddenGlobalError, match="dateutil zone named by a string"):
         graphpickle.loads(call, allowed=DATA_ONLY)
     index = pd.DatetimeIndex(["2026-01-01"], tz="Europe/Paris")
     assert graphpickle.loads(pickle.dumps(index), allowed=DATA_ONLY).equals(index)
+
+
+# Payloads from the security review that crashed the interpreter or opened a
+# file under DATA_ONLY, each refused now. They run in a child process: were a
+# check to regress, the child would crash, not the test run.
+_REVIEW_CASES = r"""
+import pickle, struct, sys
+import numpy as np, pandas as pd
+from pandas._libs.internals import _unpickle_block
+from pandas.core.internals.managers import BlockManager
+import graphpickle
+
+def g(m, n): return b"c" + m.encode() + b"\n" + n.encode() + b"\n"
+def s(x): x = x.encode(); return b"X" + struct.pack("<I", len(x)) + x
+def i(n): return b"J" + struct.pack("<i", n)
+def raw(b): return b"C" + bytes([len(b)]) + b
+N, T, F = b"N", b"\x88", b"\x89"
+core = "numpy._core.multiarray" if np.__version__ >= "2" else "numpy.core.multiarray"
+def array(dtype, data):
+    return (g(core, "_reconstruct") + g("numpy", "ndarray") + b"(" + i(0) + b"t" + raw(b"b") + b"\x87R"
+            + b"(" + i(1) + b"(" + i(1) + b"t" + dtype + F + raw(data) + b"tb")
+# A fresh object dtype told by BUILD that it holds no objects: 8 bytes become a pointer.
+no_objects = g("numpy", "dtype") + s("O8") + F + T + b"\x87R(" + i(3) + s("|") + N + N + N + i(-1) + i(-1) + i(0) + b"tb"
+# A structured dtype whose field lies 1 TiB past its 8-byte item.
+far_field = (g("numpy", "dtype") + s("V8") + F + T + b"\x87R(" + i(3) + s("|") + N + b"(" + s("a") + b"t}"
+             + s("a") + g("numpy", "dtype") + s("f8") + F + F + b"\x87R" + b"\x8a\x06" + (1 << 40).to_bytes(6, "little")
+             + b"\x86s" + i(8) + i(1) + i(0) + b"tb")
+
+class Call:
+    def __init__(self, f, a): self.f, self.a = f, a
+    def __reduce__(self): return (self.f, self.a)
+
+far = 10**8
+block = Call(_unpickle_block, (np.zeros((1, 2)), slice(far, far + 1, 1), 2))
+manager = Call(BlockManager, ((block,), [pd.Index(["a"]), pd.RangeIndex(2)]))
+cases = {
+    "dtype flags": b"\x80\x03" + g("builtins", "list") + array(no_objects, struct.pack("<Q", 0x4141414141414140)) + b"\x85R.",
+    "dtype field offset": b"\x80\x03" + g("pandas", "DataFrame") + array(far_field, bytes(8)) + b"\x85R.",
+    "block placement": pickle.dumps(Call(pd.Index, (Call(pd.DataFrame, (manager,)),)), 2),
+    "uninitialised MultiIndex": b"\x80\x02" + g("builtins", "list") + g("copyreg", "_reconstructor") + g("pandas", "MultiIndex") + g("builtins", "object") + b"N\x87R\x85R.",
+    "dateutil path in a dtype string": b"\x80\x02" + g("pandas", "DatetimeTZDtype") + s("datetime64[ns, dateutil//etc/passwd]") + b"\x85R.",
+    "Fraction exponent": b"\x80\x02" + g("fractions", "Fraction") + s("1e30000000") + b"\x85R.",
+    "exponential repr": b"\x80\x04" + g("operator", "itemgetter") + b"\x8c\x01a\x85q\x000" + b"".join(b"h%ch%c\x86q%c0" % (k, k, k + 1) for k in range(59)) + b"h;h;\x86q<\x85R.",
+}
+opened = []
+sys.addaudithook(lambda event, args: event == "open" and "passwd" in str(args[0]) and opened.append(args[0]))
+for name, data in cases.items():
+    try:
+        graphpickle.loads(data, allowed=graphpickle.DATA_ONLY)
+        print(name, "LOADED")
+    except graphpickle.ForbiddenGlobalError:
+        print(name, "refused")
+print("opened", opened)
+"""
+
+
+def test_the_security_review_cases_are_refused():
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", _REVIEW_CASES], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "opened []"
+    assert [line.rsplit(" ", 1)[1] for line in lines[:-1]] == ["refused"] * 7, lines

@@ -43,12 +43,14 @@ from __future__ import annotations
 import _compat_pickle
 import functools
 import pickle
+import reprlib
 import struct
 import sys
 import types
 from collections.abc import Iterable
 from typing import IO, Any, ClassVar
 
+from ._data_checks import check_built, check_call, reconstructor
 from ._data_only import DATA_ONLY
 from .errors import ForbiddenGlobalError
 
@@ -196,7 +198,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         found = self._names.get(id(target))
         if found is None or type(attr) is not str:
             raise ForbiddenGlobalError(
-                f"restricted loading refused getattr({_describe(target)}, {attr!r}): "
+                f"restricted loading refused getattr({_describe(target)}, {_short(attr)}): "
                 "getattr is allowed only as a global's attribute that the allow-list names",
                 name="builtins.getattr",
             )
@@ -251,26 +253,30 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
             self._keep.append(top)
 
     def _check_call(self, func: Any, args: Any, kwargs: Any = None) -> None:
-        """pandas turns a time-zone string into a zone, and ``"dateutil/<path>"``
-        makes dateutil open that path (``DatetimeTZDtype("ns",
-        "dateutil//etc/passwd")``). Pickles pandas writes carry zone objects."""
+        """Before a call of an allowed name: arguments that make it do more than
+        build data (``_data_checks.check_call``)."""
         name = self._globals.get(id(func))
-        if name is None or not name.startswith("pandas."):
-            return
-        values = [*(args if isinstance(args, tuple) else ()), *(kwargs or {}).values()]
-        values += [v for a in values if type(a) is dict for v in a.values()]
-        for value in values:
-            if type(value) is str and value.startswith("dateutil/"):
-                raise ForbiddenGlobalError(
-                    f"restricted loading refused {name}(..., {value!r}): a dateutil zone "
-                    "named by a path opens that file",
-                    name=name,
-                )
+        problem = None if name is None else check_call(name, args, kwargs)
+        if problem is not None:
+            raise ForbiddenGlobalError(
+                f"restricted loading refused {name}(...): {problem}", name=str(name)
+            )
+
+    def _check_built(self, obj: Any, opcode: str) -> None:
+        problem = check_built(obj, given_state=opcode == "BUILD")
+        if problem is not None:
+            raise ForbiddenGlobalError(
+                f"restricted loading refused {opcode}: it made {problem}", name=_describe(obj)
+            )
+
+    def _after_call(self, opcode: str) -> None:
+        self._note_if_shared()
+        self._check_built(self.stack[-1], opcode)
 
     def load_reduce(self) -> None:
         self._check_call(self._below(2), self._below(1))
         super().load_reduce()
-        self._note_if_shared()
+        self._after_call("REDUCE")
 
     def load_newobj(self) -> None:
         self._check_call(self._below(2), self._below(1))
@@ -282,17 +288,24 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         super().load_newobj_ex()
         self._note_if_shared()
 
-    def load_inst(self) -> None:
-        super().load_inst()
-        self._note_if_shared()
-
-    def load_obj(self) -> None:
-        super().load_obj()
-        self._note_if_shared()
+    def _instantiate(self, klass: Any, args: list[Any]) -> None:  # OBJ and INST
+        self._check_call(klass, tuple(args))
+        super()._instantiate(klass, args)
+        self._after_call("OBJ")
 
     def load_build(self) -> None:
-        self._check_target(self._below(2), "BUILD")
+        target, state = self._below(2), self._below(1)
+        self._check_target(target, "BUILD")
+        kind = type(target)
+        if kind.__module__.startswith("pandas"):
+            problem = check_call(f"{kind.__module__}.{kind.__qualname__}", (state,))
+            if problem is not None:
+                raise ForbiddenGlobalError(
+                    f"restricted loading refused BUILD on a {kind.__qualname__}: {problem}",
+                    name=_describe(target),
+                )
         super().load_build()
+        self._check_built(target, "BUILD")
 
     def load_setitem(self) -> None:
         self._check_target(self._below(3), "SETITEM")
@@ -319,11 +332,21 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
 # ones at the methods above.
 for _op in (
     "BUILD", "SETITEM", "SETITEMS", "APPEND", "APPENDS", "ADDITEMS",
-    "REDUCE", "NEWOBJ", "NEWOBJ_EX", "INST", "OBJ",
+    "REDUCE", "NEWOBJ", "NEWOBJ_EX",
 ):  # fmt: skip
     _RestrictedUnpickler.dispatch[_opcode(_op)] = getattr(
         _RestrictedUnpickler, f"load_{_op.lower()}"
     )
+
+
+def _short(value: Any) -> str:
+    """A payload's value in a message: bounded, since a payload can nest and
+    share tuples so that their full repr is exponential."""
+    return _REPR.repr(value)
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 2, 60, 60
 
 
 def _describe(obj: Any) -> str:
@@ -343,7 +366,7 @@ def _last_item_getter(index: Any) -> Any:
     (pandas calls a callable key, a defaultdict its factory)."""
     if type(index) is not int or index != -1:
         raise ForbiddenGlobalError(
-            f"restricted loading allows operator.itemgetter(-1) only, not itemgetter({index!r})",
+            f"restricted loading allows operator.itemgetter(-1) only, not itemgetter({_short(index)})",
             name="operator.itemgetter",
         )
 
@@ -366,14 +389,18 @@ def _latin1_encode(text: Any, encoding: Any) -> bytes:
     if type(text) is not str or encoding != "latin1":
         raise ForbiddenGlobalError(
             "restricted loading allows _codecs.encode(str, 'latin1') only, "
-            f"not encode({type(text).__qualname__}, {encoding!r})",
+            f"not encode({type(text).__qualname__}, {_short(encoding)})",
             name="_codecs.encode",
         )
     return text.encode("latin1")
 
 
 # Allowed globals that are replaced by a narrower function doing only what data uses.
-_GUARDED = {"operator.itemgetter": _last_item_getter, "_codecs.encode": _latin1_encode}
+_GUARDED = {
+    "operator.itemgetter": _last_item_getter,
+    "_codecs.encode": _latin1_encode,
+    "copyreg._reconstructor": reconstructor,
+}
 
 
 def imported_name(module: str, name: str) -> tuple[str, str]:

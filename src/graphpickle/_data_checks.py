@@ -1,0 +1,162 @@
+"""Checks restricted loading makes on allowed data types that trust their input.
+
+Some classes and reconstructors in ``DATA_ONLY`` believe whatever state they
+are given, and a forged state corrupts memory or reaches the file system (all
+found by review and reproduced; docs/security.md lists them):
+
+- a numpy dtype's BUILD state sets its flags and field offsets: flags that
+  deny holding objects turn raw bytes into object pointers, and a field offset
+  past the item reads outside the array;
+- a pandas BlockManager's block placements are indexes into its columns,
+  written without a bounds check on pandas 3;
+- ``copyreg._reconstructor(cls, object, None)`` makes an object without
+  running its class's constructor (an uninitialised ``MultiIndex`` crashes when
+  read);
+- pandas turns a time-zone string into a zone, and ``"dateutil/<path>"`` makes
+  dateutil open that path, also inside a dtype string;
+- ``Fraction("1e30000000")`` computes ``10**30000000``.
+
+Each check returns what is wrong in words, or None. numpy and pandas are
+imported only when an object of theirs is being checked.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import re
+import sys
+from typing import Any
+
+__all__ = ["check_built", "check_call", "reconstructor"]
+
+
+def check_built(obj: Any, *, given_state: bool = False) -> str | None:
+    """After a call that returned ``obj``, or BUILD on it (``given_state``): is
+    its state sound?"""
+    module = getattr(type(obj), "__module__", "")
+    if module.startswith("numpy"):
+        import numpy as np
+
+        if isinstance(obj, np.dtype):
+            return _dtype_problem(obj, np)
+    elif module.startswith("pandas.core.internals"):
+        if given_state and hasattr(obj, "mgr_locs") and not hasattr(obj, "blocks"):
+            # A block's placement, changed after its manager was checked.
+            return "a pandas block given new state (pandas rebuilds blocks by a call)"
+        return _manager_problem(obj)
+    return None
+
+
+def check_call(name: str, args: Any, kwargs: Any = None) -> str | None:
+    """Before ``name(*args, **kwargs)`` (REDUCE, NEWOBJ) or a pandas object's
+    BUILD state: arguments that make an allowed callable do more than build."""
+    if name.startswith("pandas."):
+        for text in _strings(args, kwargs):
+            if "dateutil" in text:
+                return (
+                    "a dateutil zone named by a string (it may name a file, which dateutil opens)"
+                )
+    elif name == "fractions.Fraction":
+        limit = sys.get_int_max_str_digits() or 4300
+        for text in _strings(args, kwargs):
+            for exponent in _EXPONENT.findall(text):
+                if abs(int(exponent)) > limit:
+                    return f"a Fraction with an exponent beyond {limit} digits"
+    return None
+
+
+def reconstructor(cls: Any, base: Any, state: Any) -> Any:
+    """``copyreg._reconstructor`` as restricted loading provides it: only for a
+    class that pickles itself that way (protocols 0 and 1 with object's own
+    ``__reduce_ex__``), so no object is made past the constructor its class has."""
+    if (
+        not isinstance(cls, type)
+        or not isinstance(base, type)
+        or base not in cls.__mro__
+        or getattr(cls, "__reduce_ex__", None) is not _OBJECT_REDUCE_EX
+        or getattr(cls, "__reduce__", None) is not _OBJECT_REDUCE
+    ):
+        from .errors import ForbiddenGlobalError
+
+        raise ForbiddenGlobalError(
+            f"restricted loading refused copyreg._reconstructor({_name(cls)}, {_name(base)}, ...): "
+            "it would make an object its class's own pickling never makes this way",
+            name="copyreg._reconstructor",
+        )
+    rebuild: Any = getattr(copyreg, "_reconstructor")  # noqa: B009 (private, untyped)
+    return rebuild(cls, base, state)
+
+
+_OBJECT_REDUCE_EX = object.__reduce_ex__
+_OBJECT_REDUCE = object.__reduce__
+_EXPONENT = re.compile(r"[eE]\s*([+-]?\d+)")
+
+
+def _strings(*values: Any) -> list[str]:
+    """Every str inside ``values``, through tuples, lists and dicts (iteratively,
+    each container once: a payload can nest and share them)."""
+    found: list[str] = []
+    seen: set[int] = set()
+    todo = list(values)
+    while todo:
+        value = todo.pop()
+        if type(value) is str:
+            found.append(value)
+        elif type(value) in (tuple, list, dict) and id(value) not in seen:
+            seen.add(id(value))
+            todo.extend(value.values() if type(value) is dict else value)
+            if type(value) is dict:
+                todo.extend(value)
+    return found
+
+
+def _dtype_problem(dtype: Any, np: Any) -> str | None:
+    if type(dtype).__name__ == "StringDType":
+        return None  # not a legacy dtype: its state is not flags and offsets
+    try:
+        if dtype.names is not None:
+            fields = [dtype.fields[name] for name in dtype.names]
+            rebuilt = np.dtype(
+                {
+                    "names": list(dtype.names),
+                    "formats": [field[0] for field in fields],
+                    "offsets": [field[1] for field in fields],
+                    "itemsize": dtype.itemsize,
+                    "aligned": dtype.isalignedstruct,
+                }
+            )
+        elif dtype.subdtype is not None:
+            rebuilt = np.dtype(dtype.subdtype)
+        else:
+            rebuilt = np.dtype(dtype.str)
+    except (TypeError, ValueError) as exc:
+        return f"a numpy dtype whose layout numpy refuses ({exc})"
+    same = (
+        rebuilt == dtype
+        and rebuilt.flags == dtype.flags
+        and rebuilt.itemsize == dtype.itemsize
+        and rebuilt.alignment == dtype.alignment
+        and rebuilt.hasobject == dtype.hasobject
+    )
+    if not same:
+        return "a numpy dtype whose flags or layout differ from what numpy derives from it"
+    return None
+
+
+def _manager_problem(manager: Any) -> str | None:
+    if getattr(manager, "ndim", None) != 2 or not hasattr(manager, "blocks"):
+        return None
+    try:
+        columns = len(manager.axes[0])
+        placed = sorted(int(i) for block in manager.blocks for i in block.mgr_locs.as_array)
+    except (AttributeError, IndexError, TypeError, ValueError) as exc:
+        return f"a pandas BlockManager whose blocks cannot be read ({type(exc).__name__})"
+    if placed != list(range(columns)):
+        return "a pandas BlockManager whose blocks do not place each column exactly once"
+    return None
+
+
+def _name(obj: Any) -> str:
+    if isinstance(obj, type):
+        return f"{obj.__module__}.{obj.__qualname__}"
+    return type(obj).__qualname__
