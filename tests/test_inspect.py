@@ -297,3 +297,152 @@ def test_data_verdict_is_what_restricted_loading_accepts():
             assert verdict != "data", data
         else:
             assert verdict == "data", data
+
+
+# -- red-team findings: calls the walk did not model, names, cost ---------------------
+
+
+def _binunicode(text: str) -> bytes:
+    raw = text.encode()
+    return b"X" + len(raw).to_bytes(4, "little") + raw
+
+
+def test_obj_with_getattr_is_code():
+    # OBJ calls getattr(copyreg._reconstructor, "__globals__"), then two
+    # itemgetters reach __builtins__["eval"]; REDUCE calls eval (never run here).
+    command = "__import__('os').system('echo PWNED > /tmp/redteam/pwned')"
+    data = (
+        b"(cbuiltins\ngetattr\nccopyreg\n_reconstructor\n" + _binunicode("__globals__")
+        + b"op0\n0((coperator\nitemgetter\n" + _binunicode("__builtins__") + b"og0\nop1\n0"
+        + b"((coperator\nitemgetter\n" + _binunicode("eval") + b"og1\no"
+        + _binunicode(command) + b"\x85R."
+    )  # fmt: skip
+    report = graphpickle.inspect(data)
+    assert report.verdict == "code", report.findings
+    assert "__globals__" in _code_findings(report)
+
+
+def test_obj_and_newobj_of_guarded_names_are_not_data():
+    rot13 = b"(c_codecs\nencode\n" + _binunicode("x") + _binunicode("rot13") + b"o."
+    newobj = b"\x80\x04coperator\nitemgetter\nK\x05\x85\x81."
+    inst = b"(K\x05ioperator\nitemgetter\n."
+    for data in (rot13, newobj, inst):
+        assert graphpickle.inspect(data).verdict != "data", data
+    # The data use of each, through OBJ, stays data.
+    latin1 = b"(c_codecs\nencode\n" + _binunicode("x") + _binunicode("latin1") + b"o."
+    assert graphpickle.inspect(latin1).verdict == "data"
+    assert graphpickle.loads(latin1, allowed=graphpickle.DATA_ONLY) == b"x"
+
+
+def test_getattr_used_other_than_as_a_call_is_code():
+    # getattr as an item of a tuple, taken out by itemgetter(-1), then called.
+    data = (
+        b"\x80\x04coperator\nitemgetter\nJ\xff\xff\xff\xff\x85R"
+        + b"cbuiltins\ngetattr\n\x85\x85R"
+        + b"czoneinfo\nZoneInfo\n\x8c\x08_unpickle\x86R."
+    )  # fmt: skip
+    report = graphpickle.inspect(data)
+    assert report.verdict == "code"
+    assert "getattr is used other than as the callable" in _code_findings(report)
+
+
+def test_calls_of_untracked_objects_are_not_data():
+    # REDUCE on what a call returned (not itemgetter(-1)), and on a persistent id.
+    called_result = b"\x80\x04cbuiltins\nint\n)R)R."
+    persistent = b"\x80\x04\x8c\x01aQ)R."
+    for data in (called_result, persistent):
+        assert graphpickle.inspect(data).verdict == "imports", data
+
+
+def test_a_guarded_call_the_walk_did_not_model_is_flagged():
+    from graphpickle import _dry_load, _scan
+
+    data = pickle.dumps((1, 2))
+    scan = _scan._Scan(data)
+    scan.run()
+    dry = _dry_load.dry_load(data)
+    dry.events.append(
+        _dry_load.Event("call", "operator.itemgetter", "global", "operator.itemgetter")
+    )
+    scan.compare(dry)
+    report = scan.report(None)
+    assert report.verdict == "code"
+    assert "calls operator.itemgetter 1 time(s), a scan modelled 0" in _code_findings(report)
+
+
+def _eval_of(prefix: bytes, module: bytes = b"__builtin__", name: bytes = b"eval") -> bytes:
+    command = b"__import__('os').system('echo pwned')"
+    return (
+        prefix
+        + b"c"
+        + module
+        + b"\n"
+        + name
+        + b"\nX"
+        + len(command).to_bytes(4, "little")
+        + command
+        + b"\x85R."
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "dangerous"),
+    [
+        # PROTO 2, then an opcode of protocol 4: the loader's proto is still 2.
+        (_eval_of(b"\x80\x02\x8c\x000"), "builtins.eval"),
+        # No PROTO: the loader's proto is 0, whatever opcodes come first.
+        (_eval_of(b"N\x940"), "builtins.eval"),
+        # A second pickle starts at proto 0 again.
+        (b"\x80\x04N." + _eval_of(b"", name=b"exec"), "builtins.exec"),
+    ],
+)
+def test_python2_names_are_mapped_per_pickle_as_the_loader_does(data, dangerous):
+    report = graphpickle.inspect(data)
+    assert report.verdict == "code", report.findings
+    assert dangerous in [d.name for d in report.dangerous]
+
+
+def test_the_report_protocol_is_unchanged_by_the_mapping():
+    report = graphpickle.inspect(_eval_of(b"\x80\x02\x8c\x000"))
+    assert report.protocol == 4
+
+
+@pytest.mark.timeout(30)
+def test_findings_never_repr_a_payload_in_full():
+    # Memoised tuples t[i+1] = (t[i], t[i]): a full repr has 2**60 leaves.
+    data = (
+        b"\x80\x04coperator\nitemgetter\n\x8c\x01a\x85q\x000"
+        + b"".join(b"h%ch%c\x86q%c0" % (i, i, i + 1) for i in range(59))
+        + b"h;h;\x86q<\x85R."
+    )  # fmt: skip
+    report = graphpickle.inspect(data)
+    assert report.verdict != "data"
+    assert all(len(f.what) < 400 for f in report.findings)
+    huge = b"\x80\x04coperator\nitemgetter\n" + _binunicode("a" * 100_000) + b"\x85R."
+    assert all(len(f.what) < 400 for f in graphpickle.inspect(huge).findings)
+
+
+def test_the_dry_run_reuses_its_stand_ins():
+    from graphpickle import _dry_load
+
+    calls = 20_000
+    data = b"\x80\x04(" + b"cbuiltins\nint\n)R" * calls + b"l."
+    run = _dry_load.dry_load(data)
+    assert run.error is None and run.pickles == 1
+    assert len(run.stand_ins) <= 2  # builtins.int and what calling it returns
+    called = [e for e in run.events if e.kind == "call"]
+    assert len(called) == calls
+    assert {(e.name, e.root, e.depth) for e in called} == {("builtins.int", "builtins.int", 0)}
+    # A chain of calls is labelled by depth, and the labels stay short.
+    chain = _dry_load.dry_load(b"\x80\x04cbuiltins\nint\n" + b")R" * 50 + b".")
+    depths = [e.depth for e in chain.events if e.kind == "call"]
+    assert depths[:3] == [0, 1, 2] and max(depths) < 20
+    assert max(len(e.name) for e in chain.events) < 60
+    assert graphpickle.inspect(data).verdict == "data"
+
+
+def test_a_persistent_id_is_not_data():
+    data = b"X\x01\x00\x00\x00aQ0."
+    assert graphpickle.inspect(data).verdict != "data"
+    with pytest.raises(pickle.UnpicklingError):
+        graphpickle.loads(data, allowed=graphpickle.DATA_ONLY)

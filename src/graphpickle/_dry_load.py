@@ -5,8 +5,8 @@ differs from the loader's can be shown one program while the loader runs
 another (frame lengths, odd spacing in text opcodes, errors only one of them
 raises). So ``inspect`` also lets the real C unpickler (``_pickle.Unpickler``,
 the one ``pickle.loads`` uses) read the bytes, with every global replaced by an
-inert stand-in: ``find_class`` imports nothing and returns a fresh class that
-records what is done to it (called, instantiated, given state, items or
+inert stand-in: ``find_class`` imports nothing and returns a class that
+records what is done to it (one per name, or per call chain, and run) (called, instantiated, given state, items or
 members). Nothing of the payload's runs; the C parser decides what the opcodes
 are. ``_scan`` compares the two readings and flags any difference.
 
@@ -38,6 +38,7 @@ class Event:
     name: str  # the global involved, or the call chain that produced the object: "f()"
     origin: str  # "global" or "call": was the object itself a global, or a call's result?
     root: str  # the global at the start of the chain
+    depth: int = 0  # calls from the root to the object: "f()" is 1 (at most 9: "f()...")
 
 
 @dataclass
@@ -48,6 +49,9 @@ class DryRun:
     end: int = 0  # where the last complete pickle ended
     error: str | None = None  # why the C unpickler stopped, if it did before the end
     skipped: str | None = None  # why no dry run was made
+    # One stand-in per (label, origin, root) and run: a payload of many calls
+    # costs a lookup each, not a new class each.
+    stand_ins: dict[tuple[str, str, str], Any] = field(default_factory=dict, repr=False)
 
 
 class _StandIn(type):
@@ -57,16 +61,20 @@ class _StandIn(type):
     _label: str
     _origin: str
     _root: str
+    _depth: int
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:  # REDUCE, OBJ, INST
         cls._record("call")
-        return cls._derive(f"{cls._label}()")
+        return cls._derive()
 
     def _record(cls, kind: str) -> None:
-        cls._run.events.append(Event(kind, cls._label, cls._origin, cls._root))
+        cls._run.events.append(Event(kind, cls._label, cls._origin, cls._root, cls._depth))
 
-    def _derive(cls, label: str) -> Any:
-        return _stand_in(cls._run, label, "call", cls._root)
+    def _derive(cls) -> Any:
+        """What calling this stand-in returns: the next one down the chain (a
+        chain longer than _SHOWN_CALLS ends in one stand-in, "f()...")."""
+        depth = min(cls._depth + 1, _SHOWN_CALLS + 1)
+        return _stand_in(cls._run, _chain(cls._root, depth), "call", cls._root, depth)
 
     # BUILD looks up __setstate__ on the object; SETITEM(S) use __setitem__;
     # APPENDS, APPEND and ADDITEMS look up extend, append and add.
@@ -90,13 +98,24 @@ class _Base:
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:  # NEWOBJ, NEWOBJ_EX, OBJ
         stand_in: Any = cls
         stand_in._record("call")
-        return stand_in._derive(f"{stand_in._label}()")
+        return stand_in._derive()
 
 
-def _stand_in(run: DryRun, label: str, origin: str, root: str) -> Any:
-    return _StandIn(
-        "stand_in", (_Base,), {"_run": run, "_label": label, "_origin": origin, "_root": root}
-    )
+_SHOWN_CALLS = 8
+
+
+def _chain(root: str, depth: int) -> str:
+    """The label of what ``depth`` calls from ``root`` return: "f()()"."""
+    return root + "()" * depth if depth <= _SHOWN_CALLS else f"{root}()..."
+
+
+def _stand_in(run: DryRun, label: str, origin: str, root: str, depth: int = 0) -> Any:
+    key = (label, origin, root)
+    found = run.stand_ins.get(key)
+    if found is None:
+        namespace = {"_run": run, "_label": label, "_origin": origin, "_root": root}
+        found = run.stand_ins[key] = _StandIn("stand_in", (_Base,), {**namespace, "_depth": depth})
+    return found
 
 
 class _DryUnpickler(_pickle.Unpickler):

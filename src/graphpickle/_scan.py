@@ -160,6 +160,10 @@ class _Mark:
 class _Global:
     module: str
     name: str
+    # The dry run's view of this object: the global it is derived from and how
+    # many calls away (``getattr(G, "name")`` is builtins.getattr, one call).
+    root: str = ""
+    depth: int = 0
 
 
 @dataclass
@@ -170,6 +174,9 @@ class _Applied:
     args: Any
     start: int
     by_value: _ByValueInProgress | None = None
+
+    def __repr__(self) -> str:  # args may nest exponentially: never show them
+        return f"_Applied({_show(self.func)})"
 
 
 @dataclass
@@ -198,6 +205,10 @@ _STRING_OPS = {
 _INT_OPS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4"}
 _CHANGES = {"BUILD", "SETITEM", "SETITEMS", "APPEND", "APPENDS", "ADDITEMS"}
 _DATA_ONLY: AllowList | None = None
+# Globals restricted loading replaces by a narrower stand-in (or, for getattr,
+# resolves as a dotted global): their only data use is the modelled call.
+_GETATTR = "builtins.getattr"
+_GUARDED = {"operator.itemgetter", "_codecs.encode", _GETATTR}
 
 
 def _data_only() -> AllowList:
@@ -241,11 +252,16 @@ class _Scan:
         self.memo: dict[int, tuple[Any, int]] = {}
         self.names: list[str] = []  # each name as written, in order (the dry run's view)
         self.globals: dict[str, None] = {}
+        self.judged: set[tuple[tuple[str, str], str]] = set()
         self.modules: set[str] = set()
         self.objects: list[_ByValueInProgress] = []
         self.findings: dict[Finding, None] = {}
         self.dangerous: dict[str, str] = {}
-        self.protocol = 0
+        self.protocol = 0  # the report's: the newest protocol any opcode needs
+        self.proto = 0  # the unpickler's, per pickle: set by PROTO only
+        # Calls of guarded globals (and of what they return) that the walk
+        # modelled, by (root, depth): the dry run's calls are set beside them.
+        self.guarded_calls: dict[tuple[str, int], int] = {}
         self.buffers = self.readonly = self.persistent = 0
         self.opcodes = self.pickles = 0
         self.error: str | None = None
@@ -267,6 +283,7 @@ class _Scan:
         """Read the pickle at ``start``; return where it ends."""
         self.stack, self.metastack, self.memo = [], [], {}
         self.frame_end = None
+        self.proto = 0
         stream = _stream_at(self.data, start)
         pos = start
         try:
@@ -313,16 +330,49 @@ class _Scan:
     def push(self, value: Any, pos: int) -> None:
         self.stack.append((value, pos))
 
-    def pop(self) -> tuple[Any, int]:
+    def pop(self, pos: int) -> tuple[Any, int]:
+        """Pop a value that the opcode at ``pos`` uses (not calls)."""
+        item = self.pop_raw()
+        self.used(item[0], pos)
+        return item
+
+    def pop_raw(self) -> tuple[Any, int]:
         if not self.stack:
             raise _Malformed("unpickling stack underflow")
         return self.stack.pop()
 
-    def pop_mark(self) -> list[tuple[Any, int]]:
+    def pop_mark(self, pos: int | None = None) -> list[tuple[Any, int]]:
+        """Pop to the mark; with ``pos``, the opcode there uses the items."""
         if not self.metastack:
             raise _Malformed("could not find MARK")
         items, self.stack = self.stack, self.metastack.pop()
+        if pos is not None:
+            for value, _ in items:
+                self.used(value, pos)
         return items
+
+    def used(self, value: Any, pos: int) -> None:
+        """A guarded global is data only as the callable of a modelled call
+        (REDUCE, OBJ, INST). Used any other way (an item, an argument, NEWOBJ's
+        class, the result), restricted loading's narrower stand-in is not what
+        a plain load gets; getattr itself reaches anything."""
+        if not isinstance(value, (_Global, _Applied)):
+            return
+        func = value.func if isinstance(value, _Applied) else value
+        if not isinstance(func, _Global) or func.depth:
+            return
+        full = f"{func.module}.{func.name}"
+        if full not in _GUARDED:
+            return
+        if full == _GETATTR:
+            self.flag(CODE, f"at byte {pos}: builtins.getattr is used other than as the "
+                      "callable of a call (it reaches any attribute)")  # fmt: skip
+        elif isinstance(value, _Global):
+            self.flag(IMPORTS, f"at byte {pos}: {full} is used other than as the callable "
+                      "of a call (restricted loading hands out only that use)")  # fmt: skip
+        elif full == "operator.itemgetter":
+            self.flag(IMPORTS, f"at byte {pos}: what operator.itemgetter returns is used "
+                      "other than as the callable of a call")  # fmt: skip
 
     def top(self, name: str) -> tuple[Any, int]:
         if not self.stack:
@@ -334,20 +384,30 @@ class _Scan:
         # Protocols 0 and 1 have no PROTO opcode: the newest opcode used tells.
         self.protocol = max(self.protocol, opcode.proto)
         if name == "PROTO":
-            self.protocol = arg
+            self.protocol = self.proto = arg
         elif name in _STRING_OPS:
             self.push(arg if isinstance(arg, str) else _OTHER, pos)
         elif name in _INT_OPS:
             self.push(arg if type(arg) is int else _OTHER, pos)
-        elif name == "GLOBAL" or name == "INST":
+        elif name == "GLOBAL":
             module, _, attr = arg.partition(" ")
-            if name == "INST":
-                self.pop_mark()
             self.push(self.record_global(module, attr, pos), pos)
-            if name == "INST":
-                self.call(self.stack[-1][0], pos)
+        elif name == "INST":
+            # INST calls the global it names with the marked items, as OBJ does.
+            module, _, attr = arg.partition(" ")
+            items = self.pop_mark(pos)
+            func = self.record_global(module, attr, pos)
+            self.push(self.apply(func, tuple(v for v, _ in items), pos, pos), pos)
+        elif name == "OBJ":
+            items = self.pop_mark()
+            if not items:
+                raise _Malformed("unpickling stack underflow")
+            (func, start), rest = items[0], items[1:]
+            for value, _ in rest:
+                self.used(value, pos)
+            self.push(self.apply(func, tuple(v for v, _ in rest), start, pos), start)
         elif name == "STACK_GLOBAL":
-            (attr, _), (module, start) = self.pop(), self.pop()
+            (attr, _), (module, start) = self.pop(pos), self.pop(pos)
             if not isinstance(module, str) or not isinstance(attr, str):
                 self.flag(CODE, f"at byte {pos}: a global whose name is computed while loading")
                 self.names.append("<computed>")
@@ -380,10 +440,10 @@ class _Scan:
         elif name == "POP_MARK":
             self.pop_mark()
         elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-            items = [self.pop() for _ in range(int(name[-1]))][::-1]
+            items = [self.pop(pos) for _ in range(int(name[-1]))][::-1]
             self.push(tuple(v for v, _ in items), items[0][1])
         elif name == "TUPLE":
-            items = self.pop_mark()
+            items = self.pop_mark(pos)
             self.push(tuple(v for v, _ in items), pos)
         elif name == "EMPTY_TUPLE":
             self.push((), pos)
@@ -392,11 +452,15 @@ class _Scan:
         elif name in _CHANGES:
             self.change(name, pos)
         elif name == "REDUCE":
-            (args, _), (func, start) = self.pop(), self.pop()
+            (args, _), (func, start) = self.pop(pos), self.pop_raw()
             self.push(self.apply(func, args, start, pos), start)
-        elif name in ("NEWOBJ", "NEWOBJ_EX", "OBJ"):
-            self.generic(opcode, pos)
+        elif name in ("NEWOBJ", "NEWOBJ_EX"):
+            for _ in range(1 if name == "NEWOBJ" else 2):
+                self.pop(pos)
+            cls, start = self.pop_raw()
+            self.newobj(name, cls, pos)
             # What was instantiated is gone from the model; the dry run records it.
+            self.push(_OTHER, start)
         elif name == "NEXT_BUFFER":
             self.buffers += 1
             self.push(_OTHER, pos)
@@ -406,12 +470,14 @@ class _Scan:
         elif name in ("PERSID", "BINPERSID"):
             self.persistent += 1
             if name == "BINPERSID":
-                self.pop()
+                self.pop(pos)
+            self.flag(IMPORTS, f"at byte {pos}: a persistent id, which the receiver's "
+                      "persistent_load resolves (restricted loading refuses it)")  # fmt: skip
             self.push(_OTHER, pos)
         elif name == "DUP":
             self.stack.append(self.top(name))
         elif name == "STOP":
-            self.pop()
+            self.pop(pos)
         elif name != "FRAME":
             self.generic(opcode, pos)
 
@@ -419,11 +485,11 @@ class _Scan:
         """Any other opcode: apply its stack effect, tracking no content."""
         before = opcode.stack_before
         if pickletools.markobject in before:
-            self.pop_mark()
+            self.pop_mark(pos)
             before = before[: before.index(pickletools.markobject)]
         start = pos
         for _ in before:
-            _, start = self.pop()
+            _, start = self.pop(pos)
         for _ in opcode.stack_after:
             self.push(_OTHER, start)
 
@@ -431,7 +497,7 @@ class _Scan:
         """BUILD, SETITEM(S), APPEND(S), ADDITEMS: the object they change must be
         one the payload made, never a global."""
         if name in ("SETITEMS", "APPENDS", "ADDITEMS"):
-            items = self.pop_mark()
+            items = self.pop_mark(pos)
             target, _ = self.top(name)
             if name == "SETITEMS" and isinstance(target, dict):
                 values = [v for v, _ in items]
@@ -439,7 +505,7 @@ class _Scan:
                     if isinstance(key, str):
                         target[key] = value
         else:
-            pairs = [self.pop() for _ in range(2 if name == "SETITEM" else 1)][::-1]
+            pairs = [self.pop(pos) for _ in range(2 if name == "SETITEM" else 1)][::-1]
             target, _ = self.top(name)
             if name == "SETITEM" and isinstance(target, dict) and isinstance(pairs[0][0], str):
                 target[pairs[0][0]] = pairs[1][0]
@@ -449,57 +515,87 @@ class _Scan:
 
     # -- what the names mean ------------------------------------------------------------
 
-    def record_global(self, module: str, attr: str, pos: int, *, written: bool = True) -> _Global:
+    def record_global(
+        self,
+        module: str,
+        attr: str,
+        pos: int,
+        *,
+        written: bool = True,
+        mapped: bool | None = True,
+        root: str = "",
+        depth: int = 0,
+    ) -> _Global:
+        """A global the loader resolves. ``mapped``: whether Python 2 names are
+        mapped (the pickle's protocol, set by PROTO, is below 3); None when not
+        known (a name only the loader read): both readings are judged."""
         if written:  # a name in the bytes, which the loader hands to find_class
             self.names.append(f"{module}.{attr}")
-        if self.protocol < 3:
+        raw = (module, attr)
+        if mapped is None or (mapped and self.proto < 3):
             module, attr = imported_name(module, attr)
         full = f"{module}.{attr}"
+        if (raw, full) in self.judged:  # a name used again is judged once
+            return _Global(module, attr, root or full, depth)
+        self.judged.add((raw, full))
         self.globals[full] = None
         self.modules.add(module)
         # getattr(global, "name") is judged as the dotted global at each use
         # (self.getattr), as restricted loading resolves it.
-        if full != "builtins.getattr" and not _data_only().exactly(module, attr):
+        if full != _GETATTR and not _data_only().exactly(module, attr):
             why = danger_of(module, attr)
             if why is not None:
                 self.dangerous[full] = why
-                self.flag(CODE, f"{full}: {why}")
+                self.flag(CODE, f"{_cut(full)}: {why}")
             elif not all(part.isidentifier() for part in (*module.split("."), *attr.split("."))):
-                self.flag(CODE, f"{full!r}: not a Python name (crafted for a parser)")
+                self.flag(CODE, f"{_cut(full)!r}: not a Python name (crafted for a parser)")
             else:
-                self.flag(IMPORTS, f"{full}: outside the data-only list")
-        return _Global(module, attr)
-
-    def call(self, func: Any, pos: int) -> None:
-        """INST and OBJ call what they name, as REDUCE does."""
-        self.apply(func, (), pos, pos)
+                self.flag(IMPORTS, f"{_cut(full)}: outside the data-only list")
+        if raw != (module, attr):  # the name as written is judged too
+            why = danger_of(*raw)
+            if why is not None:
+                self.dangerous[f"{raw[0]}.{raw[1]}"] = why
+                self.flag(CODE, f"{_cut(f'{raw[0]}.{raw[1]}')}: {why}")
+        return _Global(module, attr, root or full, depth)
 
     def apply(self, func: Any, args: Any, start: int, pos: int) -> Any:
-        """REDUCE: by-value constructors, the state setters that finish them,
-        by-value code called while loading, and the data-only guarded calls."""
+        """REDUCE, OBJ and INST: by-value constructors, the state setters that
+        finish them, by-value code called while loading, the data-only guarded
+        calls, and calls of what the scan does not track."""
+        key = _call_key(func)
+        if key is not None:
+            self.guarded_calls[key] = self.guarded_calls.get(key, 0) + 1
         if isinstance(func, _Applied):
             inner = func.func
             if func.by_value is not None and func.by_value.kind == "function":
                 self.flag(CODE, f"at byte {pos}: calls {func.by_value.name}, a function "
                           "pickled by value, while loading")  # fmt: skip
-            elif _is(inner, "operator", "itemgetter") and func.args == (-1,):
+            elif _is(inner, "operator", "itemgetter") and _is_last(func.args):
                 if isinstance(args, tuple) and len(args) == 1 and isinstance(args[0], tuple):
                     return args[0][-1] if args[0] else _OTHER
                 self.flag(IMPORTS, f"at byte {pos}: operator.itemgetter(-1) applied to "
                           "something other than a tuple")  # fmt: skip
+            elif func.by_value is None or func.by_value.kind != "class":
+                self.flag(IMPORTS, f"at byte {pos}: calls what a call returned "
+                          f"({_show(inner)}(...)), which the scan does not follow")  # fmt: skip
             return _OTHER
         if not isinstance(func, _Global):
+            if func is _OTHER:
+                self.flag(IMPORTS, f"at byte {pos}: calls an object made while loading, "
+                          "which the scan does not follow")  # fmt: skip
             return _OTHER
         if _is(func, "builtins", "getattr"):
             return self.getattr(args, pos)
-        if _is(func, "operator", "itemgetter") and args != (-1,):
-            self.flag(
-                IMPORTS, f"at byte {pos}: operator.itemgetter({args!r}) (data uses (-1) only)"
-            )
+        if _is(func, "operator", "itemgetter") and not _is_last(args):
+            self.flag(IMPORTS, f"at byte {pos}: operator.itemgetter{_show(args)} "
+                      "(data uses (-1) only)")  # fmt: skip
         if _is(func, "_codecs", "encode") and (
-            not isinstance(args, tuple) or len(args) != 2 or args[1] != "latin1"
+            not isinstance(args, tuple)
+            or len(args) != 2
+            or not isinstance(args[0], str)
+            or args[1] != "latin1"
         ):
-            self.flag(IMPORTS, f"at byte {pos}: _codecs.encode with a codec other than latin1")
+            self.flag(IMPORTS, f"at byte {pos}: _codecs.encode other than (str, 'latin1')")
         if func.module != _CLOUDPICKLE:
             return _Applied(func, args, start)
         kind = _BY_VALUE_MAKERS.get(func.name)
@@ -516,6 +612,25 @@ class _Scan:
                     target.by_value.name = name
         return _OTHER
 
+    def newobj(self, name: str, cls: Any, pos: int) -> None:
+        """NEWOBJ(_EX) calls ``cls.__new__``: a guarded global is data only as
+        the callable of a call, and an object the scan does not track may be
+        anything."""
+        if isinstance(cls, _Global) and not cls.depth:
+            full = f"{cls.module}.{cls.name}"
+            if full == _GETATTR:
+                self.used(cls, pos)
+            elif full in _GUARDED:
+                self.flag(IMPORTS, f"at byte {pos}: {name} of {full} (restricted loading "
+                          "allows it only as the callable of a call)")  # fmt: skip
+        elif isinstance(cls, _Applied):
+            if cls.by_value is None or cls.by_value.kind != "class":
+                self.flag(IMPORTS, f"at byte {pos}: {name} of what a call returned "
+                          f"({_show(cls.func)}(...)), which the scan does not follow")  # fmt: skip
+        elif cls is _OTHER:
+            self.flag(IMPORTS, f"at byte {pos}: {name} of an object made while loading, "
+                      "which the scan does not follow")  # fmt: skip
+
     def getattr(self, args: Any, pos: int) -> Any:
         """``getattr(global, "name")`` (how pickle writes a method of a class) is
         the dotted global ``global.name``, judged as one; getattr on anything
@@ -524,16 +639,15 @@ class _Scan:
             target, attr = args
             if isinstance(target, _Global):
                 dotted = f"{target.name}.{attr}"
-                return self.record_global(target.module, dotted, pos, written=False)
+                return self.record_global(
+                    target.module, dotted, pos, written=False, root=_GETATTR, depth=1
+                )
             if attr.startswith("__"):
-                self.flag(
-                    CODE, f"at byte {pos}: getattr(..., {attr!r}) reaches an object's internals"
-                )
+                self.flag(CODE, f"at byte {pos}: getattr(..., {_show(attr)}) reaches an "
+                          "object's internals")  # fmt: skip
             else:
-                self.flag(
-                    IMPORTS,
-                    f"at byte {pos}: getattr(..., {attr!r}) of an object made while loading",
-                )
+                self.flag(IMPORTS, f"at byte {pos}: getattr(..., {_show(attr)}) of an "
+                          "object made while loading")  # fmt: skip
             return _OTHER
         self.flag(CODE, f"at byte {pos}: getattr with a name computed while loading")
         return _OTHER
@@ -550,18 +664,31 @@ class _Scan:
             return
         for event in dry.events:
             if event.kind == "change" and event.origin == "global":
-                self.flag(CODE, f"changes the global {event.name} while loading")
+                self.flag(CODE, f"changes the global {_cut(event.name)} while loading")
             elif (
                 event.kind == "call"
                 and _makes_function(event.root)
                 and event.name == f"{event.root}()"
             ):
                 self.flag(CODE, f"calls code pickled by value ({event.root}) while loading")
+        # A call of a guarded global (or of what it returned) that the walk did
+        # not model is one it judged as something else.
+        calls: dict[tuple[str, int], int] = {}
+        for event in dry.events:
+            if event.kind == "call" and event.root in _GUARDED and event.depth <= 1:
+                key = (event.root, event.depth)
+                calls[key] = calls.get(key, 0) + 1
+        for (root, depth), count in sorted(calls.items()):
+            modelled = self.guarded_calls.get((root, depth), 0)
+            if count > modelled:
+                what = root if depth == 0 else f"what {root} returns"
+                self.flag(CODE, f"the C unpickler calls {what} {count} time(s), a scan "
+                          f"modelled {modelled} of them (the call is not judged)")  # fmt: skip
         loader_names = [f"{module}.{name}" for module, name in dry.names]
         written = set(self.names)
         for module, name in dry.names:
             if f"{module}.{name}" not in written:  # judge what only the loader reads
-                self.record_global(module, name, -1, written=False)
+                self.record_global(module, name, -1, written=False, mapped=None)
         if loader_names != self.names or dry.pickles != self.pickles:
             self.flag(CODE, "the C unpickler reads this payload differently from a scan: "
                       f"{_difference(self.names, loader_names, self.pickles, dry.pickles)}")  # fmt: skip
@@ -611,6 +738,53 @@ def _is(value: Any, module: str, name: str) -> bool:
     return isinstance(value, _Global) and value.module == module and value.name == name
 
 
+def _is_last(args: Any) -> bool:
+    """``(-1,)``: the only itemgetter argument data uses."""
+    return isinstance(args, tuple) and len(args) == 1 and type(args[0]) is int and args[0] == -1
+
+
+def _call_key(func: Any) -> tuple[str, int] | None:
+    """(root, depth) of a callable derived from a guarded global, as the dry
+    run labels its call: the global itself is depth 0, what it returns 1."""
+    depth = 0
+    if isinstance(func, _Applied):
+        func, depth = func.func, 1
+    if not isinstance(func, _Global) or func.root not in _GUARDED:
+        return None
+    depth += func.depth
+    return (func.root, depth) if depth <= 1 else None
+
+
+_SHOWN_ITEMS = 4
+
+
+def _show(value: Any, level: int = 0) -> str:
+    """A payload's value in a finding, bounded: a payload can nest and share
+    tuples so that a full repr is exponential, or hold huge strings and ints."""
+    if isinstance(value, str):
+        return repr(_cut(value, 40))
+    if type(value) is int:
+        return str(value) if value.bit_length() <= 64 else "<a large int>"
+    if isinstance(value, _Global):
+        return _cut(f"{value.module}.{value.name}")
+    if isinstance(value, tuple):
+        if level >= 2:
+            return "(...)"
+        shown = [_show(v, level + 1) for v in value[:_SHOWN_ITEMS]]
+        if len(value) > _SHOWN_ITEMS:
+            shown.append("...")
+        return "(" + ", ".join(shown) + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, dict):
+        return "{...}"
+    if isinstance(value, _Applied):
+        return f"{_show(value.func, 2)}(...)"
+    return "<an object made while loading>"
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _makes_function(root: str) -> bool:
     return root == f"{_CLOUDPICKLE}._make_function"
 
@@ -620,7 +794,7 @@ def _difference(scan: list[str], loader: list[str], scanned: int, loaded: int) -
         return f"{loaded} pickle(s) for the loader, {scanned} for a scan"
     for i, (a, b) in enumerate(zip(scan, loader, strict=False)):
         if a != b:
-            return f"global #{i + 1} is {b!r} for the loader, {a!r} for a scan"
+            return f"global #{i + 1} is {_cut(b)!r} for the loader, {_cut(a)!r} for a scan"
     return f"{len(loader)} globals for the loader, {len(scan)} for a scan"
 
 
