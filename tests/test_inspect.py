@@ -446,3 +446,64 @@ def test_a_persistent_id_is_not_data():
     assert graphpickle.inspect(data).verdict != "data"
     with pytest.raises(pickle.UnpicklingError):
         graphpickle.loads(data, allowed=graphpickle.DATA_ONLY)
+
+
+# -- differential: "data" is what restricted loading accepts ----------------------------
+
+_NAMES = [
+    "builtins int", "builtins tuple", "builtins complex", "builtins str", "builtins object",
+    "operator itemgetter", "_codecs encode", "builtins getattr", "zoneinfo ZoneInfo",
+    "fractions Fraction", "copyreg _reconstructor", "collections OrderedDict",
+    "__builtin__ eval", "builtins eval", "os system", "builtins __import__",
+]  # fmt: skip
+_STRINGS = ["a", "latin1", "rot13", "_unpickle", "__globals__", "__builtins__", "eval", "UTC"]
+_GLOBAL = st.sampled_from(_NAMES).map(lambda n: b"c" + n.replace(" ", "\n").encode() + b"\n")
+_ATOM = st.one_of(
+    _GLOBAL,
+    st.sampled_from(_STRINGS).map(_binunicode),
+    st.sampled_from([b"J\xff\xff\xff\xff", b"K\x00", b"K\x05", b"h\x00", b"h\x01"]),
+)
+# A call in each of its forms: REDUCE, OBJ, INST, NEWOBJ (the callable first).
+_CALL = st.tuples(
+    st.one_of(_GLOBAL, st.just(b"h\x00"), st.just(b"")),
+    st.lists(_ATOM, max_size=2),
+    st.sampled_from(["R", "o", "i", "\x81"]),
+).map(
+    lambda c: (
+        c[0] + b"(" + b"".join(c[1]) + b"tR"
+        if c[2] == "R"
+        else b"(" + c[0] + b"".join(c[1]) + b"o"
+        if c[2] == "o"
+        else b"(" + b"".join(c[1]) + b"ioperator\nitemgetter\n"
+        if c[2] == "i"
+        else c[0] + b"(" + b"".join(c[1]) + b"t\x81"
+    )
+)
+_OPS = st.one_of(
+    _ATOM,
+    _CALL,
+    st.sampled_from(
+        [b"(", b"t", b"\x85", b"\x86", b")", b"}", b"]", b"a", b"s", b"b", b"R", b"o",
+         b"\x81", b"\x94", b"2", b"0", b"N", b"\x93", b"\x80\x02", b"\x80\x04"]
+    ),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(head=st.sampled_from([b"", b"\x80\x02", b"\x80\x04"]), ops=st.lists(_OPS, max_size=14))
+def test_data_verdicts_are_accepted_by_restricted_loading(head, ops):
+    # Only restricted loading ever reads these programs (never plain pickle):
+    # it refuses every name outside DATA_ONLY before anything is called.
+    data = head + b"".join(ops) + b"."
+    try:
+        verdict = graphpickle.inspect(data).verdict
+    except graphpickle.UnpicklingError:
+        return
+    if verdict != "data":
+        return
+    try:
+        graphpickle.loads(data, allowed=graphpickle.DATA_ONLY)
+    except graphpickle.ForbiddenGlobalError as exc:
+        raise AssertionError(f"inspect says data, restricted loading refuses: {exc}") from exc
+    except Exception:  # malformed programs fail in many ways: fine
+        pass
