@@ -18,6 +18,14 @@ def inc(x: Any, *args: Any) -> Any:
     return x + 1
 
 
+@dataclass
+class Point:
+    """An importable dataclass, as a message argument (``__main__`` has its twin)."""
+
+    x: int
+    y: float
+
+
 class SlotTask:
     """A small task object, as schedulers keep them: slots and a ``__reduce__``."""
 

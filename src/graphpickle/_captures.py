@@ -23,6 +23,9 @@ __all__ = ["get_large_capture_threshold", "set_large_capture_threshold"]
 
 DEFAULT_LARGE_CAPTURE_BYTES = 1_000_000
 _threshold: int | None = DEFAULT_LARGE_CAPTURE_BYTES
+# Counts threshold changes: a by-value reduction remembered under an earlier
+# threshold was checked against that one (graphpickle._reducers).
+_generation = 0
 
 # The estimate stops looking inside containers after this many items.
 _ESTIMATE_ITEM_BUDGET = 10_000
@@ -43,10 +46,11 @@ def no_capture_warnings() -> Iterator[None]:
 def set_large_capture_threshold(nbytes: int | None) -> None:
     """Warn when a function pickled by value captures more than ``nbytes`` in one
     global or closure variable (default 1 MB); ``None`` turns the warning off."""
-    global _threshold
+    global _threshold, _generation
     if nbytes is not None and (not isinstance(nbytes, int) or nbytes < 0):
         raise ValueError(f"the threshold must be a non-negative int or None, got {nbytes!r}")
     _threshold = nbytes
+    _generation += 1
 
 
 def get_large_capture_threshold() -> int | None:
@@ -74,16 +78,23 @@ _NEVER_LARGE = frozenset(
 )
 
 
-def warn_about_large_captures(func: types.FunctionType, state: Any) -> None:
+def warn_about_large_captures(func: types.FunctionType, state: Any) -> bool:
     """Warn (once per function and payload: the memo reduces each function once)
-    about each global or closure variable of ``func`` larger than the threshold."""
+    about each global or closure variable of ``func`` larger than the threshold.
+
+    Return whether the captures were checked and none was large: only then may
+    the reduction be reused for a later payload without checking again."""
     threshold = _threshold
-    if threshold is None or _quiet.get():
-        return
+    if _quiet.get():
+        return False
+    if threshold is None:
+        return True
+    small = True
     for name, kind, value in captured_values(func, state):
         if type(value) not in _NEVER_LARGE:
             size = estimate_nbytes(value)
             if size > threshold:
+                small = False
                 warnings.warn(
                     f"{func.__module__}.{func.__qualname__} is pickled by value and captures "
                     f"{kind} {name!r} ({type(value).__qualname__}, about {size / 1e6:.1f} MB), "
@@ -92,6 +103,7 @@ def warn_about_large_captures(func: types.FunctionType, state: Any) -> None:
                     LargeCaptureWarning,
                     stacklevel=_caller_stacklevel(),
                 )
+    return small
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep

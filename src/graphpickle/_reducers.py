@@ -13,16 +13,23 @@ import os
 import threading
 import types
 import typing
+import weakref
 from collections.abc import Callable, Mapping
 from pickle import PickleBuffer
 from typing import Any
 
-from . import _canonical
+from . import _canonical, _captures
 from . import _cloudpickle_internals as cp
 from ._canonical import DeterministicState
 from ._captures import warn_about_large_captures
 from ._cloudpickle_internals import REGISTERED_BY_VALUE
-from ._policy import class_reason, function_reason, module_reason, named_object_reason
+from ._policy import (
+    ByValueReason,
+    class_reason,
+    function_reason,
+    module_reason,
+    named_object_reason,
+)
 from .errors import PicklingError
 
 __all__ = ["Reducer", "register_reducer", "unregister_reducer"]
@@ -87,26 +94,184 @@ remember_by_reference: Callable[[Any], None] = (
 )
 
 
+# --- by-value reductions remembered between payloads ---------------------------
+#
+# A scheduler sends the same notebook function or class in message after message.
+# Its reduction (cloudpickle's state, the class dict copy) is remembered, per
+# object, with a snapshot of every object it was built from (function_snapshot:
+# code, defaults, keyword defaults, __dict__ and its entries, names, module,
+# docstring, annotations, the globals the code reads and the closure cells'
+# contents; for
+# a class, its bases, names and every entry of its __dict__). The next payload
+# reuses the reduction only if a new snapshot holds the very same objects: a
+# rebound global, new defaults, a cell set to another value, an attribute set on
+# the class all rebuild it. What the objects *contain* is written afresh in every
+# payload, so a list mutated in place is seen as well. Functions and classes are
+# remembered only when what makes them go by value cannot change without
+# changing the snapshot (``__main__``, lambdas, closures, <locals>), only in
+# default mode, and only if no capture was large enough to warn about (the
+# warning stays once per payload). Memory: up to _MAX_REMEMBERED entries of
+# each kind, each holding its reduction (so the captured values of its last
+# payload) until its function or class is freed, the entry is rebuilt, or the
+# capture threshold changes. Code objects are immutable: their reductions are
+# remembered by identity (holding the code, up to _MAX_REMEMBERED).
+_MAX_REMEMBERED = 512
+_MISSING = object()
+_REMEMBERED_REASONS = frozenset(
+    {ByValueReason.MAIN, ByValueReason.LAMBDA, ByValueReason.CLOSURE, ByValueReason.LOCAL}
+)
+# id(obj) -> (weakref to obj, snapshot, what else the entry needs)
+_functions: dict[int, tuple[Any, Any, Any]] = {}
+_classes: dict[int, tuple[Any, Any, Any]] = {}
+_codes: dict[int, tuple[types.CodeType, Any]] = {}
+
+
+def forget_by_value() -> None:
+    """Drop every remembered by-value reduction."""
+    _functions.clear()
+    _classes.clear()
+    _codes.clear()
+
+
+def _function_snapshot_in_python(
+    func: types.FunctionType, names: tuple[str, ...], missing: Any
+) -> tuple[Any, ...]:
+    cells = []
+    for cell in func.__closure__ or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            cells.append(missing)
+    found = func.__globals__
+    fields = (
+        func.__code__, func.__defaults__, func.__kwdefaults__, func.__dict__, func.__name__,
+        func.__qualname__, func.__module__, func.__doc__, func.__annotations__,
+    )  # fmt: skip
+    attributes = tuple(x for item in func.__dict__.items() for x in item)
+    return (*fields, attributes, *(found.get(name, missing) for name in names), *cells)
+
+
+def _same_objects_in_python(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if type(a) is not tuple or type(b) is not tuple or len(a) != len(b):
+        return False
+    return all(_same_objects_in_python(x, y) for x, y in zip(a, b, strict=True))
+
+
+_function_snapshot = (
+    _function_snapshot_in_python if _speedups is None else _speedups.function_snapshot
+)
+_same_objects = _same_objects_in_python if _speedups is None else _speedups.same_objects
+
+
+def _class_snapshot(cls: type) -> tuple[Any, ...]:
+    return (type(cls), cls.__bases__, cls.__name__, cls.__qualname__, tuple(cls.__dict__.items()))
+
+
+def _remember(table: dict[int, Any], obj: Any, snapshot: Any, extra: Any) -> None:
+    if len(table) >= _MAX_REMEMBERED:
+        table.clear()
+    key = id(obj)
+
+    def forget(_: object) -> None:  # the entry goes with the object (before its id is reused)
+        table.pop(key, None)
+
+    table[key] = (weakref.ref(obj, forget), snapshot, extra)
+
+
+def _recall(table: dict[int, Any], obj: Any) -> Any:
+    entry = table.get(id(obj))
+    if entry is None or entry[0]() is not obj:
+        return None
+    return entry
+
+
 def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
-    if function_reason(func) is None:
+    if state.deterministic is None:
+        entry = _recall(_functions, func)
+        if entry is not None:
+            generation, names, (make, code, closure, func_state, setstate) = entry[2]
+            if generation == _captures._generation and _same_objects(
+                _function_snapshot(func, names, _MISSING), entry[1]
+            ):
+                state.by_value = True
+                base_globals = _base_globals(state, func)
+                return (
+                    make,
+                    (code, base_globals, None, None, closure),
+                    func_state,
+                    None,
+                    None,
+                    setstate,
+                )
+    reason = function_reason(func)
+    if reason is None:
         remember_by_reference(func)
         return NotImplemented
     state.by_value = True
     canonical = state.deterministic is not None
     reduction = cp.reduce_function_by_value(state, func, canonical=canonical)
-    warn_about_large_captures(func, reduction[2])
+    quiet = warn_about_large_captures(func, reduction[2])
+    if quiet and not canonical and reason in _REMEMBERED_REASONS:
+        make, (code, _, _, _, closure), func_state, _, _, setstate = reduction
+        names = tuple(sorted(_global_names(func.__code__)))
+        snapshot = _function_snapshot(func, names, _MISSING)
+        parts = (make, code, closure, func_state, setstate)
+        _remember(_functions, func, snapshot, (_captures._generation, names, parts))
     return reduction
 
 
+def _global_names(code: types.CodeType) -> set[str]:
+    """Every name the code (and code nested in it) may read as a global: a
+    superset (attribute names too), so a global defined later is seen."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def _base_globals(state: PicklerState, func: types.FunctionType) -> dict[str, Any]:
+    """The dict the receiver makes the function's globals from: one per module
+    and payload, as cloudpickle shares it (state.globals_ref)."""
+    module_globals = func.__globals__
+    base = state.globals_ref.setdefault(id(module_globals), {})
+    if not base:
+        for name in ("__package__", "__name__", "__path__", "__file__"):
+            if name in module_globals:
+                base[name] = module_globals[name]
+    return base
+
+
+# Classes of `types` that are not importable by name (every code reduction names
+# types.CodeType): their reductions are constant.
+_builtin_type_reductions: dict[type, Any] = {}
+
+
 def _reduce_class(state: PicklerState, cls: type) -> Any:
-    if class_reason(cls) is None:
+    builtin = _builtin_type_reductions.get(cls)
+    if builtin is not None:
+        return builtin
+    if state.deterministic is None:
+        entry = _recall(_classes, cls)
+        if entry is not None and _same_objects(_class_snapshot(cls), entry[1]):
+            state.by_value = True
+            return entry[2]
+    reason = class_reason(cls)
+    if reason is None:
         remember_by_reference(cls)
         return NotImplemented
     if cls in cp.BUILTIN_TYPES:  # types.FunctionType & co are references to `types`
-        return cp.reduce_class_by_value(cls)
+        reduction = _builtin_type_reductions[cls] = cp.reduce_class_by_value(cls)
+        return reduction
     state.by_value = True
     if state.deterministic is None:
-        return cp.reduce_class_by_value(cls)
+        reduction = cp.reduce_class_by_value(cls)
+        # Plain classes only: an ABC's registry or an enum's members live outside its dict.
+        if type(cls) is type and reason in _REMEMBERED_REASONS:
+            _remember(_classes, cls, _class_snapshot(cls), reduction)
+        return reduction
     class_id = state.deterministic.class_id(cls)
     return cp.reduce_class_by_value(cls, canonical=True, tracker_id=class_id)
 
@@ -120,7 +285,14 @@ def _reduce_set_subclass(state: PicklerState, members: set[Any] | frozenset[Any]
 def _reduce_code(state: PicklerState, code: types.CodeType) -> Any:
     if state.deterministic is not None:
         return _canonical.reduce_code(state, code)
-    return cp.reduce_code(code)
+    entry = _codes.get(id(code))
+    if entry is not None and entry[0] is code:
+        return entry[1]
+    reduction = cp.reduce_code(code)
+    if len(_codes) >= _MAX_REMEMBERED:
+        _codes.clear()
+    _codes[id(code)] = (code, reduction)
+    return reduction
 
 
 def _reduce_module(state: PicklerState, module: types.ModuleType) -> Any:

@@ -1489,7 +1489,116 @@ set_by_reference_policy(PyObject *unused, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_NONE;
 }
 
+/* ---- what a remembered by-value reduction depends on -------------------
+ *
+ * function_snapshot(func, names, missing): the objects a function's by-value
+ * reduction reads, as a tuple: its code, defaults, keyword defaults, __dict__,
+ * name, qualified name, module, docstring, annotations, its attributes (the
+ * __dict__'s keys and values), the value of each
+ * global in `names` and each closure cell's contents (`missing` where there is
+ * none). same_objects(a, b): whether two such tuples hold the very same
+ * objects, position by position (tuples inside compared the same way), without
+ * calling any __eq__. _reducers.py reuses a function's or a class's reduction
+ * while its snapshot is the same objects; their contents are written afresh in
+ * every payload, so a mutated list or dict is seen too. */
+static PyObject *
+or_missing(PyObject *value, PyObject *missing)
+{
+    return value == NULL ? missing : value;
+}
+
+static PyObject *
+function_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyFunction_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "function_snapshot(func, names: tuple, missing)");
+        return NULL;
+    }
+    PyFunctionObject *func = (PyFunctionObject *)args[0];
+    PyObject *names = args[1], *missing = args[2];
+    Py_ssize_t n_names = PyTuple_GET_SIZE(names);
+    PyObject *closure = func->func_closure;
+    Py_ssize_t n_cells = closure == NULL ? 0 : PyTuple_GET_SIZE(closure);
+    PyObject *snapshot = PyTuple_New(10 + n_names + n_cells);
+    if (snapshot == NULL) {
+        return NULL;
+    }
+    /* Its attributes: the reduction holds a copy of its __dict__. */
+    PyObject *attributes = func->func_dict == NULL ? PyTuple_New(0)
+                                                   : PySequence_Tuple(func->func_dict);
+    PyObject *items = NULL;
+    if (attributes != NULL && func->func_dict != NULL) {
+        Py_ssize_t n = PyTuple_GET_SIZE(attributes);
+        items = PyTuple_New(2 * n);
+        for (Py_ssize_t i = 0; items != NULL && i < n; i++) {
+            PyObject *key = PyTuple_GET_ITEM(attributes, i);
+            PyObject *value = PyDict_GetItemWithError(func->func_dict, key);
+            PyTuple_SET_ITEM(items, 2 * i, Py_NewRef(key));
+            PyTuple_SET_ITEM(items, 2 * i + 1, Py_NewRef(or_missing(value, missing)));
+        }
+        Py_SETREF(attributes, items);
+    }
+    if (attributes == NULL) {
+        Py_DECREF(snapshot);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(snapshot, 9, attributes);
+    PyObject *fields[9] = {
+        func->func_code, func->func_defaults, func->func_kwdefaults, func->func_dict,
+        func->func_name, func->func_qualname, func->func_module, func->func_doc,
+        func->func_annotations,
+    };
+    for (int i = 0; i < 9; i++) {
+        PyTuple_SET_ITEM(snapshot, i, Py_NewRef(or_missing(fields[i], missing)));
+    }
+    for (Py_ssize_t i = 0; i < n_names; i++) {
+        PyObject *value = PyDict_GetItemWithError(func->func_globals, PyTuple_GET_ITEM(names, i));
+        if (value == NULL && PyErr_Occurred()) {
+            Py_DECREF(snapshot);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(snapshot, 10 + i, Py_NewRef(or_missing(value, missing)));
+    }
+    for (Py_ssize_t i = 0; i < n_cells; i++) {
+        PyObject *cell = PyTuple_GET_ITEM(closure, i);
+        PyObject *contents = PyCell_Check(cell) ? PyCell_GET(cell) : NULL;
+        PyTuple_SET_ITEM(snapshot, 10 + n_names + i, Py_NewRef(or_missing(contents, missing)));
+    }
+    return snapshot;
+}
+
+static int
+same_items(PyObject *a, PyObject *b)
+{
+    if (a == b) {
+        return 1;
+    }
+    if (!PyTuple_CheckExact(a) || !PyTuple_CheckExact(b) || PyTuple_GET_SIZE(a) != PyTuple_GET_SIZE(b)) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(a); i++) {
+        if (!same_items(PyTuple_GET_ITEM(a, i), PyTuple_GET_ITEM(b, i))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static PyObject *
+same_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "same_objects(a, b)");
+        return NULL;
+    }
+    return PyBool_FromLong(same_items(args[0], args[1]));
+}
+
 static PyMethodDef speedups_methods[] = {
+    {"function_snapshot", (PyCFunction)(void (*)(void))function_snapshot, METH_FASTCALL,
+     PyDoc_STR("function_snapshot(func, names, missing): what its by-value reduction reads.")},
+    {"same_objects", (PyCFunction)(void (*)(void))same_objects, METH_FASTCALL,
+     PyDoc_STR("same_objects(a, b): the same objects, position by position (tuples within too).")},
     {"remember_by_reference", remember_by_reference, METH_O,
      PyDoc_STR("remember_by_reference(obj): the policy found this function or class importable.")},
     {"set_by_reference_policy", (PyCFunction)(void (*)(void))set_by_reference_policy, METH_FASTCALL,

@@ -1,0 +1,170 @@
+"""By-value reductions remembered between payloads (graphpickle._reducers): a
+payload always carries the function's and the class's current state."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+
+import pytest
+
+import graphpickle
+from graphpickle import _reducers
+
+CELL = """
+G = 1
+def f(x=10):
+    return G + x + LATER if "LATER" in globals() else G + x
+def make(start):
+    value = start
+    def get():
+        return value
+    def set_(new):
+        nonlocal value
+        value = new
+    return get, set_
+class C:
+    attr = 1
+    def double(self):
+        return self.attr * 2
+"""
+
+
+@pytest.fixture
+def cell():
+    namespace: dict = {"__name__": "__main__"}
+    exec(CELL, namespace)
+    return namespace
+
+
+def fresh(obj):
+    """The payload of ``obj`` reduced anew, nothing remembered."""
+    _reducers.forget_by_value()
+    return graphpickle.dumps(obj)
+
+
+def test_the_second_payload_reuses_the_reduction_and_writes_the_same_bytes(cell):
+    f = cell["f"]
+    first = graphpickle.dumps(f)
+    assert id(f) in _reducers._functions
+    assert graphpickle.dumps(f) == first == fresh(f)
+
+
+def test_a_rebound_global_and_a_global_defined_later(cell, receiver):
+    f = cell["f"]
+    graphpickle.dumps(f)
+    cell["G"] = 5
+    data = graphpickle.dumps(f)
+    assert data == fresh(f)
+    assert receiver(data, "print(obj())").strip() == "15"
+    cell["LATER"] = 100
+    data = graphpickle.dumps(f)
+    assert receiver(data, "print(obj())").strip() == "115"
+
+
+def test_changed_defaults_code_and_attributes(cell, receiver):
+    f = cell["f"]
+    graphpickle.dumps(f)
+    f.__defaults__ = (20,)
+    assert receiver(graphpickle.dumps(f), "print(obj())").strip() == "21"
+    f.tag = "mine"
+    assert receiver(graphpickle.dumps(f), "print(obj.tag)").strip() == "mine"
+    f.__code__ = (lambda x=0: -x).__code__
+    assert receiver(graphpickle.dumps(f), "print(obj())").strip() == "-20"
+
+
+def test_a_closure_cell_set_between_payloads(cell, receiver):
+    get, set_ = cell["make"](1)
+    assert receiver(graphpickle.dumps(get), "print(obj())").strip() == "1"
+    set_(["a", "list"])
+    data = graphpickle.dumps(get)
+    assert data == fresh(get)
+    assert receiver(data, "print(obj())").strip() == "['a', 'list']"
+
+
+def test_a_mutated_global_is_written_afresh(cell, receiver):
+    cell["G"] = [1]
+    f = cell["f"]
+    f.__code__ = (lambda: G).__code__  # noqa: F821 (G is the cell's)
+    graphpickle.dumps(f)
+    cell["G"].append(2)  # same object, new contents
+    assert receiver(graphpickle.dumps(f), "print(obj())").strip() == "[1, 2]"
+
+
+def test_a_class_attribute_set_between_payloads(cell, receiver):
+    C = cell["C"]
+    check = "print(obj.attr, obj().double(), hasattr(obj, 'extra'))"
+    assert receiver(graphpickle.dumps(C), check).split() == ["1", "2", "False"]
+    assert id(C) in _reducers._classes
+    C.attr = 21
+    C.extra = True
+    data = graphpickle.dumps(C)
+    assert data == fresh(C)
+    assert receiver(data, check).split() == ["21", "42", "True"]
+
+
+def test_an_instance_of_a_changed_class(cell, receiver):
+    C = cell["C"]
+    graphpickle.dumps(C())
+    C.double = lambda self: "replaced"
+    assert receiver(graphpickle.dumps(C()), "print(obj.double())").strip() == "replaced"
+
+
+def test_large_captures_warn_in_every_payload(cell):
+    cell["G"] = b"x" * 2_000_000
+    f = cell["f"]
+    for _ in range(2):
+        with pytest.warns(graphpickle.LargeCaptureWarning):
+            graphpickle.dumps(f)
+    assert id(f) not in _reducers._functions
+
+
+def test_a_lowered_threshold_applies_to_remembered_functions(cell):
+    cell["G"] = b"x" * 1000
+    f = cell["f"]
+    graphpickle.dumps(f)
+    previous = graphpickle.get_large_capture_threshold()
+    graphpickle.set_large_capture_threshold(100)
+    try:
+        with pytest.warns(graphpickle.LargeCaptureWarning):
+            graphpickle.dumps(f)
+    finally:
+        graphpickle.set_large_capture_threshold(previous)
+
+
+def test_deterministic_payloads_do_not_use_remembered_reductions(cell):
+    f = cell["f"]
+    graphpickle.dumps(f)
+    cell["G"] = 7
+    assert graphpickle.dumps(f, deterministic=True) == graphpickle.dumps(f, deterministic=True)
+    assert b"cloudpickle" in graphpickle.dumps(f, deterministic=True)
+
+
+def test_entries_go_with_their_objects(cell):
+    get, _ = cell["make"](1)
+    graphpickle.dumps(get)
+    key = id(get)
+    assert key in _reducers._functions
+    del get, _
+    cell.clear()
+    gc.collect()
+    assert key not in _reducers._functions
+
+
+def test_importable_and_registered_functions_are_not_remembered(tmp_path, monkeypatch):
+    (tmp_path / "gp_cache_mod.py").write_text("def g():\n    return 1\n")
+    monkeypatch.syspath_prepend(tmp_path)
+    import gp_cache_mod
+
+    graphpickle.dumps(gp_cache_mod.g)
+    assert id(gp_cache_mod.g) not in _reducers._functions
+    graphpickle.register_pickle_by_value(gp_cache_mod)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert b"cloudpickle" in graphpickle.dumps(gp_cache_mod.g)
+        # Its reason (a registration) can change without its snapshot changing.
+        assert id(gp_cache_mod.g) not in _reducers._functions
+    finally:
+        graphpickle.unregister_pickle_by_value(gp_cache_mod)
+    assert b"cloudpickle" not in graphpickle.dumps(gp_cache_mod.g)
