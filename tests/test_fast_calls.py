@@ -190,6 +190,68 @@ def test_reducer_registrations_reach_pooled_picklers():
         graphpickle.unregister_reducer(Point)
 
 
+class _Registered:
+    pass
+
+
+def test_a_registration_during_a_dump_reaches_the_next_dumps():
+    # The pickler in the dump that registers holds the old table: it must not
+    # go back to the pool (the next dumps would take it and miss the reducer).
+    class Registrar:
+        def __reduce__(self):
+            graphpickle.register_reducer(_Registered, lambda x: (int, (7,)))
+            return (int, (0,))
+
+    graphpickle.dumps(_Registered())  # the pooled pickler resolves it to the default
+    try:
+        assert pickle.loads(graphpickle.dumps(Registrar())) == 0
+        assert pickle.loads(graphpickle.dumps(_Registered())) == 7
+        assert pickle.loads(reference_dumps(_Registered())) == 7
+        graphpickle.unregister_reducer(_Registered)
+        # ... and the other way round, within one dump.
+        graphpickle.dumps(_Registered())
+
+        class Unregistrar:
+            def __reduce__(self):
+                graphpickle.register_reducer(_Registered, lambda x: (int, (7,)))
+                graphpickle.dumps(_Registered())  # a nested dumps: a pickler of the new table
+                graphpickle.unregister_reducer(_Registered)
+                return (int, (0,))
+
+        graphpickle.dumps(Unregistrar())
+        assert type(pickle.loads(graphpickle.dumps(_Registered()))) is _Registered
+    finally:
+        graphpickle._reducers._global_reducers.pop(_Registered, None)
+        graphpickle._reducers._tables_changed()
+
+
+def test_a_registration_while_another_thread_dumps():
+    started, go_on = threading.Event(), threading.Event()
+
+    class Slow:
+        def __reduce__(self):
+            started.set()
+            assert go_on.wait(10)
+            return (int, (0,))
+
+    graphpickle.dumps(_Registered())
+    results = []
+    thread = threading.Thread(target=lambda: results.append(graphpickle.dumps(Slow())))
+    thread.start()
+    try:
+        assert started.wait(10)
+        graphpickle.register_reducer(_Registered, lambda x: (int, (7,)))
+        go_on.set()
+        thread.join(10)
+        assert pickle.loads(results[0]) == 0
+        for _ in range(3):
+            assert pickle.loads(graphpickle.dumps(_Registered())) == 7
+    finally:
+        go_on.set()
+        thread.join(10)
+        graphpickle.unregister_reducer(_Registered)
+
+
 def test_loads_behaves_as_pickle_loads():
     data = pickle.dumps({"a": 1}, protocol=5)
     assert graphpickle.loads(data) == {"a": 1}

@@ -462,6 +462,9 @@ typedef struct {
     int signature;
     int deep_limit;       /* a recursion limit above this takes the slow path (0: never) */
     Py_ssize_t max_types; /* a pickler whose type table grew past this is not reused */
+    /* Counts clear()s (a reducer table changed): a pickler taken from the pool or
+     * made before the last clear() holds an old table and does not go back. */
+    unsigned long long generation;
     Py_ssize_t npool[N_PROTOCOLS];
     PoolEntry pool[N_PROTOCOLS][POOL_SIZE];
 } DumperObject;
@@ -661,6 +664,9 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
     }
     PoolEntry entry;
+    /* Read before the entry is taken or made: make() may read a table that a
+     * clear() during it (another thread, a reduction) has already dropped. */
+    unsigned long long generation = self->generation;
     if (self->npool[protocol] > 0) {
         entry = self->pool[protocol][--self->npool[protocol]];
     }
@@ -695,7 +701,7 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     Py_DECREF(done);
     PyObject *data = sink_take(entry.sink);
     if (data == NULL || entry_reset(self, &entry, PyBytes_GET_SIZE(data)) < 0
-        || self->npool[protocol] == POOL_SIZE) {
+        || self->npool[protocol] == POOL_SIZE || generation != self->generation) {
         entry_drop(&entry);
         if (data != NULL && PyErr_Occurred()) {
             Py_CLEAR(data);
@@ -720,6 +726,7 @@ dumper_clear_pool(DumperObject *self)
 static PyObject *
 dumper_clear_method(DumperObject *self, PyObject *unused)
 {
+    self->generation++; /* the picklers now in a dump do not come back either */
     dumper_clear_pool(self);
     Py_RETURN_NONE;
 }
