@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -345,3 +345,205 @@ def run_command(args: argparse.Namespace) -> int:
     if args.plot:
         plot(rows, args.plot)
     return 0
+
+
+# --- small messages -------------------------------------------------------------
+# What a running cluster pickles one message at a time (benchmarks/bench_messages.py).
+
+MESSAGE_TARGETS = {
+    "dumps_geomean": 1.3,  # graphpickle.dumps / pickle.dumps, by-reference messages
+    "loads_geomean": 1.05,  # graphpickle.loads / pickle.loads
+    "dask_dumps_max": 1.0,  # graphpickle's dask dumps / stock distributed's, every message
+    "dask_loads_max": 1.02,  # the same for loads: as fast as stock, within the timing noise
+}
+
+
+def _discard(buffer: pickle.PickleBuffer) -> None:
+    """A buffer_callback that keeps nothing (the buffer goes out of band)."""
+
+
+def message_dumps() -> dict[str, Callable[[Any], bytes]]:
+    """Each serializer as a cluster calls it on one message."""
+    from distributed.protocol import pickle as stock
+
+    from . import dask_distributed as gpd
+
+    return {
+        "pickle": lambda m: pickle.dumps(m, protocol=5),
+        "distributed": lambda m: stock.dumps(m, buffer_callback=_discard, protocol=5),
+        "cloudpickle": lambda m: cloudpickle.dumps(m, protocol=5),
+        "graphpickle": graphpickle_dumps,
+        "graphpickle dask": lambda m: gpd.dumps(m, buffer_callback=_discard, protocol=5),
+    }
+
+
+def message_loads() -> dict[str, Callable[[bytes], Any]]:
+    from distributed.protocol import pickle as stock
+
+    from . import dask_distributed as gpd
+
+    return {
+        "pickle": pickle.loads,
+        "distributed": stock.loads,
+        "graphpickle": graphpickle_loads,
+        "graphpickle dask": gpd.loads,
+    }
+
+
+def interleaved_samples(
+    calls: Mapping[str, Callable[[], Any]], repeat: int, min_seconds: float = 0.02
+) -> dict[str, list[float]]:
+    """Seconds per call of each of ``calls``, ``repeat`` samples each, timed in
+    turns (the order reversed at each repeat): on a shared machine a single
+    shot can show the slowest as the fastest."""
+    number = {name: calls_per_sample(call, min_seconds) for name, call in calls.items()}
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    order = list(calls)
+    for _ in range(repeat):
+        for name in order:
+            samples[name].append(timed(calls[name], number[name]))
+        order.reverse()
+    return samples
+
+
+def interleaved_medians(
+    calls: Mapping[str, Callable[[], Any]], repeat: int, min_seconds: float = 0.02
+) -> dict[str, float]:
+    """The median of each of :func:`interleaved_samples`."""
+    samples = interleaved_samples(calls, repeat, min_seconds)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def paired_ratio(samples: Mapping[str, list[float]], name: str, to: str) -> float:
+    """The median over repeats of ``name``'s time over ``to``'s in the same
+    repeat: drift of the machine between repeats cancels out."""
+    return statistics.median(a / b for a, b in zip(samples[name], samples[to], strict=True))
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def message_plan() -> list[tuple[str, str, Any, float | None]]:
+    """(name, kind, message, limit) of every small message: by reference, and
+    each by-value message after its importable twin (kind "baseline")."""
+    main = workloads.main_definitions()
+    plan: list[tuple[str, str, Any, float | None]] = [
+        (m.name, "by reference", m.build(), None) for m in workloads.SMALL_MESSAGES
+    ]
+    for bv in workloads.BY_VALUE_MESSAGES:
+        plan.append((f"{bv.name}: importable twin", "baseline", bv.baseline(), None))
+        plan.append((bv.name, "by value", bv.build(main), bv.limit))
+    return plan
+
+
+def run_messages(repeat: int = 15) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Time every small message with every serializer; return (rows, summary)."""
+    dumpers, loaders = message_dumps(), message_loads()
+    plan = message_plan()
+    rows: list[dict[str, Any]] = []
+    for name, kind, message, limit in progress(plan, len(plan), "messages"):
+        usable = {}
+        for lib, dumps in dumpers.items():
+            try:
+                dumps(message)
+                dumps(message)  # first-use caches filled, as in a running cluster
+            except Exception:
+                continue  # pickle: a lambda
+            usable[lib] = functools.partial(dumps, message)
+        row: dict[str, Any] = {"message": name, "kind": kind, "limit": limit}
+        row["bytes"] = len(graphpickle_dumps(message))
+        dumps_samples = interleaved_samples(usable, repeat)
+        payload = graphpickle_dumps(message)
+        loads_samples = interleaved_samples(
+            {lib: functools.partial(loads, payload) for lib, loads in loaders.items()}, repeat
+        )
+        row["dumps"] = {lib: statistics.median(v) for lib, v in dumps_samples.items()}
+        row["loads"] = {lib: statistics.median(v) for lib, v in loads_samples.items()}
+        reference = "pickle" if "pickle" in usable else "distributed"
+        row["dumps_ratio"] = {lib: paired_ratio(dumps_samples, lib, reference) for lib in usable}
+        row["dask_dumps"] = paired_ratio(dumps_samples, "graphpickle dask", "distributed")
+        row["loads_ratio"] = paired_ratio(loads_samples, "graphpickle", "pickle")
+        row["dask_loads"] = paired_ratio(loads_samples, "graphpickle dask", "distributed")
+        rows.append(row)
+    return rows, summarize_messages(rows)
+
+
+def summarize_messages(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    by_reference = [r for r in rows if r["kind"] != "by value"]
+    summary: dict[str, Any] = {
+        "dumps_geomean": _geomean([r["dumps_ratio"]["graphpickle"] for r in by_reference]),
+        "loads_geomean": _geomean([r["loads_ratio"] for r in by_reference]),
+        "dask_dumps_max": max(r["dask_dumps"] for r in rows),
+        "dask_loads_max": max(r["dask_loads"] for r in rows),
+    }
+    baselines = {r["message"]: r for r in rows if r["kind"] == "baseline"}
+    repeated = []
+    for r in rows:
+        if r["kind"] == "by value":
+            twin = baselines[f"{r['message']}: importable twin"]
+            ratio = r["dumps"]["graphpickle"] / twin["dumps"]["graphpickle"]
+            r["vs_twin"] = ratio
+            repeated.append((r["message"], ratio, r["limit"]))
+    summary["repeated"] = repeated
+    summary["met"] = all(summary[k] <= limit for k, limit in MESSAGE_TARGETS.items()) and all(
+        ratio <= limit for _, ratio, limit in repeated
+    )
+    return summary
+
+
+_MESSAGE_TARGET_TEXT = {
+    "dumps_geomean": "graphpickle.dumps / pickle.dumps, by-reference messages, geometric mean",
+    "loads_geomean": "graphpickle.loads / pickle.loads, by-reference messages, geometric mean",
+    "dask_dumps_max": "graphpickle's dask dumps / stock distributed dumps, worst message",
+    "dask_loads_max": "graphpickle's dask loads / stock distributed loads, worst message",
+}
+
+
+def render_messages(
+    rows: list[dict[str, Any]], summary: dict[str, Any], meta: str, *, instructions: bool = False
+) -> str:
+    def us(value: float) -> str:
+        return f"{value:,.0f}" if instructions else f"{value * 1e6:.1f} µs"
+
+    def ratio(row: dict[str, Any], lib: str) -> str:
+        if lib not in row["dumps_ratio"]:
+            return "fails"
+        if "pickle" not in row["dumps_ratio"]:  # ratios are to distributed: show times
+            return us(row["dumps"][lib])
+        return f"{row['dumps_ratio'][lib]:.2f}x"
+
+    how = "instructions per call" if instructions else "medians of interleaved runs"
+    lines = [
+        f"Small messages, {how} ({meta}).",
+        "",
+        "| message | bytes | pickle | distributed | cloudpickle | graphpickle | graphpickle dask / distributed | loads: graphpickle / pickle | graphpickle dask / distributed |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        pickle_cell = us(r["dumps"]["pickle"]) if "pickle" in r["dumps"] else "fails"
+        lines.append(
+            f"| {r['message']} | {r['bytes']:,} | {pickle_cell} | {ratio(r, 'distributed')} "
+            f"| {ratio(r, 'cloudpickle')} | {ratio(r, 'graphpickle')} "
+            f"| {r['dask_dumps']:.2f}x | {r['loads_ratio']:.3f}x | {r['dask_loads']:.3f}x |"
+        )
+    lines += [
+        "",
+        "dumps columns: ratio to pickle.dumps of the same message (time when pickle fails); "
+        "distributed and graphpickle dask are called as a scheduler calls them "
+        "(protocol 5, a buffer_callback)."
+        + ("" if instructions else " Ratios are medians of the ratios within each round of turns."),
+        "",
+    ]
+    for key, limit in MESSAGE_TARGETS.items():
+        value = summary[key]
+        lines.append(
+            f"- {_MESSAGE_TARGET_TEXT[key]}: {value:.3f}x (target {limit:.2f}x, "
+            f"{'met' if value <= limit else 'MISSED'})"
+        )
+    for name, value, limit in summary["repeated"]:
+        lines.append(
+            f"- {name}, sent again: {value:.2f}x graphpickle's dumps of its importable twin "
+            f"(target {limit:.1f}x, {'met' if value <= limit else 'MISSED'})"
+        )
+    return "\n".join(lines)

@@ -201,24 +201,84 @@ def _list_of_dicts() -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Message:
-    """One small message; ``build(func)`` makes it with the given task function
-    (messages without a function ignore it)."""
+    """One small message a cluster pickles on its own (``build()`` makes it)."""
 
     name: str
-    build: Callable[[Callable[..., Any]], Any]
-    by_value: bool = False  # built with a __main__ function or class: not a by-reference message
+    build: Callable[[], Any]
 
 
 SMALL_MESSAGES = [
-    Message("tuple (1, 2)", lambda func: (1, 2)),
-    Message("distributed task-finished dict", lambda func: _distributed_message()),
-    Message("distributed who_has dict, 100 keys", lambda func: _who_has_message()),
-    Message("dask Task", _dask_task),
-    Message("dask Task, nested, kwargs", _dask_task_nested),
-    Message("dask DataNode of 20 ints", lambda func: _data_node()),
-    Message("dask Alias", lambda func: _alias()),
-    Message("numpy array, 10 floats", lambda func: _numpy_array(10)),
-    Message("numpy array, 1,000 floats", lambda func: _numpy_array(1000)),
-    Message("datetimes and Decimals", lambda func: _dates_and_decimals()),
-    Message("list of 10 dicts", lambda func: _list_of_dicts()),
+    Message("tuple (1, 2)", lambda: (1, 2)),
+    Message("distributed task-finished dict", _distributed_message),
+    Message("distributed who_has dict, 100 keys", _who_has_message),
+    Message("dask Task", lambda: _dask_task(inc)),
+    Message("dask Task, nested, kwargs", lambda: _dask_task_nested(inc)),
+    Message("dask DataNode of 20 ints", _data_node),
+    Message("dask Alias", _alias),
+    Message("numpy array, 10 floats", lambda: _numpy_array(10)),
+    Message("numpy array, 1,000 floats", lambda: _numpy_array(1000)),
+    Message("datetimes and Decimals", _dates_and_decimals),
+    Message("list of 10 dicts", _list_of_dicts),
+]
+
+# The same function and dataclass as inc and Point, as a notebook cell defines them.
+MAIN_SOURCE = """
+from dataclasses import dataclass
+
+def inc(x, *args):
+    return x + 1
+
+@dataclass
+class Point:
+    x: int
+    y: float
+"""
+
+
+def main_definitions() -> dict[str, Any]:
+    """Run :data:`MAIN_SOURCE` in ``__main__`` (once) and return ``__main__``'s dict."""
+    import sys
+
+    main = sys.modules["__main__"].__dict__
+    if "Point" not in main or main["Point"].__module__ != "__main__":
+        exec(compile(MAIN_SOURCE, "<notebook cell>", "exec"), main)
+    return main
+
+
+@dataclass(frozen=True)
+class ByValueMessage:
+    """A message holding something pickled by value, sent again and again, and
+    the same message built from importable code (its baseline)."""
+
+    name: str
+    build: Callable[[dict[str, Any]], Any]  # from __main__'s dict
+    baseline: Callable[[], Any]
+    limit: float  # its target: at most this many times the baseline's dumps
+
+
+def _task_of(point: Any) -> Any:
+    from dask._task_spec import Task
+
+    return Task(("inc-5b1f0c1ad3a94a2e", 17), inc, point)
+
+
+BY_VALUE_MESSAGES = [
+    ByValueMessage(
+        "dask Task, __main__ function",
+        lambda main: _dask_task(main["inc"]),
+        lambda: _dask_task(inc),
+        2.0,
+    ),
+    ByValueMessage(
+        "dask Task, lambda",
+        lambda main: _dask_task(lambda x, *a: x + 1),
+        lambda: _dask_task(inc),
+        2.0,
+    ),
+    ByValueMessage(
+        "dask Task of a __main__ dataclass instance",
+        lambda main: _task_of(main["Point"](1, 2.0)),
+        lambda: _task_of(Point(1, 2.0)),
+        5.0,
+    ),
 ]

@@ -1,0 +1,150 @@
+"""Small messages: what a running dask cluster pickles one message at a time.
+
+    scripts/bench-messages [--repeat 15]
+
+    scripts/bench-messages --instructions   # instruction counts under callgrind instead
+
+Tuples, distributed's message dicts, dask Task/DataNode/Alias objects, small
+numpy arrays, datetimes and Decimals, lists of dicts (by reference), and tasks
+holding a __main__ function, a lambda or a __main__ dataclass instance, sent again
+and again, next to their importable twins. Every serializer is timed in turns
+(medians of interleaved runs). Writes benchmarks/results/messages.md (or
+messages-instructions.md); the exit status is 0 when every target holds, 1
+otherwise.
+
+Wall-clock ratios on a shared 2-core machine move by 10% or more between runs;
+``--instructions`` counts instructions per call under valgrind's callgrind
+(``setarch -R``, ``PYTHONHASHSEED=0``), which do not drift, and applies the same
+targets to them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import operator
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import distributed
+
+from graphpickle._bench import (
+    message_dumps,
+    message_loads,
+    message_plan,
+    render_messages,
+    run_messages,
+    summarize_messages,
+)
+
+RESULTS = Path(__file__).parent / "results" / "messages.md"
+INSTRUCTIONS = Path(__file__).parent / "results" / "messages-instructions.md"
+
+
+def _calls() -> list[tuple[int, str, str, Any]]:
+    """(message index, "dumps" or "loads", serializer, call): the same list in the
+    parent and under callgrind."""
+    import graphpickle
+
+    calls = []
+    for index, (_, _, message, _) in enumerate(message_plan()):
+        for lib, dumps in message_dumps().items():
+            try:
+                dumps(message)
+            except Exception:
+                continue  # pickle: a lambda
+            calls.append((index, "dumps", lib, functools.partial(dumps, message)))
+        payload = graphpickle.dumps(message)
+        for lib, loads in message_loads().items():
+            calls.append((index, "loads", lib, functools.partial(loads, payload)))
+    return calls
+
+
+def _loop(call: Any, n: int) -> None:
+    for _ in range(n):
+        call()
+
+
+def under_callgrind(n: int) -> None:
+    """Each call n times inside operator.call, after an empty loop (callgrind
+    dumps its counts after each operator.call)."""
+    calls = _calls()
+    for *_, call in calls:
+        _loop(call, 3)  # first-use caches, as in a running cluster
+    operator.call(_loop, int, n)
+    for *_, call in calls:
+        operator.call(_loop, call, n)
+
+
+def instruction_rows(n: int) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory() as where:
+        out = Path(where) / "cg.out"
+        command = [
+            "setarch", "-R", "valgrind", "--tool=callgrind", "--collect-atstart=no",
+            "--toggle-collect=_operator_call", "--dump-after=_operator_call",
+            f"--callgrind-out-file={out}", sys.executable, __file__, "--under-callgrind", str(n),
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
+        subprocess.run(command, check=True, env=env, capture_output=True)
+        parts = sorted(Path(where).glob("cg.out.*"), key=lambda p: int(p.suffix[1:]))
+        totals = [int(re.search(r"^summary:\s+(\d+)", p.read_text(), re.M)[1]) for p in parts]
+    base, counts = totals[0], totals[1:]
+    plan = message_plan()
+    rows = [
+        {"message": name, "kind": kind, "limit": limit, "dumps": {}, "loads": {}}
+        for name, kind, _, limit in plan
+    ]
+    import graphpickle
+
+    for (index, op, lib, _), total in zip(_calls(), counts, strict=True):
+        rows[index][op][lib] = (total - base) / n  # instructions, in the seconds' place
+    for row, (_, _, message, _) in zip(rows, plan, strict=True):
+        row["bytes"] = len(graphpickle.dumps(message))
+        reference = "pickle" if "pickle" in row["dumps"] else "distributed"
+        row["dumps_ratio"] = {lib: t / row["dumps"][reference] for lib, t in row["dumps"].items()}
+        row["dask_dumps"] = row["dumps"]["graphpickle dask"] / row["dumps"]["distributed"]
+        row["loads_ratio"] = row["loads"]["graphpickle"] / row["loads"]["pickle"]
+        row["dask_loads"] = row["loads"]["graphpickle dask"] / row["loads"]["distributed"]
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=15, help="samples per measurement (15)")
+    parser.add_argument("--output", type=Path, help="the markdown file")
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions under callgrind"
+    )
+    parser.add_argument("--under-callgrind", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.under_callgrind:
+        under_callgrind(args.under_callgrind)
+        return 0
+    versions = (
+        f"CPython {platform.python_version()}, distributed {distributed.__version__}, "
+        f"cloudpickle {cloudpickle.__version__}"
+    )
+    if args.instructions:
+        rows = instruction_rows(300)
+        summary = summarize_messages(rows)
+        meta = f"{versions}; callgrind, setarch -R, PYTHONHASHSEED=0; counts in place of times"
+        output = args.output or INSTRUCTIONS
+    else:
+        rows, summary = run_messages(repeat=args.repeat)
+        meta = f"{versions}, {args.repeat} samples"
+        output = args.output or RESULTS
+    text = render_messages(rows, summary, meta, instructions=args.instructions)
+    output.write_text(text + "\n")
+    print(text)
+    return 0 if summary["met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
