@@ -29,8 +29,15 @@ def _table(stdout: str) -> dict[tuple[str, str], str]:
 
 
 def test_demo_on_a_spawned_pool_checks_every_result(tmp_path):
-    result = _run("demo", "--tasks", "2000", "--engine", "pool", cwd=tmp_path)
+    result = _run(
+        "demo", "--tasks", "2000", "--engine", "pool", "--graph-tasks", "20000", "--repeat", "2",
+        cwd=tmp_path,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    # The one-graph comparison and the per-task cost, next to the engines' table.
+    assert "one graph of 20,000 tasks with a __main__ function" in result.stdout
+    assert re.search(r"distributed\s.*\d+ ms\s.*\d\.\d\dx", result.stdout)
+    assert "per 100,000 tasks" in result.stdout
     table = _table(result.stdout)
     assert {s for _, s in table} >= {"graphpickle", "pickle", "cloudpickle", "distributed"}
     assert table[("spawn", "graphpickle")] == "ok"
@@ -40,13 +47,15 @@ def test_demo_on_a_spawned_pool_checks_every_result(tmp_path):
 
 
 def test_demo_on_a_dask_cluster(tmp_path):
-    result = _run("demo", "--tasks", "2000", "--engine", "dask", cwd=tmp_path)
+    result = _run("demo", "--tasks", "2000", "--engine", "dask", "--graph-tasks", "0", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert _table(result.stdout)[("dask", "graphpickle")] == "ok"
 
 
 def test_demo_rejects_bad_options():
     result = _run("demo", "--tasks", "0")
+    assert result.returncode == 2 and "positive" in result.stderr
+    result = _run("demo", "--repeat", "0")
     assert result.returncode == 2 and "positive" in result.stderr
 
 

@@ -24,6 +24,15 @@ def main(argv: list[str] | None = None) -> int:
         default="all",
         help="a spawned process pool, a local dask cluster, or both when distributed is installed (all)",
     )
+    demo.add_argument(
+        "--graph-tasks",
+        type=int,
+        default=1_000_000,
+        help="tasks of the one-graph comparison (1,000,000; 0 leaves it out)",
+    )
+    demo.add_argument(
+        "--repeat", type=int, default=5, help="interleaved runs per timing, medians shown (5)"
+    )
     inspect = commands.add_parser(
         "inspect",
         help="read a pickle without executing it: a verdict, imports, by-value objects",
@@ -59,9 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from ._demo import run_demo
 
-        if args.tasks < 1 or args.workers < 1:
-            parser.error("--tasks and --workers must be positive")
-        return run_demo(n_tasks=args.tasks, workers=args.workers, engine=args.engine)
+        if args.tasks < 1 or args.workers < 1 or args.repeat < 1 or args.graph_tasks < 0:
+            parser.error("--tasks, --workers and --repeat must be positive")
+        return run_demo(
+            n_tasks=args.tasks,
+            workers=args.workers,
+            engine=args.engine,
+            graph_tasks=args.graph_tasks,
+            repeat=args.repeat,
+        )
     raise AssertionError(f"unhandled command {args.command}")  # pragma: no cover
 
 
