@@ -4,6 +4,7 @@ payload always carries the function's and the class's current state."""
 from __future__ import annotations
 
 import gc
+import importlib
 import warnings
 
 import pytest
@@ -168,3 +169,37 @@ def test_importable_and_registered_functions_are_not_remembered(tmp_path, monkey
     finally:
         graphpickle.unregister_pickle_by_value(gp_cache_mod)
     assert b"cloudpickle" not in graphpickle.dumps(gp_cache_mod.g)
+
+
+SUBMODULE_CELL = """
+import xml
+def parse():
+    return xml.dom.minidom.parseString("<tag/>").documentElement.tagName
+"""
+
+
+def test_a_submodule_imported_between_payloads(monkeypatch, receiver):
+    # cloudpickle lists the submodules of a captured package that sys.modules
+    # holds when the function is reduced: a remembered list goes out of date.
+    import sys
+
+    for name in list(sys.modules):
+        if name == "xml.dom" or name.startswith("xml.dom."):
+            monkeypatch.delitem(sys.modules, name)
+    namespace: dict = {"__name__": "__main__"}
+    exec(SUBMODULE_CELL, namespace)
+    parse = namespace["parse"]
+    graphpickle.dumps(parse)
+    assert id(parse) in _reducers._functions
+    importlib.import_module("xml.dom.minidom")
+
+    data = graphpickle.dumps(parse)
+    assert b"minidom" in data
+    assert data == fresh(parse)
+    assert receiver(data, "print(obj())").strip() == "tag"
+    # Unrelated imports search again and reuse the entry; the bytes stay the same.
+    entry = _reducers._functions[id(parse)]
+    importlib.import_module("xml.dom.pulldom")
+
+    assert graphpickle.dumps(parse) == data
+    assert _reducers._functions[id(parse)] is entry

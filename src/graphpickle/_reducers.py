@@ -9,7 +9,9 @@ imported is what keeps graphpickle's output byte-identical to ``pickle``'s.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import threading
 import types
 import typing
@@ -17,6 +19,8 @@ import weakref
 from collections.abc import Callable, Mapping
 from pickle import PickleBuffer
 from typing import Any
+
+from cloudpickle.cloudpickle import _find_imported_submodules
 
 from . import _canonical, _captures
 from . import _cloudpickle_internals as cp
@@ -191,9 +195,11 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     if state.deterministic is None:
         entry = _recall(_functions, func)
         if entry is not None:
-            generation, names, (make, code, closure, func_state, setstate) = entry[2]
-            if generation == _captures._generation and _same_objects(
-                _function_snapshot(func, names, _MISSING), entry[1]
+            generation, names, packages, (make, code, closure, func_state, setstate) = entry[2]
+            if (
+                generation == _captures._generation
+                and _same_objects(_function_snapshot(func, names, _MISSING), entry[1])
+                and (not packages or _same_submodules(func, func_state[1], packages))
             ):
                 state.by_value = True
                 base_globals = _base_globals(state, func)
@@ -218,8 +224,55 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
         names = tuple(sorted(_global_names(func.__code__)))
         snapshot = _function_snapshot(func, names, _MISSING)
         parts = (make, code, closure, func_state, setstate)
-        _remember(_functions, func, snapshot, (_captures._generation, names, parts))
+        # The submodules cloudpickle lists depend on sys.modules, not only on
+        # the snapshot: with a package among the globals or cells, remember how
+        # many modules sys.modules had (see _same_submodules).
+        packages = [len(sys.modules)] if _captures_a_package(func, func_state[1]) else None
+        _remember(_functions, func, snapshot, (_captures._generation, names, packages, parts))
     return reduction
+
+
+def _captures_a_package(func: types.FunctionType, slotstate: dict[str, Any]) -> bool:
+    """Whether cloudpickle's submodule search looks at sys.modules for ``func``:
+    a module with a ``__package__`` among its globals or closure contents."""
+    for value in _dependencies(slotstate):
+        if isinstance(value, types.ModuleType) and getattr(value, "__package__", None):
+            return True
+    return False
+
+
+def _dependencies(slotstate: dict[str, Any]) -> list[Any]:
+    values = list(slotstate["__globals__"].values())
+    for cell in slotstate["__closure__"] or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            values.append(cell.cell_contents)
+    return values
+
+
+def _same_submodules(
+    func: types.FunctionType, slotstate: dict[str, Any], packages: list[int]
+) -> bool:
+    """Whether the remembered list of submodules is still what cloudpickle would
+    find. Searching sys.modules costs about ten dumps of the function, so it is
+    searched again only once sys.modules has grown or shrunk; the remembered
+    submodules must still be there under their names in any case. (Not seen: a
+    submodule imported while an unrelated module is removed, between two
+    payloads, leaving sys.modules as long as before.)"""
+    submodules = slotstate["_cloudpickle_submodules"]
+    modules = sys.modules
+    for module in submodules:
+        if modules.get(module.__name__) is not module:
+            return False
+    if packages[0] == len(modules):
+        return True
+    count = len(modules)
+    found = _find_imported_submodules(func.__code__, _dependencies(slotstate))
+    if len(found) != len(submodules) or any(
+        a is not b for a, b in zip(found, submodules, strict=True)
+    ):
+        return False
+    packages[0] = count
+    return True
 
 
 def _global_names(code: types.CodeType) -> set[str]:
