@@ -203,3 +203,49 @@ def test_a_submodule_imported_between_payloads(monkeypatch, receiver):
 
     assert graphpickle.dumps(parse) == data
     assert _reducers._functions[id(parse)] is entry
+
+
+LOCALS_CELL = """
+def make_class():
+    class Plain:
+        attr = 1
+        def method(self):
+            return self.attr
+    return Plain
+def make_super_class():
+    class Local(dict):
+        def get(self, key):
+            return super().get(key)
+    return Local
+def make_recursive(big):
+    def rec(n):
+        return big if n == 0 else rec(n - 1)
+    return rec
+def make_closure(big):
+    def get():
+        return big
+    return get
+"""
+
+
+@pytest.mark.parametrize(
+    "maker",
+    ["make_class", "make_super_class", "make_recursive", "make_closure"],
+)
+def test_remembered_objects_are_freed(maker):
+    # An entry must not keep its object alive: a method's __class__ cell, a
+    # closure's own cell or the class's __dict__ descriptor refer back to it.
+    import weakref
+
+    namespace: dict = {"__name__": "__main__"}
+    exec(LOCALS_CELL, namespace)
+    make = namespace[maker]
+    obj = make() if "class" in maker else make(bytearray(10))
+    ref = weakref.ref(obj)
+    data = graphpickle.dumps(obj)
+    assert graphpickle.dumps(obj) == data
+    if maker in ("make_class", "make_closure"):  # no cycle: still remembered
+        assert id(obj) in _reducers._functions or id(obj) in _reducers._classes
+    del obj
+    gc.collect()
+    assert ref() is None

@@ -10,6 +10,7 @@ imported is what keeps graphpickle's output byte-identical to ``pickle``'s.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import threading
@@ -169,8 +170,56 @@ _function_snapshot = (
 _same_objects = _same_objects_in_python if _speedups is None else _speedups.same_objects
 
 
+# The __dict__, __weakref__ and slot descriptors of a class refer to it; cloudpickle
+# leaves them out of its reduction, and the snapshot does too (they would keep
+# the class alive: see _refers_to).
+_OWN_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
+
+
 def _class_snapshot(cls: type) -> tuple[Any, ...]:
-    return (type(cls), cls.__bases__, cls.__name__, cls.__qualname__, tuple(cls.__dict__.items()))
+    entries = cls.__dict__.copy()
+    entries.pop("__dict__", None)  # (cloudpickle leaves both out whatever they hold)
+    entries.pop("__weakref__", None)
+    if "__slots__" in entries:
+        entries = {k: v for k, v in entries.items() if type(v) not in _OWN_DESCRIPTORS}
+    return (type(cls), cls.__bases__, cls.__name__, cls.__qualname__, tuple(entries.items()))
+
+
+# Types whose instances refer to nothing else: not looked into.
+_LEAVES = frozenset({int, float, complex, bool, str, bytes, type(None), types.CodeType})
+_REFERENCE_BUDGET = 1000
+
+
+def _refers_to(roots: Any, target: object) -> bool:
+    """Whether ``target`` may be reachable from ``roots`` (else a remembered
+    entry holding them would keep it alive: the table's weak reference would
+    never die). Module globals are not followed (the module keeps what they
+    hold alive anyway), nor classes other than <locals> ones; more than
+    _REFERENCE_BUDGET objects to look at counts as reachable."""
+    stack = [roots]
+    seen: set[int] = set()
+    while stack:
+        value = stack.pop()
+        if value is target:
+            return True
+        kind = type(value)
+        if kind in _LEAVES or id(value) in seen:
+            continue
+        seen.add(id(value))
+        if len(seen) > _REFERENCE_BUDGET:
+            return True
+        if kind is types.FunctionType:
+            stack.extend(
+                (value.__closure__, value.__defaults__, value.__kwdefaults__, value.__dict__)
+            )
+        elif kind is types.ModuleType:
+            continue
+        elif isinstance(value, type):
+            if "<locals>" in value.__qualname__:
+                stack.extend(v for v in vars(value).values() if type(v) not in _OWN_DESCRIPTORS)
+        else:
+            stack.extend(gc.get_referents(value))
+    return False
 
 
 def _remember(table: dict[int, Any], obj: Any, snapshot: Any, extra: Any) -> None:
@@ -228,7 +277,9 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
         # the snapshot: with a package among the globals or cells, remember how
         # many modules sys.modules had (see _same_submodules).
         packages = [len(sys.modules)] if _captures_a_package(func, func_state[1]) else None
-        _remember(_functions, func, snapshot, (_captures._generation, names, packages, parts))
+        # A recursive closure (its own cell) would be kept alive by its entry.
+        if not _refers_to((snapshot, func_state), func):
+            _remember(_functions, func, snapshot, (_captures._generation, names, packages, parts))
     return reduction
 
 
@@ -323,7 +374,10 @@ def _reduce_class(state: PicklerState, cls: type) -> Any:
         reduction = cp.reduce_class_by_value(cls)
         # Plain classes only: an ABC's registry or an enum's members live outside its dict.
         if type(cls) is type and reason in _REMEMBERED_REASONS:
-            _remember(_classes, cls, _class_snapshot(cls), reduction)
+            snapshot = _class_snapshot(cls)
+            # A method using super() (its __class__ cell) would keep it alive.
+            if not _refers_to((snapshot, reduction), cls):
+                _remember(_classes, cls, snapshot, reduction)
         return reduction
     class_id = state.deterministic.class_id(cls)
     return cp.reduce_class_by_value(cls, canonical=True, tracker_id=class_id)
