@@ -249,3 +249,25 @@ def test_remembered_objects_are_freed(maker):
     del obj
     gc.collect()
     assert ref() is None
+
+
+def test_a_capture_that_grows_in_place_still_warns():
+    namespace: dict = {"__name__": "__main__", "data": [0]}
+    exec("def uses_data():\n    return len(data)\n", namespace)
+    uses_data = namespace["uses_data"]
+    before = graphpickle.get_large_capture_threshold()
+    graphpickle.set_large_capture_threshold(1000)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            graphpickle.dumps(uses_data)
+            assert id(uses_data) in _reducers._functions
+            assert not caught
+            namespace["data"].extend(range(100_000))
+            graphpickle.dumps(uses_data)
+            graphpickle.dumps(uses_data)
+        assert len(caught) == 2
+        assert all(issubclass(w.category, graphpickle.LargeCaptureWarning) for w in caught)
+        assert "data" in str(caught[0].message)
+    finally:
+        graphpickle.set_large_capture_threshold(before)

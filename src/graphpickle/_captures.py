@@ -78,6 +78,28 @@ _NEVER_LARGE = frozenset(
 )
 
 
+# Captures whose size cannot change without being rebound (which a remembered
+# reduction's snapshot sees).
+_FIXED_SIZE = _NEVER_LARGE | {str, bytes}
+
+
+def growable_sizes(func: types.FunctionType, state: Any) -> tuple[int, ...] | None:
+    """The ``len()`` of each global or closure variable of ``func`` that could
+    grow in place (a list, a dict, an array, a tuple holding one), ``None`` if
+    there is none; -1 for one without a length. A remembered reduction of
+    ``func`` is checked again for large captures when these change (or a
+    capture has no length): an item that grows inside an unchanged container is
+    not seen."""
+    sizes = []
+    for _, _, value in captured_values(func, state):
+        if type(value) not in _FIXED_SIZE:
+            try:
+                sizes.append(len(value))
+            except TypeError:
+                sizes.append(-1)
+    return tuple(sizes) if sizes else None
+
+
 def warn_about_large_captures(func: types.FunctionType, state: Any) -> bool:
     """Warn (once per function and payload: the memo reduces each function once)
     about each global or closure variable of ``func`` larger than the threshold.

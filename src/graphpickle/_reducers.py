@@ -244,13 +244,22 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     if state.deterministic is None:
         entry = _recall(_functions, func)
         if entry is not None:
-            generation, names, packages, (make, code, closure, func_state, setstate) = entry[2]
+            generation, names, packages, growable, parts = entry[2]
+            make, code, closure, func_state, setstate = parts
             if (
                 generation == _captures._generation
                 and _same_objects(_function_snapshot(func, names, _MISSING), entry[1])
                 and (not packages or _same_submodules(func, func_state[1], packages))
             ):
                 state.by_value = True
+                if growable is not None:  # a capture may have grown in place
+                    sizes = _captures.growable_sizes(func, func_state)
+                    # Checked again until a check finds them small (a fresh
+                    # reduction warns in every payload).
+                    if (sizes != growable or -1 in growable) and warn_about_large_captures(
+                        func, func_state
+                    ):
+                        entry[2][3] = sizes
                 base_globals = _base_globals(state, func)
                 return (
                     make,
@@ -279,7 +288,9 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
         packages = [len(sys.modules)] if _captures_a_package(func, func_state[1]) else None
         # A recursive closure (its own cell) would be kept alive by its entry.
         if not _refers_to((snapshot, func_state), func):
-            _remember(_functions, func, snapshot, (_captures._generation, names, packages, parts))
+            growable = _captures.growable_sizes(func, func_state)
+            extra = [_captures._generation, names, packages, growable, parts]
+            _remember(_functions, func, snapshot, extra)
     return reduction
 
 
