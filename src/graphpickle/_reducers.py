@@ -16,6 +16,7 @@ import sys
 import threading
 import types
 import typing
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from pickle import PickleBuffer
@@ -76,14 +77,43 @@ class PicklerState:
 Handler = Callable[[PicklerState, Any], Any]
 
 
+# What graphpickle uses of the extension, and the VERSION of _speedups.c it needs.
+SPEEDUPS_VERSION = 2
+_SPEEDUPS_NAMES = (
+    "Dispatch", "Dumper", "Loader", "Sink", "buffer_nbytes", "frame_table", "frame_views",
+    "frames_have_lengths", "function_snapshot", "note_set", "remember_by_reference",
+    "same_objects", "set_by_reference_policy", "sets_to_sort",
+)  # fmt: skip
+
+
 def _load_speedups() -> types.ModuleType | None:
+    """The C extension, or ``None`` (the Python path: the same output) if it is
+    not built, is turned off (GRAPHPICKLE_NO_SPEEDUPS) or is stale: built from
+    an older ``_speedups.c`` than this package's Python files expect."""
     if os.environ.get("GRAPHPICKLE_NO_SPEEDUPS"):
         return None
     try:
         from . import _speedups
     except ImportError:
         return None
-    return _speedups
+    return _checked_speedups(_speedups)
+
+
+def _checked_speedups(module: types.ModuleType) -> types.ModuleType | None:
+    missing = [name for name in _SPEEDUPS_NAMES if not hasattr(module, name)]
+    version = getattr(module, "VERSION", None)
+    if not missing and version == SPEEDUPS_VERSION:
+        return module
+    found = f"missing {', '.join(missing)}" if missing else f"VERSION {version!r}"
+    warnings.warn(
+        f"graphpickle: the compiled extension {module.__file__} is stale ({found}; this "
+        f"version needs VERSION {SPEEDUPS_VERSION}): it is not used and graphpickle runs "
+        "its Python path (the same output, slower). Rebuild it with "
+        "`pip install --no-build-isolation -e .` or reinstall graphpickle.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return None
 
 
 def _remember_nothing(obj: Any) -> None:

@@ -1649,7 +1649,11 @@ PyInit__speedups(void)
     if (PyModule_AddObjectRef(module, "Dispatch", (PyObject *)&DispatchType) < 0
         || PyModule_AddObjectRef(module, "Sink", (PyObject *)&SinkType) < 0
         || PyModule_AddObjectRef(module, "Dumper", (PyObject *)&DumperType) < 0
-        || PyModule_AddObjectRef(module, "Loader", (PyObject *)&LoaderType) < 0) {
+        || PyModule_AddObjectRef(module, "Loader", (PyObject *)&LoaderType) < 0
+        /* Checked by _reducers._load_speedups: an extension built from an older
+         * _speedups.c (a stale build) is not used. Bump it with any change of
+         * behaviour the Python side relies on. */
+        || PyModule_AddIntConstant(module, "VERSION", 2) < 0) {
         Py_DECREF(module);
         return NULL;
     }

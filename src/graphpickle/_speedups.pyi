@@ -2,6 +2,8 @@ from collections.abc import Callable, Sequence
 from pickle import PickleBuffer
 from typing import Any
 
+VERSION: int
+
 class Dispatch:
     def __init__(
         self,
