@@ -343,3 +343,26 @@ def test_a_reducer_for_all_functions_is_not_bypassed(local_module):
     by_name = {types.FunctionType: lambda fn: (str, (fn.__name__,))}
     graphpickle.Pickler(out, reducers=by_name).dump(f)
     assert pickle.loads(out.getvalue()) == "f"
+
+
+def test_a_big_payload_leaves_no_big_buffer_behind():
+    import gc
+    import tracemalloc
+
+    small = [np.arange(8.0), (1, 2)]
+
+    def peak(call):
+        call()
+        gc.collect()
+        tracemalloc.start()
+        try:
+            call()
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    graphpickle.dumps(list(range(200_000)))  # grows the pooled pickler's output buffer
+    # A new pickler's first buffer, as pickle.dumps's: not the ~1 MB the big one needed.
+    assert peak(lambda: graphpickle.dumps(small)) < 2 * peak(
+        lambda: pickle.dumps(small, protocol=5)
+    )

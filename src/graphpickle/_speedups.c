@@ -39,7 +39,7 @@
 
 static PyObject *str_module, *str_by_value, *str_reset, *str_memo, *str_join, *str_qualname;
 static PyObject *str_protocol, *str_buffer_callback, *str_deterministic, *str_buffers;
-static PyObject *str_fix_imports, *str_encoding, *str_errors, *str_speedups;
+static PyObject *str_fix_imports, *str_encoding, *str_errors, *str_speedups, *str_buffer;
 static PyObject *empty_bytes, *empty_dict;
 
 typedef struct {
@@ -441,6 +441,12 @@ enum { SIGNATURE_GRAPHPICKLE = 0, SIGNATURE_DISTRIBUTED = 1 };
 #define N_PROTOCOLS 6      /* 0 to pickle.HIGHEST_PROTOCOL (5) */
 #define POOL_SIZE 4        /* ready picklers per protocol: threads, and dumps inside a reduction */
 #define SMALL_PAYLOAD 256  /* after a bigger payload the memo table is replaced, not cleared */
+/* The C pickler's output buffer grows with a payload (from 4 KiB) and never
+ * shrinks: after a payload bigger than this the pickler is initialized again (a
+ * fresh 4 KiB buffer and memo, as a new pickler starts), so that a big graph
+ * does not leave every later small dump allocating its size. Below it, reusing
+ * the grown buffer (at most 1.5 times this) is cheaper than initializing. */
+#define FIRST_BUFFER (16 * 1024)
 
 typedef struct {
     PyObject *pickler;
@@ -455,6 +461,7 @@ typedef struct {
     PyObject *failed;     /* failed(pickler, obj, exc): raises what the failed dump raises */
     PyObject *dump;       /* _pickle.Pickler.dump */
     PyObject *clear_memo; /* _pickle.Pickler.clear_memo */
+    PyObject *init;       /* _pickle.Pickler.__init__ */
     PyObject *switch_ns;  /* a namespace whose "_speedups" is this module, or None to */
     PyObject *module;     /* run the Python hook: then every call takes the slow path */
     PyObject *dict;       /* __dict__: __wrapped__, __doc__, __name__, ... */
@@ -519,10 +526,25 @@ take_exception(void)
 
 /* Make a used pickler ready for the next dump; -1 if it cannot be reused. */
 static int
-entry_reset(DumperObject *self, PoolEntry *entry, Py_ssize_t payload_size)
+entry_reset(DumperObject *self, PoolEntry *entry, Py_ssize_t payload_size, int protocol)
 {
     PyObject *done;
-    if (payload_size <= SMALL_PAYLOAD) {
+    if (payload_size > FIRST_BUFFER) {
+        PyObject *callback = protocol >= 5 ? PyObject_GetAttr((PyObject *)entry->sink, str_buffer)
+                                           : Py_NewRef(Py_None);
+        PyObject *proto = PyLong_FromLong(protocol);
+        if (callback == NULL || proto == NULL) {
+            Py_XDECREF(callback);
+            Py_XDECREF(proto);
+            return -1;
+        }
+        /* Pickler.__init__(file, protocol, fix_imports, buffer_callback) */
+        PyObject *args[5] = {entry->pickler, (PyObject *)entry->sink, proto, Py_True, callback};
+        done = PyObject_Vectorcall(self->init, args, 5, NULL);
+        Py_DECREF(proto);
+        Py_DECREF(callback);
+    }
+    else if (payload_size <= SMALL_PAYLOAD) {
         /* Clearing costs the table's size, which a small payload keeps small. */
         done = PyObject_Vectorcall(self->clear_memo, &entry->pickler, 1, NULL);
     }
@@ -700,7 +722,7 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     }
     Py_DECREF(done);
     PyObject *data = sink_take(entry.sink);
-    if (data == NULL || entry_reset(self, &entry, PyBytes_GET_SIZE(data)) < 0
+    if (data == NULL || entry_reset(self, &entry, PyBytes_GET_SIZE(data), protocol) < 0
         || self->npool[protocol] == POOL_SIZE || generation != self->generation) {
         entry_drop(&entry);
         if (data != NULL && PyErr_Occurred()) {
@@ -763,8 +785,17 @@ dumper_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "signature must be 0 (graphpickle) or 1 (distributed)");
         return NULL;
     }
+    if (!PyObject_TypeCheck(dump, &PyMethodDescr_Type)) {
+        PyErr_SetString(PyExc_TypeError, "dump must be _pickle.Pickler.dump");
+        return NULL;
+    }
+    PyObject *init = PyObject_GetAttrString((PyObject *)PyDescr_TYPE(dump), "__init__");
+    if (init == NULL) {
+        return NULL;
+    }
     DumperObject *self = (DumperObject *)type->tp_alloc(type, 0);
     if (self == NULL) {
+        Py_DECREF(init);
         return NULL;
     }
     self->make = Py_NewRef(make);
@@ -772,6 +803,7 @@ dumper_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->failed = Py_NewRef(failed);
     self->dump = Py_NewRef(dump);
     self->clear_memo = Py_NewRef(clear_memo);
+    self->init = init;
     self->switch_ns = Py_NewRef(switch_ns);
     self->module = Py_NewRef(module);
     self->signature = signature;
@@ -789,6 +821,7 @@ dumper_traverse(DumperObject *self, visitproc visit, void *arg)
     Py_VISIT(self->failed);
     Py_VISIT(self->dump);
     Py_VISIT(self->clear_memo);
+    Py_VISIT(self->init);
     Py_VISIT(self->switch_ns);
     Py_VISIT(self->module);
     Py_VISIT(self->dict);
@@ -811,6 +844,7 @@ dumper_clear(DumperObject *self)
     Py_CLEAR(self->failed);
     Py_CLEAR(self->dump);
     Py_CLEAR(self->clear_memo);
+    Py_CLEAR(self->init);
     Py_CLEAR(self->switch_ns);
     Py_CLEAR(self->module);
     Py_CLEAR(self->dict);
@@ -1019,6 +1053,7 @@ init_fast_calls(void)
         {&str_buffer_callback, "buffer_callback"}, {&str_deterministic, "deterministic"},
         {&str_buffers, "buffers"}, {&str_fix_imports, "fix_imports"},
         {&str_encoding, "encoding"}, {&str_errors, "errors"}, {&str_speedups, "_speedups"},
+        {&str_buffer, "buffer"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) {
