@@ -326,7 +326,8 @@ def _per_task(repeat: int) -> None:
     try:
         from dask._task_spec import Task, TaskRef
         from distributed.protocol import pickle as stock
-    except ImportError:
+    except ImportError as exc:
+        print(f"one task at a time: skipped ({exc.name} is missing; dask >= 2024.12 has it)")
         return
     from . import dask_distributed
 
