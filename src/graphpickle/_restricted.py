@@ -48,7 +48,7 @@ import struct
 import sys
 import types
 from collections.abc import Iterable
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, NoReturn
 
 from ._data_checks import check_built, check_call, reconstructor
 from ._data_only import DATA_ONLY
@@ -258,16 +258,12 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         name = self._globals.get(id(func))
         problem = None if name is None else check_call(name, args, kwargs)
         if problem is not None:
-            raise ForbiddenGlobalError(
-                f"restricted loading refused {name}(...): {problem}", name=str(name)
-            )
+            _refuse(f"{name}(...)", problem, str(name))
 
     def _check_built(self, obj: Any, opcode: str) -> None:
         problem = check_built(obj, given_state=opcode == "BUILD")
         if problem is not None:
-            raise ForbiddenGlobalError(
-                f"restricted loading refused {opcode}: it made {problem}", name=_describe(obj)
-            )
+            _refuse(opcode, f"it made {problem}", _describe(obj))
 
     def _after_call(self, opcode: str) -> None:
         self._note_if_shared()
@@ -300,10 +296,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         if kind.__module__.startswith("pandas"):
             problem = check_call(f"{kind.__module__}.{kind.__qualname__}", (state,))
             if problem is not None:
-                raise ForbiddenGlobalError(
-                    f"restricted loading refused BUILD on a {kind.__qualname__}: {problem}",
-                    name=_describe(target),
-                )
+                _refuse(f"BUILD on a {kind.__qualname__}", problem, _describe(target))
         super().load_build()
         self._check_built(target, "BUILD")
 
@@ -337,6 +330,11 @@ for _op in (
     _RestrictedUnpickler.dispatch[_opcode(_op)] = getattr(
         _RestrictedUnpickler, f"load_{_op.lower()}"
     )
+
+
+def _refuse(what: str, problem: str, name: str) -> NoReturn:
+    """Refuse ``what`` for a problem ``_data_checks`` found."""
+    raise ForbiddenGlobalError(f"restricted loading refused {what}: {problem}", name=name)
 
 
 def _short(value: Any) -> str:
