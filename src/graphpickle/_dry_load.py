@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._overrun import refuse_overrun
+
 __all__ = ["DryRun", "Event", "dry_load"]
 
 
@@ -149,6 +151,7 @@ def dry_load(data: bytes) -> DryRun:
     stream = io.BytesIO(data)
     while stream.tell() < len(data):
         try:
+            refuse_overrun(memoryview(data)[stream.tell() :])
             _DryUnpickler(stream, run).load()
         except Exception as exc:
             run.error = f"{type(exc).__name__}: {exc}"

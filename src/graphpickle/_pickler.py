@@ -22,6 +22,7 @@ from typing import IO, Any, NoReturn, TypeVar, cast
 from . import determinism
 from ._canonical import DeterministicState
 from ._locate import pickling_error
+from ._overrun import refuse_overrun
 from ._reducers import (
     MAX_SHARED_TYPES,
     PicklerState,
@@ -269,6 +270,7 @@ def load_bytes(
     """:func:`loads` without its error notes (the wire words its own errors)."""
     if allow_list is not None:
         return restricted_load(io.BytesIO(data), allow_list, buffers, fix_imports, encoding, errors)
+    refuse_overrun(data)
     return _pickle.loads(
         data, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers
     )

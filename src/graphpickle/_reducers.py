@@ -78,11 +78,11 @@ Handler = Callable[[PicklerState, Any], Any]
 
 
 # What graphpickle uses of the extension, and the VERSION of _speedups.c it needs.
-SPEEDUPS_VERSION = 2
+SPEEDUPS_VERSION = 3
 _SPEEDUPS_NAMES = (
-    "Dispatch", "Dumper", "Loader", "Sink", "buffer_nbytes", "frame_table", "frame_views",
-    "frames_have_lengths", "function_snapshot", "note_set", "remember_by_reference",
-    "same_objects", "set_by_reference_policy", "sets_to_sort",
+    "Dispatch", "Dumper", "Loader", "Sink", "buffer_nbytes", "bytearray8_overruns",
+    "frame_table", "frame_views", "frames_have_lengths", "function_snapshot", "note_set",
+    "remember_by_reference", "same_objects", "set_by_reference_policy", "sets_to_sort",
 )  # fmt: skip
 
 

@@ -903,6 +903,35 @@ static PyTypeObject DumperType = {
     .tp_getset = with_dict_getset,
 };
 
+static int bytearray8_overruns(const unsigned char *start, const unsigned char *end);
+
+/* 1 if `data` is bytes-like and holds a BYTEARRAY8 the C unpickler must not read
+ * (see bytearray8_overruns), 0 if not or not bytes-like (loads says why), -1 on
+ * an error. */
+static int
+data_overruns(PyObject *data)
+{
+    if (PyBytes_CheckExact(data)) {
+        const unsigned char *start = (const unsigned char *)PyBytes_AS_STRING(data);
+        return bytearray8_overruns(start, start + PyBytes_GET_SIZE(data));
+    }
+    if (!PyObject_CheckBuffer(data)) {
+        return 0;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_BufferError)) {
+            return -1;
+        }
+        PyErr_Clear(); /* not contiguous: the unpickler raises its own error */
+        return 0;
+    }
+    const unsigned char *start = view.buf;
+    int overruns = bytearray8_overruns(start, start + view.len);
+    PyBuffer_Release(&view);
+    return overruns;
+}
+
 typedef struct {
     PyObject_HEAD
     PyObject *loads;  /* _pickle.loads */
@@ -921,6 +950,10 @@ loader_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     if (nargs != 1) {
         return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    }
+    int refused = data_overruns(args[0]);
+    if (refused) { /* the Python loads refuses it in words (or passes on an error) */
+        return refused < 0 ? NULL : PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
     }
     PyObject *result;
     if (self->signature == SIGNATURE_GRAPHPICKLE) {
@@ -1340,6 +1373,101 @@ done:
     return Py_BuildValue("(Nn)", views, end);
 }
 
+/* The position after the opcode at p and its argument; NULL if the data ends
+ * inside them or the byte at p is no pickle opcode (the unpickler would stop
+ * there with an error). */
+static const unsigned char *
+skip_opcode(const unsigned char *p, const unsigned char *end)
+{
+    if (p >= end) {
+        return NULL;
+    }
+    unsigned char op = *p++;
+    int kind = opcode_arg[op];
+    unsigned long long length;
+    switch (kind) {
+    case ARG_UNKNOWN:
+        return NULL;
+    case ARG_LEN1:
+    case ARG_LEN4:
+    case ARG_LEN8: {
+        int size = kind - 100;
+        if (end - p < size) {
+            return NULL;
+        }
+        length = read_le(p, size);
+        if ((op == 'T' || op == 0x8b) && (length & 0x80000000ULL)) { /* signed, negative */
+            return NULL;
+        }
+        p += size;
+        break;
+    }
+    case ARG_LINE:
+    case ARG_LINE2:
+        p = skip_line(p, end);
+        if (p != NULL && kind == ARG_LINE2) {
+            p = skip_line(p, end);
+        }
+        return p;
+    default:
+        length = (unsigned long long)kind;
+    }
+    return length > (unsigned long long)(end - p) ? NULL : p + length;
+}
+
+/* Whether the byte at p, read as BYTEARRAY8, declares more bytes than follow
+ * (and few enough for the unpickler to try: past PY_SSIZE_T_MAX it raises
+ * OverflowError before it allocates). */
+static int
+bytearray8_past_end(const unsigned char *p, const unsigned char *end)
+{
+    if (*p != 0x96 || end - p <= 8) {
+        return 0;
+    }
+    unsigned long long length = read_le(p + 1, 8);
+    return length > (unsigned long long)(end - p - 9) && length <= (unsigned long long)PY_SSIZE_T_MAX;
+}
+
+/* Whether the unpickler, reading the pickle at [start, end), would meet a
+ * BYTEARRAY8 that declares more bytes than the data holds. CPython's C
+ * unpickler (3.11-3.13) allocates the bytearray before it reads: when that
+ * allocation fails, the half-made bytearray is freed with an uninitialized
+ * export count, which prints a SystemError or crashes the process. So loads()
+ * refuses such data before the unpickler sees it, as "pickle data was truncated"
+ * (what the unpickler says when the allocation succeeds). A scan for the 0x96
+ * byte comes first: the opcode walk runs only when one could be such an opcode. */
+static int
+bytearray8_overruns(const unsigned char *start, const unsigned char *end)
+{
+    const unsigned char *p = start;
+    while ((p = memchr(p, 0x96, (size_t)(end - p))) != NULL && !bytearray8_past_end(p, end)) {
+        p++;
+    }
+    if (p == NULL) {
+        return 0;
+    }
+    for (p = start; p != NULL && p < end && *p != '.'; p = skip_opcode(p, end)) { /* to STOP */
+        if (bytearray8_past_end(p, end)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* bytearray8_overruns(data): the check above, for the Python side. */
+static PyObject *
+bytearray8_overruns_py(PyObject *module, PyObject *data)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *start = view.buf;
+    int overruns = bytearray8_overruns(start, start + view.len);
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(overruns);
+}
+
 /* What each opcode does to the unpickler's stack: STACK_n pushes n more items
  * than it pops (n may be negative); the others work with marks. */
 enum {
@@ -1405,44 +1533,12 @@ sets_to_sort(PyObject *module, PyObject *data)
             found = 2;
             break;
         }
-        unsigned char op = *p++;
-        int kind = opcode_arg[op];
-        unsigned long long length = 0;
-        switch (kind) {
-        case ARG_UNKNOWN:
-            found = 2;
-            continue;
-        case ARG_LEN1:
-        case ARG_LEN4:
-        case ARG_LEN8: {
-            int size = kind - 100;
-            if (end - p < size) {
-                found = 2;
-                continue;
-            }
-            length = read_le(p, size);
-            if ((op == 'T' || op == 0x8b) && (length & 0x80000000ULL)) { /* signed, negative */
-                found = 2;
-                continue;
-            }
-            p += size;
-            break;
-        }
-        case ARG_LINE:
-        case ARG_LINE2:
-            p = skip_line(p, end);
-            if (p != NULL && kind == ARG_LINE2) {
-                p = skip_line(p, end);
-            }
-            break;
-        default:
-            length = (unsigned long long)kind;
-        }
-        if (p == NULL || length > (unsigned long long)(end - p)) {
+        unsigned char op = *p;
+        p = skip_opcode(p, end);
+        if (p == NULL) {
             found = 2;
             continue;
         }
-        p += length;
         int effect = opcode_stack[op];
         switch (effect) {
         case STACK_MARK:
@@ -1650,6 +1746,8 @@ static PyMethodDef speedups_methods[] = {
      PyDoc_STR("frame_views(view, start, lengths): (slices of view, end offset).")},
     {"sets_to_sort", sets_to_sort, METH_O,
      PyDoc_STR("sets_to_sort(data): the pickle writes a set of 2+ members in hash order.")},
+    {"bytearray8_overruns", bytearray8_overruns_py, METH_O,
+     PyDoc_STR("bytearray8_overruns(data): the pickle has a BYTEARRAY8 longer than the data.")},
     {"note_set", (PyCFunction)(void (*)(void))note_set, METH_FASTCALL,
      PyDoc_STR("note_set(sink, obj): append obj to sink if it is an exact set or frozenset.")},
     {"frame_table", (PyCFunction)(void (*)(void))frame_table, METH_FASTCALL,
@@ -1688,7 +1786,7 @@ PyInit__speedups(void)
         /* Checked by _reducers._load_speedups: an extension built from an older
          * _speedups.c (a stale build) is not used. Bump it with any change of
          * behaviour the Python side relies on. */
-        || PyModule_AddIntConstant(module, "VERSION", 2) < 0) {
+        || PyModule_AddIntConstant(module, "VERSION", 3) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -37,6 +37,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ._overrun import refuse_overrun
 from ._pickler import (
     DEFAULT_PROTOCOL,
     Pickler,
@@ -171,6 +172,7 @@ def loads(x: Any, *, buffers: Any = ()) -> Any:
     """``distributed.protocol.pickle.loads``: a plain load (no graphpickle needed),
     with a note in words when it fails."""
     try:
+        refuse_overrun(x)
         if buffers:
             return _pickle.loads(x, buffers=buffers)
         return _pickle.loads(x)

@@ -1,0 +1,118 @@
+"""A BYTEARRAY8 that claims more bytes than the data holds is refused before the
+C unpickler reads it (CPython 3.11-3.13 free a half-made bytearray with an
+uninitialized export count when its allocation fails: a SystemError or a crash,
+found by the wire's fuzz test in CI)."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import graphpickle
+from graphpickle import _overrun, _pickler, dask_distributed
+
+
+def _bytearray8(length: int) -> bytes:
+    return b"\x96" + struct.pack("<Q", length)
+
+
+OVERRUNS = {
+    "alone": b"\x80\x05" + _bytearray8(2**62) + b"abc.",
+    "in a frame": b"\x80\x05\x95" + struct.pack("<Q", 20) + b"]\x94(K\x01" + _bytearray8(2**60),
+    "after other items": pickle.dumps([1, "x", b"y"], 5)[:-3] + _bytearray8(2**40) + b"e.",
+    "one byte too long": b"\x80\x05" + _bytearray8(5) + b"abc.",
+}
+
+NOT_OVERRUNS = {
+    # The opcode's byte inside data is no opcode: the walk skips it.
+    "0x96 inside bytes": pickle.dumps(b"\x96" + b"\xff" * 8, 5),
+    "0x96 inside a string": pickle.dumps("\x96\xff\xff\xff\xff\xff\xff\xff\xff", 0),
+    "0x96 in a memo index": pickle.dumps([[i] for i in range(200)], 5),
+    "an exact bytearray": pickle.dumps(bytearray(b"\x96" + b"\xff" * 8), 5),
+    "after STOP": pickle.dumps(1, 5) + _bytearray8(2**62),
+    "after an invalid opcode": b"\x80\x05\xff" + _bytearray8(2**62),
+    "empty": b"",
+    # Past sys.maxsize the unpickler raises OverflowError before it allocates.
+    "longer than any size": b"\x80\x05" + _bytearray8(2**63) + b"abc.",
+}
+
+LOADERS = {
+    "graphpickle.loads": graphpickle.loads,
+    "graphpickle.loads (Python)": graphpickle.loads.__wrapped__,
+    "dask_distributed.loads": dask_distributed.loads,
+    "dask_distributed.loads (Python)": dask_distributed.loads.__wrapped__,
+}
+
+
+@pytest.mark.parametrize("case", OVERRUNS)
+@pytest.mark.parametrize("loader", LOADERS)
+def test_an_overlong_bytearray8_is_refused_as_truncated(case, loader):
+    with pytest.raises(pickle.UnpicklingError) as raised:
+        LOADERS[loader](OVERRUNS[case])
+    assert str(raised.value) == "pickle data was truncated"  # the unpickler's own words
+
+
+@pytest.mark.parametrize("case", OVERRUNS)
+def test_both_checks_find_each_overrun(case):
+    data = OVERRUNS[case]
+    assert _overrun._bytearray8_overruns_in_python(data)
+    assert _overrun.bytearray8_overruns(data)
+    assert _overrun.bytearray8_overruns(memoryview(bytearray(data)))
+
+
+@pytest.mark.parametrize("case", NOT_OVERRUNS)
+def test_data_that_only_looks_like_one_passes(case):
+    data = NOT_OVERRUNS[case]
+    assert not _overrun._bytearray8_overruns_in_python(data)
+    assert not _overrun.bytearray8_overruns(data)
+
+
+def test_a_length_past_any_size_keeps_pickles_own_error():
+    with pytest.raises(OverflowError, match="BYTEARRAY8 exceeds"):
+        graphpickle.loads(NOT_OVERRUNS["longer than any size"])
+
+
+def test_ordinary_pickles_still_load():
+    value = {"b": bytearray(b"\x96" + b"\xff" * 8), "n": list(range(300))}
+    assert graphpickle.loads(pickle.dumps(value, 5)) == value
+
+
+def test_the_wire_and_inspect_refuse_it_too():
+    with pytest.raises(pickle.UnpicklingError, match="truncated"):
+        _pickler.load_bytes(OVERRUNS["alone"], None, None)
+    report = graphpickle.inspect(OVERRUNS["in a frame"])
+    assert report.error is not None
+
+
+def _pickles():
+    leaves = st.one_of(
+        st.integers(), st.binary(max_size=40), st.text(max_size=10), st.floats(),
+        st.binary(max_size=12).map(bytearray), st.none(),
+    )  # fmt: skip
+    values = st.recursive(
+        leaves, lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner), max_leaves=12
+    )
+    return st.builds(pickle.dumps, values, st.integers(0, 5))
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    data=_pickles(),
+    edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
+    cut=st.integers(0, 12),
+    splice=st.none() | st.tuples(st.integers(0, 10_000), st.integers(0, 2**64 - 1)),
+)
+def test_c_and_python_give_the_same_answer(data, edits, cut, splice):
+    mutated = bytearray(data)
+    if splice is not None:  # a BYTEARRAY8 opcode (or its byte in data) somewhere
+        position, length = splice
+        mutated[position % (len(mutated) + 1) : 0] = _bytearray8(length)
+    for position, value in edits:
+        if mutated:
+            mutated[position % len(mutated)] = value
+    sample = bytes(mutated[: max(0, len(mutated) - cut)])
+    assert _overrun.bytearray8_overruns(sample) == _overrun._bytearray8_overruns_in_python(sample)
