@@ -1,11 +1,18 @@
-"""Only the optional C extension lives here; all other metadata is in pyproject.toml."""
+"""Only the optional C extensions live here; all other metadata is in pyproject.toml.
+
+Each extension sits beside the Python it accelerates, which gives the same
+output and runs when it cannot be compiled (``optional=True``).
+"""
 
 from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        # The C version of Pickler.reducer_override. Optional: if it cannot be
-        # compiled, graphpickle runs the same logic in Python, with the same output.
-        Extension("graphpickle._speedups", ["src/graphpickle/_speedups.c"], optional=True),
+        # The pickler's hook, dumps/loads for small messages, remembered reductions.
+        Extension("graphpickle.core._speedups", ["src/graphpickle/core/_speedups.c"], optional=True),
+        # The wire's frame sizes.
+        Extension("graphpickle.wire._frames", ["src/graphpickle/wire/_frames.c"], optional=True),
+        # Where a deterministic dump's payload writes sets.
+        Extension("graphpickle.determinism._sets", ["src/graphpickle/determinism/_sets.c"], optional=True),
     ]
 )

@@ -10,7 +10,7 @@ this script is the same command from a checkout:
 
 import sys
 
-from graphpickle._bench import main
+from graphpickle.cli.bench import main
 
 if __name__ == "__main__":
     sys.exit(main())

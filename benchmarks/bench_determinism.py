@@ -22,8 +22,8 @@ from typing import Any
 import cloudpickle
 
 import graphpickle
-from graphpickle._bench import paired_medians, timed, variants
-from graphpickle._bench_workloads import WORKLOADS
+from graphpickle.cli.bench import paired_medians, timed, variants
+from graphpickle.cli.workloads import WORKLOADS
 
 TARGET = 1.5
 

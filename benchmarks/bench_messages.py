@@ -35,7 +35,7 @@ from typing import Any
 import cloudpickle
 import distributed
 
-from graphpickle._bench import (
+from graphpickle.cli.bench import (
     message_dumps,
     message_loads,
     message_plan,

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from graphpickle import DATA_ONLY, dumps, loads
-from graphpickle._bench import paired_medians
+from graphpickle.cli.bench import paired_medians
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "restricted.md"
 

@@ -26,8 +26,8 @@ import dask
 import numpy as np
 from dask.base import tokenize
 
-import graphpickle.dask_tokenize as gpt
-from graphpickle._bench import paired_medians
+import graphpickle.integrations.dask_tokenize as gpt
+from graphpickle.cli.bench import paired_medians
 
 TARGET = 0.5
 SCALE = 10

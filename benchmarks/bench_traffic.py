@@ -75,7 +75,7 @@ def start_recording(dask_worker=None, dask_scheduler=None):
 
     recording_dumps._gp_recording = True
     # distributed.protocol.pickle, and the modules that imported dumps by name.
-    from graphpickle.dask_distributed import _TARGETS
+    from graphpickle.integrations.dask_distributed import _TARGETS
 
     for module_name, name in _TARGETS:
         module = sys.modules.get(module_name)
@@ -117,7 +117,7 @@ def workloads(client, functions):
 def record(per_kind: int, workers: int) -> None:
     from distributed import Client, LocalCluster
 
-    from graphpickle._bench_workloads import inc
+    from graphpickle.cli.workloads import inc
 
     functions = {"importable": inc, "__main__": inc_main, "lambda": lambda x, *a: x + 1}
     with (
@@ -153,7 +153,7 @@ def record(per_kind: int, workers: int) -> None:
 
 
 def replay(repeat: int) -> int:
-    from graphpickle._bench import interleaved_medians, message_dumps
+    from graphpickle.cli.bench import interleaved_medians, message_dumps
 
     document = graphpickle.loads(SAMPLE.read_bytes())
     dumpers = message_dumps()

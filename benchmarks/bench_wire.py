@@ -15,9 +15,9 @@ import hmac
 import pickle
 from typing import Any
 
-from graphpickle import _bench_workloads as workloads
 from graphpickle import dumps, loads, wire
-from graphpickle._bench import paired_medians
+from graphpickle.cli import workloads
+from graphpickle.cli.bench import paired_medians
 
 KEY = b"benchmark key"
 

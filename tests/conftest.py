@@ -88,10 +88,12 @@ def sender(tmp_path: Path):
 @pytest.fixture(params=["C", "Python"])
 def implementation(request, monkeypatch):
     """Run a test with the C reducer_override and with the pure-Python one."""
-    from graphpickle import _pickler
+    from graphpickle import determinism
+    from graphpickle.core import pickler as _pickler
 
     if request.param == "Python":
         monkeypatch.setattr(_pickler, "_speedups", None)
+        monkeypatch.setattr(determinism.sets, "_sets", None)
     elif _pickler._speedups is None:
         pytest.skip("graphpickle._speedups is not built")
     return request.param

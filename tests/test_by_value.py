@@ -17,7 +17,7 @@ import weakref
 import pytest
 
 import graphpickle
-from graphpickle._policy import ByValueReason, class_reason, function_reason
+from graphpickle.core.policy import ByValueReason, class_reason, function_reason
 
 
 def roundtrip(obj, protocol=5):

@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 import graphpickle
-from graphpickle import _reducers
+from graphpickle.core import reducers as _reducers
 
 CELL = """
 G = 1

@@ -23,7 +23,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import graphpickle
-from graphpickle import _pickler, determinism
+from graphpickle import determinism
+from graphpickle.core import pickler as _pickler
+from graphpickle.core.fingerprint import content_dumps
+from graphpickle.determinism import canonical
 
 # Everything the issue names, plus instances and sets in every place a set can
 # hide: literal constants, globals, closures, class attributes, data, members
@@ -336,7 +339,7 @@ def test_a_receiver_that_pickles_what_it_loaded_writes_the_same_bytes(runs, tmp_
     out = run_python(textwrap.dedent(check), str(first), cwd=tmp_path, env={"PYTHONHASHSEED": "9"})
     # Instances differ: the receiver interns their attribute names on load, so
     # those are no longer the very strings the class's fields hold, and the memo
-    # writes them again (the README's limits say so).
+    # writes them again (docs/determinism.md's limits say so).
     assert json.loads(out) == ["instances", "instances_in_sets"]
 
 
@@ -379,7 +382,7 @@ def _det(obj: object) -> bytes:
 
 
 def test_code_remembered_from_earlier_dumps_writes_the_same_bytes(monkeypatch):
-    from graphpickle import _canonical
+    from graphpickle.determinism import canonical as _canonical
 
     # Two functions whose code shares strings ('alpha', 'x'): a payload writes
     # each string once, whichever code was reduced in an earlier dump.
@@ -403,7 +406,7 @@ def test_code_remembered_from_earlier_dumps_writes_the_same_bytes(monkeypatch):
 
 
 def test_code_whose_frozenset_orders_by_payload_is_not_remembered():
-    from graphpickle import _canonical
+    from graphpickle.determinism import canonical as _canonical
 
     # Complex members are ordered by payloads made with the pickler's hooks.
     by_payload = _main_function("def f(x):\n    return x in {1j, 2j, 3j}\n")
@@ -470,12 +473,12 @@ def test_a_content_payload_writes_no_class_id_and_still_tells_classes_apart():
     (class_id,) = [
         key for key, value in tracker.items() if value is cls and key.encode() in shipped
     ]
-    hashed = determinism.content_dumps(cls, [].append)
+    hashed = content_dumps(cls, [].append)
     assert class_id.encode() not in hashed
     assert len(hashed) < len(shipped)  # the same payload less the id
-    assert determinism.content_dumps(_main_class(source), [].append) == hashed
+    assert content_dumps(_main_class(source), [].append) == hashed
     changed = _main_class(source.replace("limit = 1", "limit = 2"))
-    assert determinism.content_dumps(changed, [].append) != hashed
+    assert content_dumps(changed, [].append) != hashed
     loaded = pickle.loads(hashed)
     assert loaded is not cls and loaded().get() == 1  # loads, as a class of its own
 
@@ -489,38 +492,38 @@ def test_content_payloads_made_one_after_another_are_each_their_own():
 
     first: list[pickle.PickleBuffer] = []
     second: list[pickle.PickleBuffer] = []
-    determinism.content_dumps(np.arange(3), first.append)
-    determinism.content_dumps(np.arange(4), second.append)
+    content_dumps(np.arange(3), first.append)
+    content_dumps(np.arange(4), second.append)
     assert [bytes(b.raw()) for b in first] == [np.arange(3).tobytes()]
     assert [bytes(b.raw()) for b in second] == [np.arange(4).tobytes()]
 
     cls = _main_class("class C:\n    pass\n")
-    before = determinism.content_dumps(cls(), [].append)
+    before = content_dumps(cls(), [].append)
     graphpickle.register_reducer(cls, lambda obj: (int, (7,)))
     try:
-        assert pickle.loads(determinism.content_dumps(cls(), [].append)) == 7
+        assert pickle.loads(content_dumps(cls(), [].append)) == 7
     finally:
         graphpickle.unregister_reducer(cls)
-    assert determinism.content_dumps(cls(), [].append) == before
+    assert content_dumps(cls(), [].append) == before
 
     class Fails:
         def __reduce__(self):
             raise ValueError("no")
 
     with pytest.raises(ValueError, match="no"):
-        determinism.content_dumps([cls(), Fails()], [].append)
-    assert determinism.content_dumps(cls(), [].append) == before
+        content_dumps([cls(), Fails()], [].append)
+    assert content_dumps(cls(), [].append) == before
 
     class Nested:  # reduces itself through another content payload
         def __reduce__(self):
-            return (bytes, (determinism.content_dumps(cls(), [].append),))
+            return (bytes, (content_dumps(cls(), [].append),))
 
-    assert pickle.loads(determinism.content_dumps(Nested(), [].append)) == before
+    assert pickle.loads(content_dumps(Nested(), [].append)) == before
 
     instance = cls()
     instance.payload = list(range(10))
     ref = weakref.ref(instance)
-    determinism.content_dumps(instance, [].append)
+    content_dumps(instance, [].append)
     del instance
     gc.collect()
     assert ref() is None
@@ -599,6 +602,7 @@ def test_the_c_and_python_implementations_write_the_same_bytes(monkeypatch):
     graph = {"cls": objects, "instances": {objects, frozenset({"q", "r"})}, "data": [{1, 9, 17}]}
     with_c = _det(graph)
     monkeypatch.setattr(_pickler, "_speedups", None)
+    monkeypatch.setattr(determinism.sets, "_sets", None)
     assert _det(graph) == with_c
 
 
@@ -730,15 +734,14 @@ def test_sets_written_before_their_wrapper_keep_the_memo_right():
 
 def test_nested_sets_of_objects_cost_polynomial_time(monkeypatch):
     made = []
-    member_payload = determinism._member_payload
+    member_payload = canonical.member_payload
     monkeypatch.setattr(
-        determinism, "_member_payload", lambda s, m: made.append(1) or member_payload(s, m)
+        canonical, "member_payload", lambda s, m: made.append(1) or member_payload(s, m)
     )
     node: object = "leaf"
     for level in range(32):  # a set holding an object holding the previous set
         node = {_Holder(node), f"x{level}"}
     pickler = graphpickle.Pickler(io.BytesIO(), deterministic=True)
-    pickler._state.deterministic.member_payload = determinism._member_payload
     pickler.dump(node)
     assert len(made) < 32 * 32  # 2**32 without remembering orders
 

@@ -108,7 +108,7 @@ def test_large_capture_warning_once_per_function_per_payload():
 
 
 def test_large_capture_warning_points_at_the_caller_with_either_hook(monkeypatch):
-    from graphpickle import _pickler
+    from graphpickle.core import pickler as _pickler
 
     monkeypatch.setattr(_pickler, "_speedups", None)  # the pure-Python hook: deeper stack
     with pytest.warns(graphpickle.LargeCaptureWarning) as record:
@@ -154,7 +154,7 @@ def test_large_capture_threshold_is_configurable():
 
 
 def test_estimate_is_close_for_common_values():
-    from graphpickle._captures import estimate_nbytes
+    from graphpickle.core.captures import estimate_nbytes
 
     for value in (np.zeros(100_000), b"x" * 50_000, "y" * 50_000, list(range(50_000))):
         actual = len(graphpickle.dumps(value))

@@ -67,7 +67,7 @@ def test_subclass_extends_reducer_override(module):
 
 
 # Two places where graphpickle keeps pickle's semantics and cloudpickle does not
-# (the README lists them): each test pins cloudpickle's behaviour too, so that a
+# (docs/api.md lists them): each test pins cloudpickle's behaviour too, so that a
 # change on either side is noticed.
 
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import graphpickle
-from graphpickle import _overrun
+from graphpickle.core import overrun as _overrun
 
 
 class Task:

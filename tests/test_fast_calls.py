@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import graphpickle
-from graphpickle import _pickler
+from graphpickle.core import pickler as _pickler
 
 pytestmark = pytest.mark.skipif(
     _pickler._speedups is None, reason="graphpickle._speedups not built"
@@ -221,8 +221,8 @@ def test_a_registration_during_a_dump_reaches_the_next_dumps():
         graphpickle.dumps(Unregistrar())
         assert type(pickle.loads(graphpickle.dumps(_Registered()))) is _Registered
     finally:
-        graphpickle._reducers._global_reducers.pop(_Registered, None)
-        graphpickle._reducers._tables_changed()
+        graphpickle.core.reducers._global_reducers.pop(_Registered, None)
+        graphpickle.core.reducers._tables_changed()
 
 
 def test_a_registration_while_another_thread_dumps():

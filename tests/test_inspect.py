@@ -355,7 +355,8 @@ def test_calls_of_untracked_objects_are_not_data():
 
 
 def test_a_guarded_call_the_walk_did_not_model_is_flagged():
-    from graphpickle import _dry_load, _scan
+    from graphpickle.diagnostics import dry_load as _dry_load
+    from graphpickle.diagnostics import scan as _scan
 
     data = pickle.dumps((1, 2))
     scan = _scan._Scan(data)
@@ -423,7 +424,7 @@ def test_findings_never_repr_a_payload_in_full():
 
 
 def test_the_dry_run_reuses_its_stand_ins():
-    from graphpickle import _dry_load
+    from graphpickle.diagnostics import dry_load as _dry_load
 
     calls = 20_000
     data = b"\x80\x04(" + b"cbuiltins\nint\n)R" * calls + b"l."

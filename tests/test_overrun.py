@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import graphpickle
-from graphpickle import _overrun, _pickler, dask_distributed
+from graphpickle import dask_distributed
+from graphpickle.core import overrun as _overrun
+from graphpickle.core import pickler as _pickler
 
 
 def _bytearray8(length: int) -> bytes:

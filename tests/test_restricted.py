@@ -271,3 +271,15 @@ def test_the_security_review_cases_are_refused():
     lines = result.stdout.splitlines()
     assert lines[-1] == "opened []"
     assert [line.rsplit(" ", 1)[1] for line in lines[:-1]] == ["refused"] * 7, lines
+
+
+def test_a_shared_immutable_call_result_fails_as_pickle_fails():
+    # int() returns the cached 0, which something else holds: no opcode can
+    # change an int, so APPEND on it fails with pickle's own error, and is not
+    # reported as a forbidden change (inspect calls such a payload data).
+    data = b"cbuiltins\nint\n(tRcbuiltins\nint\na."
+    with pytest.raises(AttributeError):
+        pickle.loads(data)
+    with pytest.raises(AttributeError):
+        graphpickle.loads(data, allowed=["builtins.int"])
+    assert graphpickle.inspect(data).verdict == "data"

@@ -1,5 +1,5 @@
 """A stale or partial compiled extension is not used: graphpickle falls back to
-its Python path (graphpickle._reducers._load_speedups)."""
+its Python path (graphpickle._native.load)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,19 @@ import types
 
 import pytest
 
-from graphpickle import _reducers
+from graphpickle import _native
+from graphpickle.core import native
 
 STALE_IMPORT = """
 import sys, types, warnings, pickle
-stale = types.ModuleType("graphpickle._speedups")
+stale = types.ModuleType("graphpickle.core._speedups")
 stale.__file__ = "stale.so"
 {setup}
-sys.modules["graphpickle._speedups"] = stale
+sys.modules["graphpickle.core._speedups"] = stale
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import graphpickle
-from graphpickle import _pickler
+from graphpickle.core import pickler as _pickler
 assert _pickler._speedups is None, _pickler._speedups
 assert pickle.loads(graphpickle.dumps({{"a": (1, 2)}})) == {{"a": (1, 2)}}
 assert graphpickle.loads(graphpickle.dumps([1])) == [1]
@@ -33,8 +34,7 @@ print([str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     [
         "stale.Dispatch = object",  # most names missing
         # every name there, an older VERSION
-        f"for name in {_reducers._SPEEDUPS_NAMES!r}:\n    setattr(stale, name, object)\n"
-        "stale.VERSION = 1",
+        f"for name in {native.NAMES!r}:\n    setattr(stale, name, object)\nstale.VERSION = 1",
     ],
 )
 def test_a_stale_extension_falls_back_to_python(setup):
@@ -49,10 +49,25 @@ def test_checked_speedups():
     partial = types.ModuleType("partial")
     partial.__file__ = "partial.so"
     with pytest.warns(RuntimeWarning, match="missing Dispatch"):
-        assert _reducers._checked_speedups(partial) is None
-    for name in _reducers._SPEEDUPS_NAMES:
+        assert _native.checked(partial, native.VERSION, native.NAMES) is None
+    for name in native.NAMES:
         setattr(partial, name, object())
     with pytest.warns(RuntimeWarning, match="VERSION None"):
-        assert _reducers._checked_speedups(partial) is None
-    partial.VERSION = _reducers.SPEEDUPS_VERSION
-    assert _reducers._checked_speedups(partial) is partial
+        assert _native.checked(partial, native.VERSION, native.NAMES) is None
+    partial.VERSION = native.VERSION
+    assert _native.checked(partial, native.VERSION, native.NAMES) is partial
+
+
+def test_every_extension_is_built_unless_disabled():
+    # Each part's C code is optional at install time; in this project's
+    # environments each must build and match its Python side.
+    import os
+
+    from graphpickle.determinism import sets
+    from graphpickle.wire import frames
+
+    built = {"core": native.speedups, "wire": frames._frames, "determinism": sets._sets}
+    if os.environ.get("GRAPHPICKLE_NO_SPEEDUPS"):
+        assert set(built.values()) == {None}
+    else:
+        assert None not in built.values(), built

@@ -6,19 +6,19 @@ classes of ``__main__``, lambdas, closures, dynamic classes, modules registered
 for pickling by value) is pickled by value, through cloudpickle.
 """
 
-from ._captures import get_large_capture_threshold, set_large_capture_threshold
-from ._pickler import DEFAULT_PROTOCOL, CloudPickler, Pickler, dump, dumps, load, loads
-from ._policy import (
+from ._version import __version__
+from .core.captures import get_large_capture_threshold, set_large_capture_threshold
+from .core.fingerprint import fingerprint
+from .core.pickler import DEFAULT_PROTOCOL, CloudPickler, Pickler, dump, dumps, load, loads
+from .core.policy import (
     ByValueReason,
     list_registry_pickle_by_value,
     register_pickle_by_value,
     unregister_pickle_by_value,
 )
-from ._reducers import Reducer, register_reducer, unregister_reducer
-from ._restricted import DATA_ONLY
-from ._scan import InspectReport, inspect
-from .determinism import fingerprint
+from .core.reducers import Reducer, register_reducer, unregister_reducer
 from .diagnostics import ExplainReport, explain
+from .diagnostics.scan import InspectReport, inspect
 from .errors import (
     ForbiddenGlobalError,
     LargeCaptureWarning,
@@ -27,8 +27,7 @@ from .errors import (
     UnpicklingError,
     WireFormatError,
 )
-
-__version__ = "0.1.0.dev0"
+from .restricted.unpickler import DATA_ONLY
 
 __all__ = [
     "DATA_ONLY",

@@ -42,6 +42,7 @@ _REQUIRED = (
     "_make_typevar",
     "subimport",
     "dynamic_subimport",
+    "_find_imported_submodules",
 )
 _missing = [name for name in _REQUIRED if not hasattr(_cp, name)]
 if _missing or not hasattr(_cp.Pickler, "_function_getnewargs"):
@@ -58,6 +59,13 @@ SPAWNED_MAIN = "__mp_main__"
 #: Names of the modules registered for pickling by value. This is cloudpickle's
 #: own set, so a module registered through either library is honoured by both.
 REGISTERED_BY_VALUE: set[str] = _cp._PICKLE_BY_VALUE_MODULES
+
+#: ``find_imported_submodules(code, top_level_dependencies)``: the submodules a
+#: function's code reaches through the modules it uses (``xml.dom`` through
+#: ``xml``), which a by-value payload imports on the receiver.
+find_imported_submodules: Callable[[types.CodeType, list[Any]], list[Any]] = (
+    _cp._find_imported_submodules
+)
 
 #: Types that ``types`` exposes but that are not importable under their own
 #: ``__module__``/``__qualname__`` (``types.FunctionType`` is ``builtins.function``).

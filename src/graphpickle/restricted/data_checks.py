@@ -76,7 +76,7 @@ def reconstructor(cls: Any, base: Any, state: Any) -> Any:
         or getattr(cls, "__reduce_ex__", None) is not _OBJECT_REDUCE_EX
         or getattr(cls, "__reduce__", None) is not _OBJECT_REDUCE
     ):
-        from .errors import ForbiddenGlobalError
+        from ..errors import ForbiddenGlobalError
 
         raise ForbiddenGlobalError(
             f"restricted loading refused copyreg._reconstructor({_name(cls)}, {_name(base)}, ...): "

@@ -1,6 +1,6 @@
 """A dry run of the C unpickler: what ``pickle.loads`` would resolve and call.
 
-``inspect`` reads opcodes in Python (``_scan.py``). A scanner whose parser
+``inspect`` reads opcodes in Python (``scan.py``). A scanner whose parser
 differs from the loader's can be shown one program while the loader runs
 another (frame lengths, odd spacing in text opcodes, errors only one of them
 raises). So ``inspect`` also lets the real C unpickler (``_pickle.Unpickler``,
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._overrun import refuse_overrun
+from ..core.overrun import refuse_overrun
 
 __all__ = ["DryRun", "Event", "dry_load"]
 

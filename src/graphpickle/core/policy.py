@@ -11,7 +11,7 @@ import sys
 import types
 from typing import Any
 
-from ._cloudpickle_internals import REGISTERED_BY_VALUE
+from .._cloudpickle_internals import REGISTERED_BY_VALUE
 
 __all__ = [
     "ByValueReason",

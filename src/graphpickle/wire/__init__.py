@@ -48,9 +48,15 @@ from collections.abc import Iterable, Sequence
 from pickle import PickleBuffer
 from typing import IO, Any
 
-from ._pickler import DEFAULT_PROTOCOL, Pickler, _speedups, load_bytes, load_failure
-from ._restricted import compile_allowed
-from .errors import PicklingError, SignatureError, UnpicklingError, WireFormatError
+from .._version import __version__
+from ..core.pickler import DEFAULT_PROTOCOL, Pickler, load_bytes, load_failure
+from ..errors import PicklingError, SignatureError, UnpicklingError, WireFormatError
+from ..restricted.unpickler import compile_allowed
+from .frames import buffer_nbytes as _buffer_nbytes
+from .frames import frame_table as _frame_table
+from .frames import frame_views as _frame_views
+from .frames import frames_have_lengths as _frames_have_lengths
+from .frames import little_endian
 
 __all__ = [
     "COMPRESS_MAX_RATIO",
@@ -220,10 +226,7 @@ def _starts(nbytes: int) -> range:
 def _little_endian(table: bytes | array.array[int]) -> bytes:
     if isinstance(table, bytes):  # from frame_table: little-endian already
         return table
-    if sys.byteorder == "big":
-        table = array.array(table.typecode, table)
-        table.byteswap()
-    return table.tobytes()
+    return little_endian(table)
 
 
 def pack_bytes(
@@ -477,49 +480,6 @@ def read(
     return _load(header, frames, 0, allowed)  # frames were read to the declared sizes
 
 
-def _buffer_nbytes_in_python(frames: Sequence[Any]) -> list[int]:
-    sizes = []
-    for frame in frames:
-        view = memoryview(frame)
-        if not view.contiguous:
-            raise BufferError("memoryview: underlying buffer is not contiguous")
-        sizes.append(view.nbytes)
-    return sizes
-
-
-def _frame_table_in_python(first_length: int, buffers: Sequence[Any]) -> tuple[bytes, int]:
-    sizes = _buffer_nbytes_in_python(buffers)
-    return _little_endian(array.array("Q", [first_length, *sizes])), max(sizes, default=0)
-
-
-def _frames_have_lengths_in_python(frames: Sequence[Any], expected: array.array[int]) -> bool:
-    return _buffer_nbytes_in_python(frames) == expected.tolist()
-
-
-def _frame_views_in_python(
-    view: memoryview, start: int, lengths: array.array[int]
-) -> tuple[list[Frame], int]:
-    frames: list[Frame] = []
-    end = start
-    for declared in lengths:
-        if view.nbytes < end + declared:
-            break  # truncated: fewer frames than lengths
-        frames.append(view[end : end + declared])
-        end += declared
-    return frames, end
-
-
-# In C when graphpickle._speedups is built (same results): the size of each
-# frame, whether the frames have the sizes the header declares, and the frames
-# of a contiguous message.
-_buffer_nbytes = _buffer_nbytes_in_python if _speedups is None else _speedups.buffer_nbytes
-_frames_have_lengths = (
-    _frames_have_lengths_in_python if _speedups is None else _speedups.frames_have_lengths
-)
-_frame_table = _frame_table_in_python if _speedups is None else _speedups.frame_table
-_frame_views = _frame_views_in_python if _speedups is None else _speedups.frame_views
-
-
 def _load(header: _Header, frames: list[Frame], start: int, allowed: Iterable[str] | None) -> Any:
     """Decompress and unpickle ``frames[start:]`` (the pickle frame first; lengths
     already checked). The buffers are handed over without copying the list."""
@@ -646,8 +606,6 @@ def _verify(flags: int, signed_part: Sequence[Frame], signature: Frame, key: Any
 @functools.cache
 def _document(protocol: int, by_value: bool, python: str) -> bytes:
     """The header's JSON document (a handful of variants: computed once each)."""
-    from . import __version__
-
     fields = {
         "graphpickle": __version__,
         "python": python,

@@ -9,7 +9,7 @@ names. ``inspect`` never loads. It reads the payload twice:
   applied to what, and which objects are globals. From that it reports what a
   receiver must be able to import, what was pickled by value and how many bytes
   it spans, the out-of-band buffers it expects, and what looks dangerous.
-- **A dry run of the C unpickler** (``_dry_load.py``), the parser
+- **A dry run of the C unpickler** (``dry_load.py``), the parser
   ``pickle.loads`` itself uses, with inert stand-ins for every global. If the
   two readings disagree (which names, in which order, where it stops), the
   payload is crafted to show a scanner something else than the loader, and is
@@ -23,7 +23,7 @@ The verdict has three levels: ``"data"`` (restricted loading with
 :data:`graphpickle.DATA_ONLY` accepts it), ``"imports"`` (it imports globals
 outside that list, none known to be dangerous; code pickled by value runs only
 if called), ``"code"`` (it can run code or change the interpreter on load: a
-known-dangerous global (``_gadgets.py``), a name computed at load time, a
+known-dangerous global (``gadgets.py``), a name computed at load time, a
 change of a global's state, by-value code called on load, an EXT opcode, or
 parsers that disagree).
 """
@@ -36,10 +36,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ._dry_load import DryRun, dry_load
-from ._gadgets import danger_of
-from ._restricted import AllowList, imported_name
-from .errors import UnpicklingError
+from ..errors import UnpicklingError
+from ..restricted.unpickler import AllowList, imported_name
+from .dry_load import DryRun, dry_load
+from .gadgets import danger_of
 
 __all__ = ["Finding", "InspectReport", "inspect"]
 
@@ -214,7 +214,7 @@ _GUARDED = {"operator.itemgetter", "_codecs.encode", _GETATTR}
 def _data_only() -> AllowList:
     global _DATA_ONLY
     if _DATA_ONLY is None:
-        from ._data_only import DATA_ONLY
+        from ..restricted.data_only import DATA_ONLY
 
         _DATA_ONLY = AllowList(DATA_ONLY)
     return _DATA_ONLY

@@ -24,7 +24,7 @@ An allow-list is a collection of strings:
   imported from elsewhere, its constants and its dunders are not included);
 - ``"package.*"``: the same for the package and all its submodules.
 
-:data:`DATA_ONLY` (``_data_only.py``) names exact objects. Extend it with set
+:data:`DATA_ONLY` (``data_only.py``) names exact objects. Extend it with set
 union: ``graphpickle.DATA_ONLY | {"mypackage.Point"}``. Allow constructors of
 data, never functions that return existing objects (a getter would hand the
 payload state to change) or that call their arguments.
@@ -35,7 +35,7 @@ constructors live in ``cloudpickle``) with a message that says so.
 The loader is CPython's pure-Python unpickler (``pickle._Unpickler``) with
 these checks on its opcodes; the C unpickler has no hook for BUILD or SETITEM.
 It is slower than ``pickle.loads`` on payloads of many small objects (the
-README has the numbers); out-of-band buffers are loaded without a copy.
+docs/security.md has the numbers); out-of-band buffers are loaded without a copy.
 """
 
 from __future__ import annotations
@@ -50,15 +50,19 @@ import types
 from collections.abc import Iterable
 from typing import IO, Any, ClassVar, NoReturn
 
-from ._data_checks import check_built, check_call, reconstructor
-from ._data_only import DATA_ONLY
-from .errors import ForbiddenGlobalError
+from ..errors import ForbiddenGlobalError
+from .data_checks import check_built, check_call, reconstructor
+from .data_only import DATA_ONLY
 
 __all__ = ["DATA_ONLY", "AllowList"]
 
 _BY_VALUE_MODULE = "cloudpickle.cloudpickle"
 
 # What a payload may never change: code, namespaces and their descriptors.
+# Exact builtin types that no opcode can change: a shared one (a small int, an
+# interned string) that a call returns is left to fail as pickle fails.
+_IMMUTABLE = frozenset({int, float, complex, str, bytes, bool, type(None), tuple, frozenset})
+
 _NOT_DATA = (
     type,
     types.ModuleType,
@@ -246,6 +250,8 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         before the call. The payload did not create it, so it may not change it.
         A new object is held only by the stack (CPython's reference counts)."""
         top = self.stack[-1]
+        if type(top) in _IMMUTABLE:
+            return  # BUILD, SETITEM(S), APPEND(S) on it fail, as with plain pickle
         if sys.getrefcount(top) > 3:  # the stack, ``top`` and getrefcount's argument
             self._globals.setdefault(
                 id(top), _describe(top) + " (an object that existed before this load)"
@@ -254,7 +260,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
 
     def _check_call(self, func: Any, args: Any, kwargs: Any = None) -> None:
         """Before a call of an allowed name: arguments that make it do more than
-        build data (``_data_checks.check_call``)."""
+        build data (``data_checks.check_call``)."""
         name = self._globals.get(id(func))
         problem = None if name is None else check_call(name, args, kwargs)
         if problem is not None:
@@ -333,7 +339,7 @@ for _op in (
 
 
 def _refuse(what: str, problem: str, name: str) -> NoReturn:
-    """Refuse ``what`` for a problem ``_data_checks`` found."""
+    """Refuse ``what`` for a problem ``data_checks`` found."""
     raise ForbiddenGlobalError(f"restricted loading refused {what}: {problem}", name=name)
 
 

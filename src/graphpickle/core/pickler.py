@@ -19,11 +19,15 @@ import pickle
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any, NoReturn, TypeVar, cast
 
-from . import determinism
-from ._canonical import DeterministicState
-from ._locate import pickling_error
-from ._overrun import refuse_overrun
-from ._reducers import (
+from .. import determinism
+from ..determinism.canonical import DeterministicState
+from ..errors import ForbiddenGlobalError
+from ..restricted.unpickler import AllowList, compile_allowed, restricted_load
+from .captures import no_capture_warnings
+from .locate import pickling_error
+from .native import speedups as _speedups  # tests set it to None: the Python hook
+from .overrun import refuse_overrun
+from .reducers import (
     MAX_SHARED_TYPES,
     PicklerState,
     Reducer,
@@ -31,10 +35,7 @@ from ._reducers import (
     dispatch_for,
     on_tables_changed,
 )
-from ._reducers import _speedups as _speedups  # tests set it to None: the Python hook
-from ._restricted import AllowList, compile_allowed, restricted_load
-from ._stack import DEEP_STACK_ABOVE, needs_deep_stack, run_on_deep_stack
-from .errors import ForbiddenGlobalError
+from .stack import DEEP_STACK_ABOVE, needs_deep_stack, run_on_deep_stack
 
 __all__ = ["DEFAULT_PROTOCOL", "CloudPickler", "Pickler", "dump", "dumps", "load", "loads"]
 
@@ -87,7 +88,13 @@ class Pickler(_pickle.Pickler):
         if deterministic:
             # Each pass writes to memory; dump() passes the final one on.
             self._passes, canonical = determinism.prepare(
-                file, protocol, buffer_callback, reducers, reducer_lookup
+                file,
+                protocol,
+                buffer_callback,
+                reducers,
+                reducer_lookup,
+                pickler_class=Pickler,
+                quietly=no_capture_warnings,
             )
             file, buffer_callback = self._passes.pass_output, self._passes.pass_callback
         super().__init__(file, protocol, buffer_callback=buffer_callback)

@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .errors import LargeCaptureWarning
+from ..errors import LargeCaptureWarning
 
 __all__ = ["get_large_capture_threshold", "set_large_capture_threshold"]
 

@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import _cloudpickle_internals as cp
-from ._captures import captured_values, no_capture_warnings
-from ._pickler import Pickler
-from ._policy import class_reason, function_reason, module_reason
-from ._reducers import PicklerState, Reducer
-from ._scan import inspect
-from ._walk import render_path, type_name, walk
+from .. import _cloudpickle_internals as cp
+from ..core.captures import captured_values, no_capture_warnings
+from ..core.pickler import Pickler
+from ..core.policy import class_reason, function_reason, module_reason
+from ..core.reducers import PicklerState, Reducer
+from ..core.walk import render_path, type_name, walk
+from .scan import inspect
 
 __all__ = ["ByValueEntry", "Capture", "ExplainReport", "explain"]
 

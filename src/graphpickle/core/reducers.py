@@ -11,32 +11,30 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import sys
 import threading
 import types
 import typing
-import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from pickle import PickleBuffer
 from typing import Any
 
-from cloudpickle.cloudpickle import _find_imported_submodules
-
-from . import _canonical, _captures
-from . import _cloudpickle_internals as cp
-from ._canonical import DeterministicState
-from ._captures import warn_about_large_captures
-from ._cloudpickle_internals import REGISTERED_BY_VALUE
-from ._policy import (
+from .. import _cloudpickle_internals as cp
+from .._cloudpickle_internals import REGISTERED_BY_VALUE
+from ..determinism import canonical as _canonical
+from ..determinism.canonical import DeterministicState
+from ..errors import PicklingError
+from . import captures as _captures
+from .captures import warn_about_large_captures
+from .native import speedups as _speedups
+from .policy import (
     ByValueReason,
     class_reason,
     function_reason,
     module_reason,
     named_object_reason,
 )
-from .errors import PicklingError
 
 __all__ = ["Reducer", "register_reducer", "unregister_reducer"]
 
@@ -77,45 +75,6 @@ class PicklerState:
 Handler = Callable[[PicklerState, Any], Any]
 
 
-# What graphpickle uses of the extension, and the VERSION of _speedups.c it needs.
-SPEEDUPS_VERSION = 3
-_SPEEDUPS_NAMES = (
-    "Dispatch", "Dumper", "Loader", "Sink", "buffer_nbytes", "bytearray8_overruns",
-    "frame_table", "frame_views", "frames_have_lengths", "function_snapshot", "note_set",
-    "remember_by_reference", "same_objects", "set_by_reference_policy", "sets_to_sort",
-)  # fmt: skip
-
-
-def _load_speedups() -> types.ModuleType | None:
-    """The C extension, or ``None`` (the Python path: the same output) if it is
-    not built, is turned off (GRAPHPICKLE_NO_SPEEDUPS) or is stale: built from
-    an older ``_speedups.c`` than this package's Python files expect."""
-    if os.environ.get("GRAPHPICKLE_NO_SPEEDUPS"):
-        return None
-    try:
-        from . import _speedups
-    except ImportError:
-        return None
-    return _checked_speedups(_speedups)
-
-
-def _checked_speedups(module: types.ModuleType) -> types.ModuleType | None:
-    missing = [name for name in _SPEEDUPS_NAMES if not hasattr(module, name)]
-    version = getattr(module, "VERSION", None)
-    if not missing and version == SPEEDUPS_VERSION:
-        return module
-    found = f"missing {', '.join(missing)}" if missing else f"VERSION {version!r}"
-    warnings.warn(
-        f"graphpickle: the compiled extension {module.__file__} is stale ({found}; this "
-        f"version needs VERSION {SPEEDUPS_VERSION}): it is not used and graphpickle runs "
-        "its Python path (the same output, slower). Rebuild it with "
-        "`pip install --no-build-isolation -e .` or reinstall graphpickle.",
-        RuntimeWarning,
-        stacklevel=2,
-    )
-    return None
-
-
 def _remember_nothing(obj: Any) -> None:
     pass
 
@@ -123,7 +82,6 @@ def _remember_nothing(obj: Any) -> None:
 # The C hook remembers the functions and classes the policy sent by reference
 # and answers for them again, checking in C that they are still importable
 # (see _speedups.c: what a hit checks). The Python hook asks the policy each time.
-_speedups = _load_speedups()
 remember_by_reference: Callable[[Any], None] = (
     _remember_nothing if _speedups is None else _speedups.remember_by_reference
 )
@@ -358,7 +316,7 @@ def _same_submodules(
     if packages[0] == len(modules):
         return True
     count = len(modules)
-    found = _find_imported_submodules(func.__code__, _dependencies(slotstate))
+    found = cp.find_imported_submodules(func.__code__, _dependencies(slotstate))
     if len(found) != len(submodules) or any(
         a is not b for a, b in zip(found, submodules, strict=True)
     ):
@@ -508,7 +466,7 @@ _BUILTIN_HANDLERS: dict[type, Handler] = {
     typing.TypeVar: _reduce_typevar,
     memoryview: _reduce_memoryview,
     types.CodeType: _reduce_code,
-    # Made only by deterministic dumps (see _canonical.py).
+    # Made only by deterministic dumps (see determinism/canonical.py).
     _canonical.SortedSet: _canonical.reduce_sorted_set,
     _canonical.MemoRemap: _canonical.reduce_memo_remap,
     _canonical.Prologue: _canonical.reduce_prologue,

@@ -31,9 +31,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ._bench import interleaved_samples
-from ._console import print_table, progress
-from ._pickler import dumps
+from ..core.pickler import dumps
+from .bench import interleaved_samples
+from .console import print_table, progress
 
 # Executed in __main__, as a notebook executes its cells there.
 NOTEBOOK_CELL = """
@@ -329,7 +329,7 @@ def _per_task(repeat: int) -> None:
     except ImportError as exc:
         print(f"one task at a time: skipped ({exc.name} is missing; dask >= 2024.12 has it)")
         return
-    from . import dask_distributed
+    from ..integrations import dask_distributed
 
     step = sys.modules["__main__"].__dict__["step"]
     task = Task(("t", 1), step, TaskRef(("t", 0)), 1)

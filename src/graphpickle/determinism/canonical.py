@@ -21,19 +21,23 @@ Deterministic mode (``dumps(obj, deterministic=True)``) fixes each of them:
   ``__path__`` are left out unless its code reads them, and lists built from
   unordered sources are sorted.
 
-The second pass of a dump whose data holds sets (``determinism.py``) is laid
+The second pass of a dump whose data holds sets (``determinism/__init__.py``) is laid
 out with :class:`Prologue` and :class:`MemoRemap`, reduced here as well.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import operator
+import pickle
 import types
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from pickle import PickleBuffer
+from typing import IO, Any, cast
 
-from . import _cloudpickle_internals as cp
+from .. import _cloudpickle_internals as cp
+from ..errors import PicklingError
 
 AnySet = set[Any] | frozenset[Any]
 _SORTED_AS_THEY_ARE = (str, bytes, int)
@@ -43,10 +47,9 @@ _PLAIN_SCALARS = frozenset({str, bytes, int, float, complex, bool, type(None)})
 class DeterministicState:
     """Deterministic mode's part of a pickler's state.
 
-    Two functions of ``(state, obj)``, given by ``determinism.prepare``, return
-    bytes that stand for an object's content: ``class_payload`` (a class's
-    deterministic payload with class ids left out: what its id hashes) and
-    ``member_payload`` (what orders set members with no natural order).
+    ``class_payload(state, cls)``, given by ``determinism.prepare``, returns a
+    class's deterministic payload with class ids left out: what its id hashes
+    (:func:`member_payload` is what orders set members with no natural order).
     ``owner`` is the pickler whose dump is running, whose hooks they honour;
     ``ordering`` holds the ids of the sets whose members are being ordered, and
     ``orders`` the orders found in this dump (see :func:`canonical_order`).
@@ -57,7 +60,6 @@ class DeterministicState:
         "class_payload",
         "code_cache",
         "leave_out_class_ids",
-        "member_payload",
         "ordering",
         "orders",
         "owner",
@@ -68,12 +70,10 @@ class DeterministicState:
     def __init__(
         self,
         class_payload: Callable[[DeterministicState, type], bytes],
-        member_payload: Callable[[DeterministicState, Any], bytes],
         *,
         leave_out_class_ids: bool,
     ) -> None:
         self.class_payload = class_payload
-        self.member_payload = member_payload
         self.leave_out_class_ids = leave_out_class_ids
         self.class_ids: dict[type, str] = {}
         self.code_cache = _code_cache  # see reduce_code
@@ -132,7 +132,7 @@ def member_key(member: Any, state: DeterministicState) -> tuple[Any, ...]:
         return ("t", tuple(member_key(item, state) for item in member))
     if kind is frozenset:
         return ("z", tuple(sorted(member_key(item, state) for item in member)))
-    return ("o", state.member_payload(state, member))
+    return ("o", member_payload(state, member))
 
 
 def canonical_members(members: AnySet, state: DeterministicState) -> list[Any]:
@@ -385,3 +385,80 @@ class Prologue:
 
 def reduce_prologue(state: Any, prologue: Prologue) -> tuple[Any, ...]:
     return (operator.itemgetter(-1), ((*prologue.items, prologue.obj),))
+
+
+# --- what orders set members with no natural order ---------------------------
+
+# How many times one member's payload may be made in a dump when it reaches
+# sets being ordered (children that point at their parent, in sets): each
+# context of sets being ordered around it gives another payload, and their
+# number grows as 2^depth. A payload that reaches none is made once.
+_PAYLOADS_PER_MEMBER = 64
+
+
+def member_payload(state: DeterministicState, member: Any) -> bytes:
+    """What orders a set member with no natural order: its payload, written in
+    one pass by the pure-Python pickler with the dumping pickler's hooks, with
+    the sets being ordered as placeholders (so a member that reaches its own
+    set ends) and a digest of each buffer in place of the buffer."""
+    known, payload, made = state.payloads.get(id(member), (None, None, 0))
+    if known is not member:  # (an id freed and reused by another object)
+        payload, made = None, 0
+    if payload is not None:
+        return payload
+    if made >= _PAYLOADS_PER_MEMBER:
+        raise PicklingError(
+            f"deterministic mode cannot order the sets holding {type(member).__qualname__} "
+            "objects in reasonable time: their payloads reach the sets that hold them "
+            "(nodes that link to their neighbours or parent, in sets), which costs work "
+            "that doubles with each level; keep such links in lists, or pickle without "
+            "deterministic=True"
+        )
+    placeholders = state.placeholders
+    file = io.BytesIO()
+    buffers: list[PickleBuffer] = []
+    SortingPickler(file, state.owner, state, buffers.append, protocol=5).dump(member)
+    digests = (hashlib.sha256(buffer.raw()).digest() for buffer in buffers)
+    payload = file.getvalue() + b"".join(digests)
+    any_context = state.placeholders == placeholders
+    state.payloads[id(member)] = (member, payload if any_context else None, made + 1)
+    return payload
+
+
+def share_hooks(source: Any, target: Any, *, reducer_override: bool) -> None:
+    """Give ``target`` the ``persistent_id``, ``dispatch_table`` (and
+    ``reducer_override``) of ``source``, so that both write the same objects."""
+    for name in ("persistent_id", "dispatch_table"):
+        if hasattr(source, name):
+            setattr(target, name, getattr(source, name))
+    if reducer_override:
+        target.reducer_override = source.reducer_override
+
+
+class SortingPickler(pickle._Pickler):
+    """The pure-Python pickler, which, unlike the C one, offers every object to
+    ``reducer_override``, sets included: sets are written sorted (a set whose
+    members are being ordered, as a placeholder), everything else goes to the
+    hooks of ``pickler``."""
+
+    def __init__(
+        self,
+        file: IO[bytes],
+        pickler: Any,
+        state: DeterministicState,
+        buffer_callback: Callable[[PickleBuffer], Any] | None,
+        protocol: int | None = None,
+    ) -> None:
+        super().__init__(file, protocol or pickler.protocol, buffer_callback=buffer_callback)
+        self._pickler = pickler
+        self._state = state
+        share_hooks(pickler, self, reducer_override=False)
+
+    def reducer_override(self, obj: Any) -> Any:
+        kind = type(obj)
+        if kind is set or kind is frozenset:
+            if id(obj) in self._state.ordering:
+                self._state.placeholders += 1
+                return (str, ("<graphpickle: a set being ordered>",))
+            return (kind, (canonical_members(obj, self._state),))
+        return self._pickler.reducer_override(obj)

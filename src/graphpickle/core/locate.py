@@ -4,7 +4,7 @@ Runs only after a failure: walks the graph again in pickling order
 (:mod:`._walk`) and stops at the first object whose reduction raises. The
 success path never pays for it.
 
-What the caller gets (see "Errors" in the README):
+What the caller gets (see "Errors" in docs/api.md):
 
 - an exception raised by an object's own reduction (``TypeError: cannot pickle
   '_thread.lock' object``, a ``ValueError`` from a ``__reduce__``, the C
@@ -25,8 +25,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ._walk import WalkFailure, render_path, safe_repr, type_name, walk, walk_with_depth
-from .errors import PicklingError
+from ..errors import PicklingError
+from .walk import WalkFailure, render_path, safe_repr, type_name, walk, walk_with_depth
 
 _NOTE_PREFIX = "when pickling "
 _ADVICE_PREFIX = "  to make it travel, give its type a reducer: "

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from pickle import PickleBuffer
 from typing import Any
 
-from ._policy import found_by_name
-from .errors import PicklingError
+from ..errors import PicklingError
+from .policy import found_by_name
 
 ATOMS = frozenset({type(None), bool, int, float, str, bytes, bytearray})
 _MAX_PATH_SEGMENTS = 40

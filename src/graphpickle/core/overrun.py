@@ -18,7 +18,7 @@ import pickle
 import sys
 from typing import Any
 
-from ._reducers import _speedups
+from .native import speedups as _speedups
 
 _BYTEARRAY8 = 0x96
 _STOP = ord(".")

@@ -32,11 +32,11 @@ from typing import Any
 
 import cloudpickle
 
-from . import _bench_workloads as workloads
-from ._bench_workloads import WORKLOADS, Workload
-from ._console import print_table, progress
-from ._pickler import dumps as graphpickle_dumps
-from ._pickler import loads as graphpickle_loads
+from ..core.pickler import dumps as graphpickle_dumps
+from ..core.pickler import loads as graphpickle_loads
+from . import workloads
+from .console import print_table, progress
+from .workloads import WORKLOADS, Workload
 
 # The same task function as workloads.inc, with the same name (dask puts it in
 # keys), defined in __main__ as a script or notebook defines it.
@@ -366,7 +366,7 @@ def message_dumps() -> dict[str, Callable[[Any], bytes]]:
     """Each serializer as a cluster calls it on one message."""
     from distributed.protocol import pickle as stock
 
-    from . import dask_distributed as gpd
+    from ..integrations import dask_distributed as gpd
 
     return {
         "pickle": lambda m: pickle.dumps(m, protocol=5),
@@ -380,7 +380,7 @@ def message_dumps() -> dict[str, Callable[[Any], bytes]]:
 def message_loads() -> dict[str, Callable[[bytes], Any]]:
     from distributed.protocol import pickle as stock
 
-    from . import dask_distributed as gpd
+    from ..integrations import dask_distributed as gpd
 
     return {
         "pickle": pickle.loads,

@@ -1,0 +1,29 @@
+"""The core's compiled extension (``_speedups.c``, beside this file), or ``None``.
+
+Its Python versions: the hook (``Pickler.reducer_override``) and ``dumps``/``loads``
+in ``pickler.py``, what a remembered reduction checks in ``reducers.py``, the
+BYTEARRAY8 check in ``overrun.py``. Tests set ``pickler._speedups`` to ``None``
+to run the Python hook.
+"""
+
+from __future__ import annotations
+
+import types
+
+from .. import _native
+
+#: The VERSION of ``_speedups.c`` this package's Python files expect.
+VERSION = 4
+NAMES = (
+    "Dispatch", "Dumper", "Loader", "Sink", "bytearray8_overruns", "function_snapshot",
+    "remember_by_reference", "same_objects", "set_by_reference_policy",
+)  # fmt: skip
+
+
+def _import() -> types.ModuleType:
+    from . import _speedups
+
+    return _speedups
+
+
+speedups = _native.load(_import, VERSION, NAMES)

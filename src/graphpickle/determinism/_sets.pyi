@@ -1,0 +1,6 @@
+from typing import Any
+
+VERSION: int
+
+def sets_to_sort(data: Any, /) -> bool: ...
+def note_set(sink: list[Any], obj: Any, /) -> None: ...
