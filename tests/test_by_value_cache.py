@@ -1,4 +1,4 @@
-"""By-value reductions remembered between payloads (graphpickle._reducers): a
+"""By-value reductions remembered between payloads (graphpickle.core.reducers): a
 payload always carries the function's and the class's current state."""
 
 from __future__ import annotations
@@ -271,3 +271,17 @@ def test_a_capture_that_grows_in_place_still_warns():
         assert "data" in str(caught[0].message)
     finally:
         graphpickle.set_large_capture_threshold(before)
+
+
+def test_code_reductions_remembered_in_default_mode_stay_out_of_deterministic_payloads():
+    # The C hook answers a code object from the table of remembered code
+    # reductions, in default mode only: a deterministic payload writes its own.
+    def local(x):
+        return x + 1
+
+    graphpickle.dumps(local)
+    graphpickle.dumps(local)  # its code's reduction is remembered, and answered in C
+    with_table = graphpickle.dumps(local, deterministic=True)
+    _reducers.forget_by_value()
+    assert graphpickle.dumps(local, deterministic=True) == with_table
+    assert graphpickle.dumps(local) == graphpickle.dumps(local)

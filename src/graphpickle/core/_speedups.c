@@ -67,6 +67,13 @@ static PyObject *by_value_registry; /* cloudpickle's set of module names registe
 /* The policy's handlers of functions and classes: another handler (a reducer
  * registered for all functions) is never bypassed. */
 static PyObject *function_handler, *class_handler;
+/* Reductions that never change, set by set_remembered_reductions (reducers.py):
+ * builtin_types maps the classes of `types` that are not importable by name to
+ * their constant reduction (every code object's payload names types.CodeType);
+ * codes maps id(code) to (code, reduction), read only in default mode, and the
+ * code handler is what answers otherwise. A hit here is the handler's answer
+ * without a Python call. */
+static PyObject *code_handler, *builtin_types, *codes;
 
 /* A class whose metaclass hashes, compares and reads attributes as `type` does
  * (ABCMeta, numpy's DTypeMeta): its identity and its names are type's. */
@@ -189,6 +196,40 @@ known_by_reference(PyObject *obj)
     return found_as(obj, PyTuple_GET_ITEM(entry, 0), module_name, qualname);
 }
 
+/* What the class or code handler would answer for obj from the tables that
+ * set_remembered_reductions gave, or NULL (no exception set) to ask it. */
+static PyObject *
+remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
+{
+    if (handler == class_handler) {
+        if (builtin_types == NULL || !is_plain_class(obj)) { /* a metaclass may hash in Python */
+            return NULL;
+        }
+        return Py_XNewRef(PyDict_GetItemWithError(builtin_types, obj)); /* by identity */
+    }
+    if (handler != code_handler || codes == NULL || PyDict_GET_SIZE(codes) == 0) {
+        return NULL;
+    }
+    PyObject *key = PyLong_FromVoidPtr(obj); /* id(obj) */
+    if (key == NULL) {
+        PyErr_Clear(); /* the handler runs, and answers */
+        return NULL;
+    }
+    PyObject *entry = PyDict_GetItemWithError(codes, key); /* borrowed */
+    Py_DECREF(key);
+    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2
+        || PyTuple_GET_ITEM(entry, 0) != obj) {
+        return NULL;
+    }
+    PyObject *mode = PyObject_GetAttr(self->state, str_deterministic);
+    if (mode == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_DECREF(mode); /* the state holds it */
+    return mode == Py_None ? Py_NewRef(PyTuple_GET_ITEM(entry, 1)) : NULL;
+}
+
 static PyObject *
 dispatch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -218,6 +259,9 @@ dispatch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject
     }
     else if ((handler == function_handler || handler == class_handler) && known_by_reference(obj)) {
         result = Py_NewRef(Py_NotImplemented); /* what the policy answered for it */
+    }
+    else if ((result = remembered_reduction(self, handler, obj)) != NULL) {
+        /* the handler's answer, remembered (a new reference) */
     }
     else if (PyErr_Occurred()) {
         result = NULL;
@@ -434,7 +478,7 @@ static PyTypeObject SinkType = {
 enum { SIGNATURE_GRAPHPICKLE = 0, SIGNATURE_DISTRIBUTED = 1 };
 #define N_PROTOCOLS 6      /* 0 to pickle.HIGHEST_PROTOCOL (5) */
 #define POOL_SIZE 4        /* ready picklers per protocol: threads, and dumps inside a reduction */
-#define SMALL_PAYLOAD 256  /* after a bigger payload the memo table is replaced, not cleared */
+#define SMALL_PAYLOAD 4096 /* after a bigger payload the memo table is replaced, not cleared */
 /* The C pickler's output buffer grows with a payload (from 4 KiB) and never
  * shrinks: after a payload bigger than this the pickler is initialized again (a
  * fresh 4 KiB buffer and memo, as a new pickler starts), so that a big graph
@@ -1155,6 +1199,21 @@ bytearray8_overruns_py(PyObject *module, PyObject *data)
     return PyBool_FromLong(overruns);
 }
 
+/* set_remembered_reductions(code_handler, builtin_types, codes): see above. */
+static PyObject *
+set_remembered_reductions(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyDict_CheckExact(args[1]) || !PyDict_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "set_remembered_reductions(code_handler, builtin_types: dict, codes: dict)");
+        return NULL;
+    }
+    Py_XSETREF(code_handler, Py_NewRef(args[0]));
+    Py_XSETREF(builtin_types, Py_NewRef(args[1]));
+    Py_XSETREF(codes, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 set_by_reference_policy(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1285,6 +1344,9 @@ static PyMethodDef speedups_methods[] = {
     {"set_by_reference_policy", (PyCFunction)(void (*)(void))set_by_reference_policy, METH_FASTCALL,
      PyDoc_STR("set_by_reference_policy(registry, function_handler, class_handler): what a "
                "remembered answer stands for; nothing is remembered while the registry is not empty.")},
+    {"set_remembered_reductions", (PyCFunction)(void (*)(void))set_remembered_reductions, METH_FASTCALL,
+     PyDoc_STR("set_remembered_reductions(code_handler, builtin_types, codes): the tables of "
+               "reductions that never change, read before calling those handlers.")},
     {"bytearray8_overruns", bytearray8_overruns_py, METH_O,
      PyDoc_STR("bytearray8_overruns(data): the pickle has a BYTEARRAY8 longer than the data.")},
     {NULL, NULL, 0, NULL},
@@ -1316,7 +1378,7 @@ PyInit__speedups(void)
         /* Checked by core/speedups.py: an extension built from an older
          * _speedups.c (a stale build) is not used. Bump it with any change of
          * behaviour the Python side relies on. */
-        || PyModule_AddIntConstant(module, "VERSION", 4) < 0) {
+        || PyModule_AddIntConstant(module, "VERSION", 5) < 0) {
         Py_DECREF(module);
         return NULL;
     }
