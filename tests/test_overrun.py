@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import graphpickle
-from graphpickle import dask_distributed
 from graphpickle.core import overrun as _overrun
 from graphpickle.core import pickler as _pickler
 
@@ -45,8 +44,6 @@ NOT_OVERRUNS = {
 LOADERS = {
     "graphpickle.loads": graphpickle.loads,
     "graphpickle.loads (Python)": graphpickle.loads.__wrapped__,
-    "dask_distributed.loads": dask_distributed.loads,
-    "dask_distributed.loads (Python)": dask_distributed.loads.__wrapped__,
 }
 
 

@@ -76,36 +76,33 @@ skip_opcode(const unsigned char *p, const unsigned char *end)
     if (p >= end) {
         return NULL;
     }
-    unsigned char op = *p++;
-    int kind = opcode_arg[op];
-    unsigned long long length;
-    switch (kind) {
-    case ARG_UNKNOWN:
-        return NULL;
-    case ARG_LEN1:
-    case ARG_LEN4:
-    case ARG_LEN8: {
-        int size = kind - 100;
-        if (end - p < size) {
-            return NULL;
-        }
-        length = read_le(p, size);
-        if ((op == 'T' || op == 0x8b) && (length & 0x80000000ULL)) { /* signed, negative */
-            return NULL;
-        }
-        p += size;
-        break;
+    int kind = opcode_arg[*p];
+    if (kind >= 0 && kind <= 8) { /* most opcodes: a fixed size */
+        return end - p > kind ? p + 1 + kind : NULL;
     }
-    case ARG_LINE:
-    case ARG_LINE2:
+    if (kind == ARG_LEN1) { /* short strings and bytes */
+        return end - p >= 2 && (size_t)(end - p - 2) >= p[1] ? p + 2 + p[1] : NULL;
+    }
+    unsigned char op = *p++;
+    if (kind == ARG_LINE || kind == ARG_LINE2) {
         p = skip_line(p, end);
         if (p != NULL && kind == ARG_LINE2) {
             p = skip_line(p, end);
         }
         return p;
-    default:
-        length = (unsigned long long)kind;
     }
+    if (kind != ARG_LEN4 && kind != ARG_LEN8) {
+        return NULL; /* ARG_UNKNOWN: no pickle opcode */
+    }
+    int size = kind - 100;
+    if (end - p < size) {
+        return NULL;
+    }
+    unsigned long long length = read_le(p, size);
+    if ((op == 'T' || op == 0x8b) && (length & 0x80000000ULL)) { /* signed, negative */
+        return NULL;
+    }
+    p += size;
     return length > (unsigned long long)(end - p) ? NULL : p + length;
 }
 

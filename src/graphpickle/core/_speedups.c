@@ -478,7 +478,7 @@ static PyTypeObject SinkType = {
 enum { SIGNATURE_GRAPHPICKLE = 0, SIGNATURE_DISTRIBUTED = 1 };
 #define N_PROTOCOLS 6      /* 0 to pickle.HIGHEST_PROTOCOL (5) */
 #define POOL_SIZE 4        /* ready picklers per protocol: threads, and dumps inside a reduction */
-#define SMALL_PAYLOAD 4096 /* after a bigger payload the memo table is replaced, not cleared */
+#define SMALL_PAYLOAD 256  /* after a bigger payload the memo table is replaced, not cleared */
 /* The C pickler's output buffer grows with a payload (from 4 KiB) and never
  * shrinks: after a payload bigger than this the pickler is initialized again (a
  * fresh 4 KiB buffer and memo, as a new pickler starts), so that a big graph
@@ -989,12 +989,12 @@ loader_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     if (nargs != 1) {
         return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
     }
-    int refused = data_overruns(args[0]);
-    if (refused) { /* the Python loads refuses it in words (or passes on an error) */
-        return refused < 0 ? NULL : PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
-    }
     PyObject *result;
     if (self->signature == SIGNATURE_GRAPHPICKLE) {
+        int refused = data_overruns(args[0]);
+        if (refused) { /* the Python loads refuses it in words (or passes on an error) */
+            return refused < 0 ? NULL : PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+        }
         /* pickle.loads's own keywords go to it as they are; `allowed` is not its. */
         for (Py_ssize_t i = 0; i < nkw; i++) {
             PyObject *name = PyTuple_GET_ITEM(kwnames, i);
@@ -1159,28 +1159,50 @@ bytearray8_past_end(const unsigned char *p, const unsigned char *end)
     return length > (unsigned long long)(end - p - 9) && length <= (unsigned long long)PY_SSIZE_T_MAX;
 }
 
+/* The first byte at or after p that bytearray8_past_end accepts, or NULL. */
+static const unsigned char *
+next_suspect(const unsigned char *p, const unsigned char *end)
+{
+    while (p < end && (p = memchr(p, 0x96, (size_t)(end - p))) != NULL) {
+        if (bytearray8_past_end(p, end)) {
+            return p;
+        }
+        p++;
+    }
+    return NULL;
+}
+
 /* Whether the unpickler, reading the pickle at [start, end), would meet a
  * BYTEARRAY8 that declares more bytes than the data holds. CPython's C
  * unpickler (3.11-3.13) allocates the bytearray before it reads: when that
  * allocation fails, the half-made bytearray is freed with an uninitialized
  * export count, which prints a SystemError or crashes the process. So loads()
  * refuses such data before the unpickler sees it, as "pickle data was truncated"
- * (what the unpickler says when the allocation succeeds). A scan for the 0x96
- * byte comes first: the opcode walk runs only when one could be such an opcode. */
+ * (what the unpickler says when the allocation succeeds).
+ *
+ * Only a 0x96 byte followed by such a length (a suspect: memchr finds them) can
+ * be one; the opcodes are walked only up to each suspect, to tell whether it is
+ * an opcode or inside another's argument. Most payloads have no suspect; one
+ * with a suspect costs a walk to its last suspect. */
 static int
 bytearray8_overruns(const unsigned char *start, const unsigned char *end)
 {
     const unsigned char *p = start;
-    while ((p = memchr(p, 0x96, (size_t)(end - p))) != NULL && !bytearray8_past_end(p, end)) {
-        p++;
-    }
-    if (p == NULL) {
-        return 0;
-    }
-    for (p = start; p != NULL && p < end && *p != '.'; p = skip_opcode(p, end)) { /* to STOP */
-        if (bytearray8_past_end(p, end)) {
+    const unsigned char *suspect = next_suspect(start, end);
+    while (suspect != NULL) {
+        while (p < suspect) {
+            if (*p == '.') {
+                return 0; /* STOP: the unpickler reads no further */
+            }
+            p = skip_opcode(p, end);
+            if (p == NULL) {
+                return 0; /* the unpickler stops with an error before */
+            }
+        }
+        if (p == suspect) {
             return 1;
         }
+        suspect = next_suspect(p, end); /* it was inside an argument */
     }
     return 0;
 }
