@@ -34,6 +34,7 @@
 static PyObject *str_module, *str_by_value, *str_reset, *str_memo, *str_join, *str_qualname;
 static PyObject *str_protocol, *str_buffer_callback, *str_deterministic, *str_buffers;
 static PyObject *str_fix_imports, *str_encoding, *str_errors, *str_speedups, *str_buffer;
+static PyObject *str_generation, *str_globals_ref, *str_package, *str_name, *str_path, *str_file;
 static PyObject *empty_bytes, *empty_dict;
 
 typedef struct {
@@ -74,6 +75,11 @@ static PyObject *function_handler, *class_handler;
  * code handler is what answers otherwise. A hit here is the handler's answer
  * without a Python call. */
 static PyObject *code_handler, *builtin_types, *codes;
+/* The by-value functions remembered between payloads (reducers._functions: id
+ * -> (weakref, snapshot, [generation, names, packages, growable, parts])), the
+ * globals of reducers/captures.py (its _generation) and the marker of what a
+ * snapshot found missing: set by set_remembered_functions. */
+static PyObject *functions, *captures_globals, *missing_marker;
 
 /* A class whose metaclass hashes, compares and reads attributes as `type` does
  * (ABCMeta, numpy's DTypeMeta): its identity and its names are type's. */
@@ -196,11 +202,107 @@ known_by_reference(PyObject *obj)
     return found_as(obj, PyTuple_GET_ITEM(entry, 0), module_name, qualname);
 }
 
+static PyObject *function_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+static int same_items(PyObject *a, PyObject *b);
+
+/* The dict a by-value function's globals are rebuilt from: one per module and
+ * payload (state.globals_ref, keyed by id of the module's globals), as
+ * reducers._base_globals makes it. A borrowed reference, or NULL with an error. */
+static PyObject *
+base_globals(PyObject *state, PyObject *module_globals)
+{
+    PyObject *names[4] = {str_package, str_name, str_path, str_file};
+    PyObject *globals_ref = PyObject_GetAttr(state, str_globals_ref);
+    PyObject *key = globals_ref == NULL ? NULL : PyLong_FromVoidPtr(module_globals);
+    PyObject *base = key == NULL ? NULL : PyDict_SetDefault(globals_ref, key, empty_dict);
+    if (base == empty_dict) { /* this payload's first: a dict of its own */
+        base = PyDict_New();
+        if (base != NULL && PyDict_SetItem(globals_ref, key, base) < 0) {
+            Py_CLEAR(base);
+        }
+        Py_XDECREF(base); /* globals_ref holds it */
+    }
+    int fill = base != NULL && PyDict_GET_SIZE(base) == 0;
+    for (size_t i = 0; fill && base != NULL && i < 4; i++) {
+        PyObject *value = PyDict_GetItemWithError(module_globals, names[i]);
+        if ((value == NULL && PyErr_Occurred())
+            || (value != NULL && PyDict_SetItem(base, names[i], value) < 0)) {
+            base = NULL;
+        }
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(globals_ref);
+    return base;
+}
+
+/* What the function handler (reducers._reduce_function) answers for a function
+ * it remembered, when a new snapshot holds the very same objects; NULL (no
+ * exception set) to ask it: in deterministic mode, for an entry with packages
+ * or growable captures to check again (the Python path does), or on any error. */
+static PyObject *
+remembered_function(DispatchObject *self, PyObject *func)
+{
+    if (functions == NULL || !PyFunction_Check(func) || PyDict_GET_SIZE(functions) == 0) {
+        return NULL;
+    }
+    PyObject *result = NULL, *obj = NULL, *snapshot = NULL;
+    PyObject *key = PyLong_FromVoidPtr(func);
+    PyObject *entry = key == NULL ? NULL : PyDict_GetItemWithError(functions, key);
+    Py_XDECREF(key);
+    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3) {
+        goto done;
+    }
+    PyObject *extra = PyTuple_GET_ITEM(entry, 2);
+    if (!PyList_CheckExact(extra) || PyList_GET_SIZE(extra) != 5
+        || PyList_GET_ITEM(extra, 2) != Py_None || PyList_GET_ITEM(extra, 3) != Py_None) {
+        goto done;
+    }
+    PyObject *parts = PyList_GET_ITEM(extra, 4); /* (make, code, closure, func_state, setstate) */
+    PyObject *generation = PyDict_GetItemWithError(captures_globals, str_generation);
+    if (generation == NULL || !PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 5
+        || PyObject_RichCompareBool(generation, PyList_GET_ITEM(extra, 0), Py_EQ) != 1) {
+        goto done;
+    }
+    PyObject *mode = PyObject_GetAttr(self->state, str_deterministic);
+    Py_XDECREF(mode); /* the state holds it */
+    obj = mode == Py_None ? PyObject_CallNoArgs(PyTuple_GET_ITEM(entry, 0)) : NULL;
+    if (obj != func) {
+        goto done;
+    }
+    PyObject *snapshot_args[3] = {func, PyList_GET_ITEM(extra, 1), missing_marker};
+    snapshot = function_snapshot(NULL, snapshot_args, 3);
+    if (snapshot == NULL || !same_items(snapshot, PyTuple_GET_ITEM(entry, 1))
+        || PyObject_SetAttr(self->state, str_by_value, Py_True) < 0) {
+        goto done;
+    }
+    self->touched = 1;
+    PyObject *base = base_globals(self->state, ((PyFunctionObject *)func)->func_globals);
+    if (base != NULL) {
+        PyObject *args = PyTuple_Pack(5, PyTuple_GET_ITEM(parts, 1), base, Py_None, Py_None,
+                                      PyTuple_GET_ITEM(parts, 2));
+        result = args == NULL ? NULL
+                              : PyTuple_Pack(6, PyTuple_GET_ITEM(parts, 0), args,
+                                             PyTuple_GET_ITEM(parts, 3), Py_None, Py_None,
+                                             PyTuple_GET_ITEM(parts, 4));
+        Py_XDECREF(args);
+    }
+done:
+    Py_XDECREF(obj);
+    Py_XDECREF(snapshot);
+    if (result == NULL) {
+        PyErr_Clear(); /* the handler runs, and answers (or raises) itself */
+    }
+    return result;
+}
+
 /* What the class or code handler would answer for obj from the tables that
  * set_remembered_reductions gave, or NULL (no exception set) to ask it. */
 static PyObject *
 remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
 {
+    if (handler == function_handler) {
+        return remembered_function(self, obj);
+    }
     if (handler == class_handler) {
         if (builtin_types == NULL || !is_plain_class(obj)) { /* a metaclass may hash in Python */
             return NULL;
@@ -1124,7 +1226,9 @@ init_fast_calls(void)
         {&str_buffer_callback, "buffer_callback"}, {&str_deterministic, "deterministic"},
         {&str_buffers, "buffers"}, {&str_fix_imports, "fix_imports"},
         {&str_encoding, "encoding"}, {&str_errors, "errors"}, {&str_speedups, "_speedups"},
-        {&str_buffer, "buffer"},
+        {&str_buffer, "buffer"}, {&str_generation, "_generation"}, {&str_globals_ref, "globals_ref"},
+        {&str_package, "__package__"}, {&str_name, "__name__"}, {&str_path, "__path__"},
+        {&str_file, "__file__"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) {
@@ -1219,6 +1323,21 @@ bytearray8_overruns_py(PyObject *module, PyObject *data)
     int overruns = bytearray8_overruns(start, start + view.len);
     PyBuffer_Release(&view);
     return PyBool_FromLong(overruns);
+}
+
+/* set_remembered_functions(table, captures_globals, missing): see above. */
+static PyObject *
+set_remembered_functions(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "set_remembered_functions(table: dict, captures_globals: dict, missing)");
+        return NULL;
+    }
+    Py_XSETREF(functions, Py_NewRef(args[0]));
+    Py_XSETREF(captures_globals, Py_NewRef(args[1]));
+    Py_XSETREF(missing_marker, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
 }
 
 /* set_remembered_reductions(code_handler, builtin_types, codes): see above. */
@@ -1366,6 +1485,9 @@ static PyMethodDef speedups_methods[] = {
     {"set_by_reference_policy", (PyCFunction)(void (*)(void))set_by_reference_policy, METH_FASTCALL,
      PyDoc_STR("set_by_reference_policy(registry, function_handler, class_handler): what a "
                "remembered answer stands for; nothing is remembered while the registry is not empty.")},
+    {"set_remembered_functions", (PyCFunction)(void (*)(void))set_remembered_functions, METH_FASTCALL,
+     PyDoc_STR("set_remembered_functions(table, captures_globals, missing): the by-value "
+               "functions remembered between payloads, answered without a Python call.")},
     {"set_remembered_reductions", (PyCFunction)(void (*)(void))set_remembered_reductions, METH_FASTCALL,
      PyDoc_STR("set_remembered_reductions(code_handler, builtin_types, codes): the tables of "
                "reductions that never change, read before calling those handlers.")},
@@ -1400,7 +1522,7 @@ PyInit__speedups(void)
         /* Checked by core/speedups.py: an extension built from an older
          * _speedups.c (a stale build) is not used. Bump it with any change of
          * behaviour the Python side relies on. */
-        || PyModule_AddIntConstant(module, "VERSION", 5) < 0) {
+        || PyModule_AddIntConstant(module, "VERSION", 6) < 0) {
         Py_DECREF(module);
         return NULL;
     }

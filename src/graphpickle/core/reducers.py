@@ -480,6 +480,9 @@ if _speedups is not None:
     # (the first thing each does is read them): every by-value function's
     # payload holds a code object and names types.CodeType.
     _speedups.set_remembered_reductions(_reduce_code, _builtin_type_reductions, _codes)
+    # And the remembered functions (_reduce_function's first branch, in C; an
+    # entry with packages or growable captures to check again goes to Python).
+    _speedups.set_remembered_functions(_functions, vars(_captures), _MISSING)
 
 _global_reducers: dict[type, Reducer] = {}
 _global_reducers_lock = threading.Lock()
