@@ -24,7 +24,9 @@ from distributed.utils_test import *  # noqa: E402, F403
 
 pytest_plugins = ["distributed.pytest_resourceleaks"]
 
-EXPECTED = "graphpickle.dask_distributed" if SWAP else "distributed.protocol.pickle"
+# Where graphpickle.dask_distributed's functions are defined (their __module__).
+GRAPHPICKLE = "graphpickle.integrations.dask_distributed"
+EXPECTED = GRAPHPICKLE if SWAP else "distributed.protocol.pickle"
 
 
 def pytest_report_header():
@@ -43,5 +45,5 @@ def pytest_collection_modifyitems(items):
     for module in {getattr(item, "module", None) for item in items} - {None}:
         for name in ("dumps", "loads"):
             module_of = getattr(getattr(module, name, None), "__module__", None)
-            if module_of in ("distributed.protocol.pickle", "graphpickle.dask_distributed"):
+            if module_of in ("distributed.protocol.pickle", GRAPHPICKLE):
                 assert module_of == EXPECTED, (module.__name__, name, module_of)
