@@ -97,3 +97,22 @@ def implementation(request, monkeypatch):
     elif _pickler._speedups is None:
         pytest.skip("graphpickle._speedups is not built")
     return request.param
+
+
+def asks_for_a_huge_memo(data: bytes) -> bool:
+    """Whether the C unpickler, reading ``data``, would grow its memo past a
+    million entries (a PUT with a large index: it allocates and clears the
+    whole list, and a mutated pickle can ask for gigabytes). Fuzz tests that
+    load changed bytes unrestricted skip those: that is pickle's own memory
+    bomb, which restricted loading (a dict memo) does not have."""
+    import pickletools
+
+    try:
+        for opcode, argument, _ in pickletools.genops(data):
+            if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and argument > 1_000_000:
+                return True
+            if opcode.name == "STOP":
+                return False
+    except Exception:
+        pass  # the unpickler stops there too
+    return False

@@ -13,6 +13,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from conftest import asks_for_a_huge_memo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -276,6 +277,8 @@ PLAIN_MESSAGES = [
 
 
 def _loads_quietly(data: bytes, key, allowed=None) -> None:
+    if allowed is None and key is None and asks_for_a_huge_memo(data):
+        return  # pickle's own memory bomb (see conftest): not loaded unrestricted
     with contextlib.suppress(graphpickle.UnpicklingError):
         wire.unpack_bytes(data, key=key, allowed=allowed)
 
