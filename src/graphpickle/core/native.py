@@ -16,8 +16,8 @@ from .. import _native
 VERSION = 6
 NAMES = (
     "Dispatch", "Dumper", "Loader", "Sink", "bytearray8_overruns", "function_snapshot",
-    "remember_by_reference", "same_objects", "set_by_reference_policy", "set_remembered_functions",
-    "set_remembered_reductions",
+    "remember_by_reference", "same_objects", "set_by_reference_policy",
+    "set_remembered_functions", "set_remembered_reductions",
 )  # fmt: skip
 
 
