@@ -28,6 +28,7 @@
 #include <Python.h>
 #include <stddef.h>
 #include <string.h>
+#include "../_extension.h"
 #include "../_opcodes.h"
 
 
@@ -1511,18 +1512,14 @@ PyInit__speedups(void)
         return NULL;
     }
     init_opcode_args();
-    PyObject *module = PyModule_Create(&speedups_module);
+    PyObject *module = create_module(&speedups_module, 6); /* VERSION: checked by native.py */
     if (module == NULL) {
         return NULL;
     }
     if (PyModule_AddObjectRef(module, "Dispatch", (PyObject *)&DispatchType) < 0
         || PyModule_AddObjectRef(module, "Sink", (PyObject *)&SinkType) < 0
         || PyModule_AddObjectRef(module, "Dumper", (PyObject *)&DumperType) < 0
-        || PyModule_AddObjectRef(module, "Loader", (PyObject *)&LoaderType) < 0
-        /* Checked by core/speedups.py: an extension built from an older
-         * _speedups.c (a stale build) is not used. Bump it with any change of
-         * behaviour the Python side relies on. */
-        || PyModule_AddIntConstant(module, "VERSION", 6) < 0) {
+        || PyModule_AddObjectRef(module, "Loader", (PyObject *)&LoaderType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -14,6 +14,7 @@
 #include <Python.h>
 #include <stddef.h>
 #include <string.h>
+#include "../_extension.h"
 #include "../_opcodes.h"
 
 /* What each opcode does to the unpickler's stack: STACK_n pushes n more items
@@ -181,15 +182,5 @@ PyInit__sets(void)
 {
     init_opcode_args();
     init_opcode_stack();
-    PyObject *module = PyModule_Create(&sets_module);
-    if (module == NULL) {
-        return NULL;
-    }
-    /* Checked by sets.py (a stale build is not used): bump with any change of
-     * behaviour the Python side relies on. */
-    if (PyModule_AddIntConstant(module, "VERSION", 1) < 0) {
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
+    return create_module(&sets_module, 1); /* VERSION: checked by sets.py */
 }

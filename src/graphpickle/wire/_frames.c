@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "../_extension.h"
+
 /* The length of one contiguous frame; -1 with an exception set if it is none. */
 static Py_ssize_t
 frame_length(PyObject *frame)
@@ -247,15 +249,5 @@ static struct PyModuleDef frames_module = {
 PyMODINIT_FUNC
 PyInit__frames(void)
 {
-    PyObject *module = PyModule_Create(&frames_module);
-    if (module == NULL) {
-        return NULL;
-    }
-    /* Checked by frames.py (a stale build is not used): bump with any change
-     * of behaviour the Python side relies on. */
-    if (PyModule_AddIntConstant(module, "VERSION", 1) < 0) {
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
+    return create_module(&frames_module, 1); /* VERSION: checked by frames.py */
 }
