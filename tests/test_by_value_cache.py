@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import sys
 import warnings
 
 import pytest
@@ -285,3 +286,27 @@ def test_code_reductions_remembered_in_default_mode_stay_out_of_deterministic_pa
     _reducers.forget_by_value()
     assert graphpickle.dumps(local, deterministic=True) == with_table
     assert graphpickle.dumps(local) == graphpickle.dumps(local)
+
+
+def test_the_c_hook_answers_a_remembered_function_as_the_python_handler_does(monkeypatch):
+    from graphpickle.core import pickler as _pickler
+
+    if _pickler._speedups is None:
+        pytest.skip("graphpickle.core._speedups is not built")
+    scale = 3
+    square = lambda x: x * x * scale  # noqa: E731  (a lambda: remembered)
+    graphpickle.dumps(square)
+    calls = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is _reducers._reduce_function.__code__:
+            calls.append(1)
+
+    sys.setprofile(profile)
+    try:
+        answered_in_c = graphpickle.dumps(square)
+    finally:
+        sys.setprofile(None)
+    assert calls == []  # no Python call: the C hook answered from the table
+    monkeypatch.setattr(_pickler, "_speedups", None)
+    assert graphpickle.dumps(square) == answered_in_c  # what the Python handler writes
