@@ -106,13 +106,18 @@ def asks_for_a_huge_memo(data: bytes) -> bool:
     load changed bytes unrestricted skip those: that is pickle's own memory
     bomb, which restricted loading (a dict memo) does not have."""
     import pickletools
+    import warnings
 
+    with warnings.catch_warnings():  # a STRING opcode's escapes warn on 3.13
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ops = list(_ops_until_error(pickletools.genops(data)))  # to STOP or an error
+    puts = ("PUT", "BINPUT", "LONG_BINPUT")
+    return any(opcode.name in puts and argument > 1_000_000 for opcode, argument, _ in ops)
+
+
+def _ops_until_error(ops):
+    """The opcodes pickletools reads before an error (where the unpickler stops too)."""
     try:
-        for opcode, argument, _ in pickletools.genops(data):
-            if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and argument > 1_000_000:
-                return True
-            if opcode.name == "STOP":
-                return False
+        yield from ops
     except Exception:
-        pass  # the unpickler stops there too
-    return False
+        return
