@@ -8,6 +8,7 @@ from __future__ import annotations
 import pickle
 import struct
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -68,6 +69,15 @@ def test_data_that_only_looks_like_one_passes(case):
     data = NOT_OVERRUNS[case]
     assert not _overrun._bytearray8_overruns_in_python(data)
     assert not _overrun.bytearray8_overruns(data)
+
+
+@pytest.mark.parametrize(
+    "data", ["a str", 3, memoryview(bytes(12))[::2], np.zeros((3, 4), order="F")]
+)
+def test_what_is_not_contiguous_bytes_is_no_overrun(data):
+    # The unpickler raises its own error for those.
+    assert _overrun.bytearray8_overruns(data) is False
+    assert _overrun._bytearray8_overruns_in_python(data) is False
 
 
 def test_a_length_past_any_size_keeps_pickles_own_error():

@@ -69,17 +69,19 @@ static PyObject *by_value_registry; /* cloudpickle's set of module names registe
 /* The policy's handlers of functions and classes: another handler (a reducer
  * registered for all functions) is never bypassed. */
 static PyObject *function_handler, *class_handler;
-/* Reductions that never change, set by set_remembered_reductions (reducers.py):
- * builtin_types maps the classes of `types` that are not importable by name to
- * their constant reduction (every code object's payload names types.CodeType);
- * codes maps id(code) to (code, reduction), read only in default mode, and the
- * code handler is what answers otherwise. A hit here is the handler's answer
- * without a Python call. */
+/* What the hook answers without calling a handler, set by set_remembered
+ * (reducers.py); a hit is the handler's answer, and a miss asks it:
+ * - builtin_types maps the classes of `types` that are not importable by name
+ *   to their constant reduction (every code object's payload names
+ *   types.CodeType);
+ * - codes maps id(code) to (code, reduction), read only in default mode (the
+ *   code handler answers otherwise);
+ * - functions holds the by-value functions remembered between payloads
+ *   (reducers._functions: id -> (weakref, snapshot, [generation, names,
+ *   packages, growable, parts])), captures_globals the globals of
+ *   core/captures.py (its _generation), missing_marker what a snapshot found
+ *   missing. */
 static PyObject *code_handler, *builtin_types, *codes;
-/* The by-value functions remembered between payloads (reducers._functions: id
- * -> (weakref, snapshot, [generation, names, packages, growable, parts])), the
- * globals of reducers/captures.py (its _generation) and the marker of what a
- * snapshot found missing: set by set_remembered_functions. */
 static PyObject *functions, *captures_globals, *missing_marker;
 
 /* A class whose metaclass hashes, compares and reads attributes as `type` does
@@ -236,6 +238,19 @@ base_globals(PyObject *state, PyObject *module_globals)
     return base;
 }
 
+/* Whether the dump running is in default mode (state.deterministic is None):
+ * 1, 0, or -1 with an exception set. */
+static int
+in_default_mode(DispatchObject *self)
+{
+    PyObject *mode = PyObject_GetAttr(self->state, str_deterministic);
+    if (mode == NULL) {
+        return -1;
+    }
+    Py_DECREF(mode); /* the state holds it */
+    return mode == Py_None;
+}
+
 /* What the function handler (reducers._reduce_function) answers for a function
  * it remembered, when a new snapshot holds the very same objects; NULL (no
  * exception set) to ask it: in deterministic mode, for an entry with packages
@@ -264,9 +279,7 @@ remembered_function(DispatchObject *self, PyObject *func)
         || PyObject_RichCompareBool(generation, PyList_GET_ITEM(extra, 0), Py_EQ) != 1) {
         goto done;
     }
-    PyObject *mode = PyObject_GetAttr(self->state, str_deterministic);
-    Py_XDECREF(mode); /* the state holds it */
-    obj = mode == Py_None ? PyObject_CallNoArgs(PyTuple_GET_ITEM(entry, 0)) : NULL;
+    obj = in_default_mode(self) == 1 ? PyObject_CallNoArgs(PyTuple_GET_ITEM(entry, 0)) : NULL;
     if (obj != func) {
         goto done;
     }
@@ -296,8 +309,8 @@ done:
     return result;
 }
 
-/* What the class or code handler would answer for obj from the tables that
- * set_remembered_reductions gave, or NULL (no exception set) to ask it. */
+/* What the handler would answer for obj from the tables that set_remembered
+ * gave, or NULL (no exception set) to ask it. */
 static PyObject *
 remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
 {
@@ -324,13 +337,11 @@ remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
         || PyTuple_GET_ITEM(entry, 0) != obj) {
         return NULL;
     }
-    PyObject *mode = PyObject_GetAttr(self->state, str_deterministic);
-    if (mode == NULL) {
-        PyErr_Clear();
-        return NULL;
+    int default_mode = in_default_mode(self);
+    if (default_mode < 0) {
+        PyErr_Clear(); /* the handler runs, and answers */
     }
-    Py_DECREF(mode); /* the state holds it */
-    return mode == Py_None ? Py_NewRef(PyTuple_GET_ITEM(entry, 1)) : NULL;
+    return default_mode == 1 ? Py_NewRef(PyTuple_GET_ITEM(entry, 1)) : NULL;
 }
 
 static PyObject *
@@ -1047,8 +1058,8 @@ static PyTypeObject DumperType = {
 static int bytearray8_overruns(const unsigned char *start, const unsigned char *end);
 
 /* 1 if `data` is bytes-like and holds a BYTEARRAY8 the C unpickler must not read
- * (see bytearray8_overruns), 0 if not or not bytes-like (loads says why), -1 on
- * an error. */
+ * (see bytearray8_overruns), 0 if not or not contiguous bytes (loads says why),
+ * -1 with an exception that is no Exception set. */
 static int
 data_overruns(PyObject *data)
 {
@@ -1061,10 +1072,12 @@ data_overruns(PyObject *data)
     }
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_BufferError)) {
-            return -1;
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+            return -1; /* KeyboardInterrupt and the like */
         }
-        PyErr_Clear(); /* not contiguous: the unpickler raises its own error */
+        /* Not contiguous bytes (numpy says ValueError, memoryview BufferError):
+         * the unpickler, asking the same, raises its own error. */
+        PyErr_Clear();
         return 0;
     }
     const unsigned char *start = view.buf;
@@ -1312,47 +1325,32 @@ bytearray8_overruns(const unsigned char *start, const unsigned char *end)
     return 0;
 }
 
-/* bytearray8_overruns(data): the check above, for the Python side. */
+/* bytearray8_overruns(data): the check above, for the Python side (False for
+ * what is not contiguous bytes, as data_overruns says). */
 static PyObject *
 bytearray8_overruns_py(PyObject *module, PyObject *data)
 {
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
-    const unsigned char *start = view.buf;
-    int overruns = bytearray8_overruns(start, start + view.len);
-    PyBuffer_Release(&view);
-    return PyBool_FromLong(overruns);
+    int overruns = data_overruns(data);
+    return overruns < 0 ? NULL : PyBool_FromLong(overruns);
 }
 
-/* set_remembered_functions(table, captures_globals, missing): see above. */
+/* set_remembered(code_handler, builtin_types, codes, functions, captures_globals,
+ * missing): the tables above. */
 static PyObject *
-set_remembered_functions(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+set_remembered(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
+    if (nargs != 6 || !PyDict_CheckExact(args[1]) || !PyDict_CheckExact(args[2])
+        || !PyDict_CheckExact(args[3]) || !PyDict_CheckExact(args[4])) {
         PyErr_SetString(PyExc_TypeError,
-                        "set_remembered_functions(table: dict, captures_globals: dict, missing)");
+                        "set_remembered(code_handler, builtin_types: dict, codes: dict, "
+                        "functions: dict, captures_globals: dict, missing)");
         return NULL;
     }
-    Py_XSETREF(functions, Py_NewRef(args[0]));
-    Py_XSETREF(captures_globals, Py_NewRef(args[1]));
-    Py_XSETREF(missing_marker, Py_NewRef(args[2]));
-    Py_RETURN_NONE;
-}
-
-/* set_remembered_reductions(code_handler, builtin_types, codes): see above. */
-static PyObject *
-set_remembered_reductions(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 3 || !PyDict_CheckExact(args[1]) || !PyDict_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "set_remembered_reductions(code_handler, builtin_types: dict, codes: dict)");
-        return NULL;
+    PyObject **tables[6] = {&code_handler, &builtin_types,    &codes,
+                            &functions,    &captures_globals, &missing_marker};
+    for (int i = 0; i < 6; i++) {
+        Py_XSETREF(*tables[i], Py_NewRef(args[i]));
     }
-    Py_XSETREF(code_handler, Py_NewRef(args[0]));
-    Py_XSETREF(builtin_types, Py_NewRef(args[1]));
-    Py_XSETREF(codes, Py_NewRef(args[2]));
     Py_RETURN_NONE;
 }
 
@@ -1486,12 +1484,9 @@ static PyMethodDef speedups_methods[] = {
     {"set_by_reference_policy", (PyCFunction)(void (*)(void))set_by_reference_policy, METH_FASTCALL,
      PyDoc_STR("set_by_reference_policy(registry, function_handler, class_handler): what a "
                "remembered answer stands for; nothing is remembered while the registry is not empty.")},
-    {"set_remembered_functions", (PyCFunction)(void (*)(void))set_remembered_functions, METH_FASTCALL,
-     PyDoc_STR("set_remembered_functions(table, captures_globals, missing): the by-value "
-               "functions remembered between payloads, answered without a Python call.")},
-    {"set_remembered_reductions", (PyCFunction)(void (*)(void))set_remembered_reductions, METH_FASTCALL,
-     PyDoc_STR("set_remembered_reductions(code_handler, builtin_types, codes): the tables of "
-               "reductions that never change, read before calling those handlers.")},
+    {"set_remembered", (PyCFunction)(void (*)(void))set_remembered, METH_FASTCALL,
+     PyDoc_STR("set_remembered(code_handler, builtin_types, codes, functions, captures_globals, "
+               "missing): the tables the hook answers from without calling a handler.")},
     {"bytearray8_overruns", bytearray8_overruns_py, METH_O,
      PyDoc_STR("bytearray8_overruns(data): the pickle has a BYTEARRAY8 longer than the data.")},
     {NULL, NULL, 0, NULL},
@@ -1512,7 +1507,7 @@ PyInit__speedups(void)
         return NULL;
     }
     init_opcode_args();
-    PyObject *module = create_module(&speedups_module, 6); /* VERSION: checked by native.py */
+    PyObject *module = create_module(&speedups_module, 7); /* VERSION: checked by native.py */
     if (module == NULL) {
         return NULL;
     }

@@ -50,11 +50,14 @@ def remember_by_reference(obj: Any, /) -> None: ...
 def set_by_reference_policy(
     registry: set[str], function_handler: Any, class_handler: Any, /
 ) -> None: ...
-def set_remembered_functions(
-    table: dict[int, Any], captures_globals: dict[str, Any], missing: Any, /
-) -> None: ...
-def set_remembered_reductions(
-    code_handler: Any, builtin_types: dict[type, Any], codes: dict[int, Any], /
+def set_remembered(
+    code_handler: Any,
+    builtin_types: dict[type, Any],
+    codes: dict[int, Any],
+    functions: dict[int, Any],
+    captures_globals: dict[str, Any],
+    missing: Any,
+    /,
 ) -> None: ...
 def function_snapshot(func: Any, names: tuple[str, ...], missing: Any, /) -> tuple[Any, ...]: ...
 def same_objects(a: Any, b: Any, /) -> bool: ...

@@ -13,11 +13,10 @@ import types
 from .. import _native
 
 #: The VERSION of ``_speedups.c`` this package's Python files expect.
-VERSION = 6
+VERSION = 7
 NAMES = (
     "Dispatch", "Dumper", "Loader", "Sink", "bytearray8_overruns", "function_snapshot",
-    "remember_by_reference", "same_objects", "set_by_reference_policy",
-    "set_remembered_functions", "set_remembered_reductions",
+    "remember_by_reference", "same_objects", "set_by_reference_policy", "set_remembered",
 )  # fmt: skip
 
 

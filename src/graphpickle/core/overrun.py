@@ -36,9 +36,13 @@ def _past_end(data: bytes, i: int) -> bool:
 
 def _bytearray8_overruns_in_python(data: Any) -> bool:
     """Whether the unpickler, reading ``data``, meets a BYTEARRAY8 that declares
-    more bytes than the data holds. A scan for the opcode's byte comes first;
-    the opcode walk runs only when one could be such an opcode."""
-    raw = data if isinstance(data, bytes) else bytes(memoryview(data).cast("B"))
+    more bytes than the data holds (False for what is not contiguous bytes). A
+    scan for the opcode's byte comes first; the opcode walk runs only when one
+    could be such an opcode."""
+    try:
+        raw = data if isinstance(data, bytes) else bytes(memoryview(data).cast("B"))
+    except TypeError:
+        return False  # not contiguous bytes: the unpickler's own error says so
     i = raw.find(_BYTEARRAY8)
     while i >= 0 and not _past_end(raw, i):
         i = raw.find(_BYTEARRAY8, i + 1)
@@ -112,9 +116,5 @@ bytearray8_overruns = (
 def refuse_overrun(data: Any) -> None:
     """Raise ``pickle.UnpicklingError`` if ``data`` (bytes-like) holds a
     BYTEARRAY8 the C unpickler must not read; anything else passes."""
-    try:
-        overruns = bytearray8_overruns(data)
-    except TypeError:
-        return  # not bytes-like: the unpickler's own TypeError says so
-    if overruns:
+    if bytearray8_overruns(data):
         raise pickle.UnpicklingError(_TRUNCATED)

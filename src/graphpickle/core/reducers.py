@@ -230,10 +230,8 @@ def _recall(table: dict[int, Any], obj: Any) -> Any:
 
 def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     if state.deterministic is None:
-        # A scheduler sends the same function in message after message: this
-        # path is the whole cost of a hit, so _recall is written out here.
-        entry = _functions.get(id(func))
-        if entry is not None and entry[0]() is func:
+        entry = _recall(_functions, func)
+        if entry is not None:
             generation, names, packages, growable, parts = entry[2]
             make, code, closure, func_state, setstate = parts
             if (
@@ -476,13 +474,14 @@ _BUILTIN_HANDLERS: dict[type, Handler] = {
 
 if _speedups is not None:
     _speedups.set_by_reference_policy(REGISTERED_BY_VALUE, _reduce_function, _reduce_class)
-    # The C hook answers from these two tables without calling the handlers
-    # (the first thing each does is read them): every by-value function's
-    # payload holds a code object and names types.CodeType.
-    _speedups.set_remembered_reductions(_reduce_code, _builtin_type_reductions, _codes)
-    # And the remembered functions (_reduce_function's first branch, in C; an
-    # entry with packages or growable captures to check again goes to Python).
-    _speedups.set_remembered_functions(_functions, vars(_captures), _MISSING)
+    # The C hook answers from these tables without calling the handlers (the
+    # first thing each does is read them): every by-value function's payload
+    # holds a code object and names types.CodeType, and a remembered function
+    # is _reduce_function's first branch (an entry with packages or growable
+    # captures to check again goes to Python).
+    _speedups.set_remembered(
+        _reduce_code, _builtin_type_reductions, _codes, _functions, vars(_captures), _MISSING
+    )
 
 _global_reducers: dict[type, Reducer] = {}
 _global_reducers_lock = threading.Lock()
