@@ -35,6 +35,7 @@
 static PyObject *str_module, *str_by_value, *str_reset, *str_memo, *str_join, *str_qualname;
 static PyObject *str_protocol, *str_buffer_callback, *str_deterministic, *str_buffers;
 static PyObject *str_fix_imports, *str_encoding, *str_errors, *str_speedups, *str_buffer;
+static PyObject *str_fragments_used;
 static PyObject *str_generation, *str_globals_ref, *str_package, *str_name, *str_path, *str_file;
 static PyObject *empty_bytes, *empty_dict;
 
@@ -225,7 +226,8 @@ base_globals(PyObject *state, PyObject *module_globals)
         }
         Py_XDECREF(base); /* globals_ref holds it */
     }
-    int fill = base != NULL && PyDict_GET_SIZE(base) == 0;
+    /* (A fragment's pickler holds placeholders, not dicts: see fragments.py.) */
+    int fill = base != NULL && PyDict_Check(base) && PyDict_GET_SIZE(base) == 0;
     for (size_t i = 0; fill && base != NULL && i < 4; i++) {
         PyObject *value = PyDict_GetItemWithError(module_globals, names[i]);
         if ((value == NULL && PyErr_Occurred())
@@ -481,6 +483,8 @@ typedef struct {
     PyObject *first;    /* the first chunk, or NULL */
     PyObject *rest;     /* a list of the later chunks, or NULL */
     PyObject *callback; /* the current dump's buffer_callback, or NULL */
+    PyObject *answers;  /* a list of the callback's answers in this dump, or NULL: a
+                         * payload written again replays them (see fragments.py) */
 } SinkObject;
 
 static PyObject *
@@ -518,7 +522,14 @@ sink_buffer(SinkObject *self, PyObject *buffer)
     if (self->callback == NULL) {
         Py_RETURN_TRUE;
     }
-    return PyObject_CallOneArg(self->callback, buffer);
+    PyObject *answer = PyObject_CallOneArg(self->callback, buffer);
+    if (answer != NULL && self->answers == NULL && (self->answers = PyList_New(0)) == NULL) {
+        Py_CLEAR(answer);
+    }
+    if (answer != NULL && PyList_Append(self->answers, answer) < 0) {
+        Py_CLEAR(answer);
+    }
+    return answer;
 }
 
 /* The payload written since the last take (a new reference), and an empty sink. */
@@ -549,6 +560,7 @@ sink_traverse(SinkObject *self, visitproc visit, void *arg)
     Py_VISIT(self->first);
     Py_VISIT(self->rest);
     Py_VISIT(self->callback);
+    Py_VISIT(self->answers);
     return 0;
 }
 
@@ -558,6 +570,7 @@ sink_clear(SinkObject *self)
     Py_CLEAR(self->first);
     Py_CLEAR(self->rest);
     Py_CLEAR(self->callback);
+    Py_CLEAR(self->answers);
     return 0;
 }
 
@@ -611,6 +624,8 @@ typedef struct {
     PyObject *make;       /* make(protocol) -> (pickler, sink, dispatch) */
     PyObject *slow;       /* the Python dumps: every call the fast path does not take */
     PyObject *failed;     /* failed(pickler, obj, exc): raises what the failed dump raises */
+    PyObject *finish;     /* finish(pickler, used, obj, protocol, callback, answers): after a
+                           * dump that used fragments, None, or the payload written again */
     PyObject *dump;       /* _pickle.Pickler.dump */
     PyObject *clear_memo; /* _pickle.Pickler.clear_memo */
     PyObject *init;       /* _pickle.Pickler.__init__ */
@@ -827,6 +842,29 @@ dumper_parse(DumperObject *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     return 1;
 }
 
+/* After a dump in which a handler ran: None if no fragment was used, or if the
+ * payload stands; else the payload written again (see fragments.py), or NULL. */
+static PyObject *
+finish_fragments(DumperObject *self, PoolEntry *entry, PyObject *obj, int protocol,
+                 PyObject *callback)
+{
+    PyObject *used = PyObject_GetAttr(entry->dispatch->state, str_fragments_used);
+    if (used == NULL) {
+        return NULL;
+    }
+    if (!PyList_Check(used) || PyList_GET_SIZE(used) == 0) {
+        Py_DECREF(used);
+        Py_RETURN_NONE;
+    }
+    PyObject *proto = PyLong_FromLong(protocol);
+    PyObject *answers = entry->sink->answers != NULL ? entry->sink->answers : Py_None;
+    PyObject *args[6] = {entry->pickler, used, obj, proto, callback ? callback : Py_None, answers};
+    PyObject *result = proto == NULL ? NULL : PyObject_Vectorcall(self->finish, args, 6, NULL);
+    Py_XDECREF(proto);
+    Py_DECREF(used);
+    return result;
+}
+
 static PyObject *
 dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -873,6 +911,17 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         return NULL;
     }
     Py_DECREF(done);
+    PyObject *redone = entry.dispatch->touched ? finish_fragments(self, &entry, obj, protocol,
+                                                                  callback)
+                                               : Py_NewRef(Py_None);
+    Py_CLEAR(entry.sink->answers);
+    if (redone != Py_None) { /* written again, or an error: this attempt is of no use */
+        Py_CLEAR(entry.sink->first);
+        Py_CLEAR(entry.sink->rest);
+        entry_drop(&entry);
+        return redone;
+    }
+    Py_DECREF(redone);
     PyObject *data = sink_take(entry.sink);
     if (data == NULL || entry_reset(self, &entry, PyBytes_GET_SIZE(data), protocol) < 0
         || self->npool[protocol] == POOL_SIZE || generation != self->generation) {
@@ -915,15 +964,15 @@ reduce_by_qualname(PyObject *self, PyObject *unused)
 static PyObject *
 dumper_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *make, *slow, *failed, *dump, *clear_memo, *switch_ns;
+    PyObject *make, *slow, *failed, *dump, *clear_memo, *switch_ns, *finish;
     int signature, deep_limit;
     Py_ssize_t max_types;
     static char *kwlist[] = {"make",      "slow",       "failed",    "dump",
                              "clear_memo", "signature", "deep_limit", "max_types",
-                             "switch",    NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOiinO!:Dumper", kwlist, &make, &slow,
+                             "switch",    "finish",     NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOiinO!O:Dumper", kwlist, &make, &slow,
                                      &failed, &dump, &clear_memo, &signature, &deep_limit,
-                                     &max_types, &PyDict_Type, &switch_ns)) {
+                                     &max_types, &PyDict_Type, &switch_ns, &finish)) {
         return NULL;
     }
     PyObject *module = PyDict_GetItemWithError(switch_ns, str_speedups);
@@ -953,6 +1002,7 @@ dumper_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->make = Py_NewRef(make);
     self->slow = Py_NewRef(slow);
     self->failed = Py_NewRef(failed);
+    self->finish = Py_NewRef(finish);
     self->dump = Py_NewRef(dump);
     self->clear_memo = Py_NewRef(clear_memo);
     self->init = init;
@@ -971,6 +1021,7 @@ dumper_traverse(DumperObject *self, visitproc visit, void *arg)
     Py_VISIT(self->make);
     Py_VISIT(self->slow);
     Py_VISIT(self->failed);
+    Py_VISIT(self->finish);
     Py_VISIT(self->dump);
     Py_VISIT(self->clear_memo);
     Py_VISIT(self->init);
@@ -994,6 +1045,7 @@ dumper_clear(DumperObject *self)
     Py_CLEAR(self->make);
     Py_CLEAR(self->slow);
     Py_CLEAR(self->failed);
+    Py_CLEAR(self->finish);
     Py_CLEAR(self->dump);
     Py_CLEAR(self->clear_memo);
     Py_CLEAR(self->init);
@@ -1039,7 +1091,7 @@ static PyTypeObject DumperType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "graphpickle.core._speedups.Dumper",
     .tp_doc = PyDoc_STR("Dumper(make, slow, failed, dump, clear_memo, signature, deep_limit, "
-                        "max_types, switch): dumps() on pooled picklers."),
+                        "max_types, switch, finish): dumps() on pooled picklers."),
     .tp_basicsize = sizeof(DumperObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = dumper_new,
@@ -1241,6 +1293,7 @@ init_fast_calls(void)
         {&str_buffers, "buffers"}, {&str_fix_imports, "fix_imports"},
         {&str_encoding, "encoding"}, {&str_errors, "errors"}, {&str_speedups, "_speedups"},
         {&str_buffer, "buffer"}, {&str_generation, "_generation"}, {&str_globals_ref, "globals_ref"},
+        {&str_fragments_used, "fragments_used"},
         {&str_package, "__package__"}, {&str_name, "__name__"}, {&str_path, "__path__"},
         {&str_file, "__file__"},
     };
@@ -1474,9 +1527,179 @@ same_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(same_items(args[0], args[1]));
 }
 
+/* What fragments.py watches: (kind, obj, extra) triples; keep in step with
+ * fragments.state_of_in_python, the reference. */
+enum { WATCH_DICT = 0, WATCH_ITEMS = 1, WATCH_CELL = 2, WATCH_FUNCTION = 3,
+       WATCH_ATTRIBUTES = 4, WATCH_FOUND = 5 };
+
+static int
+append_new(PyObject *list, PyObject *item) /* steals item */
+{
+    if (item == NULL) {
+        return -1;
+    }
+    int failed = PyList_Append(list, item);
+    Py_DECREF(item);
+    return failed;
+}
+
+/* len(dict) and its keys and values in order. */
+static int
+append_dict(PyObject *out, PyObject *dict)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    if (append_new(out, PyLong_FromSsize_t(PyDict_GET_SIZE(dict))) < 0) {
+        return -1;
+    }
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+        if (PyList_Append(out, key) < 0 || PyList_Append(out, value) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* len(items) and each of them: a list's, a set's, a mapping's keys and values. */
+static int
+append_items(PyObject *out, PyObject *obj)
+{
+    if (PyDict_Check(obj)) {
+        return append_dict(out, obj);
+    }
+    int mapping = !(PyList_Check(obj) || PyAnySet_Check(obj));
+    PyObject *items = mapping ? PyMapping_Items(obj) : PySequence_List(obj);
+    if (items == NULL) {
+        return -1;
+    }
+    int failed = append_new(out, PyLong_FromSsize_t(PyList_GET_SIZE(items)));
+    for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (mapping && PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2) {
+            failed = PyList_Append(out, PyTuple_GET_ITEM(item, 0)) < 0
+                     || PyList_Append(out, PyTuple_GET_ITEM(item, 1)) < 0;
+        }
+        else {
+            failed = PyList_Append(out, item) < 0;
+        }
+    }
+    Py_DECREF(items);
+    return failed ? -1 : 0;
+}
+
+/* getattr(obj, name), or the missing marker if it has no such attribute. */
+static PyObject *
+attribute_or_missing(PyObject *obj, PyObject *name, PyObject *missing)
+{
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (value == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        value = Py_NewRef(missing);
+    }
+    return value;
+}
+
+static int
+append_watched(PyObject *out, long kind, PyObject *obj, PyObject *extra, PyObject *missing)
+{
+    switch (kind) {
+    case WATCH_DICT: /* a dict or a mapping proxy */
+    case WATCH_ITEMS: /* a list or a set */
+        return append_items(out, obj);
+    case WATCH_CELL: {
+        PyObject *contents = PyCell_Check(obj) ? PyCell_GET(obj) : NULL;
+        return PyList_Append(out, contents == NULL ? missing : contents);
+    }
+    case WATCH_FUNCTION: {
+        PyObject *args[3] = {obj, extra, missing};
+        return append_new(out, function_snapshot(NULL, args, 3));
+    }
+    case WATCH_ATTRIBUTES: { /* extra: (has a __dict__, attribute names) */
+        if (!PyTuple_Check(extra) || PyTuple_GET_SIZE(extra) != 2
+            || !PyTuple_Check(PyTuple_GET_ITEM(extra, 1))) {
+            break;
+        }
+        if (PyObject_IsTrue(PyTuple_GET_ITEM(extra, 0))) {
+            PyObject *dict = PyObject_GenericGetDict(obj, NULL);
+            int failed = dict == NULL || append_items(out, dict) < 0;
+            Py_XDECREF(dict);
+            if (failed) {
+                return -1;
+            }
+        }
+        PyObject *names = PyTuple_GET_ITEM(extra, 1);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+            if (append_new(out, attribute_or_missing(obj, PyTuple_GET_ITEM(names, i), missing)) < 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    case WATCH_FOUND: { /* extra: (module name, attribute path): what the name finds */
+        if (!PyTuple_Check(extra) || PyTuple_GET_SIZE(extra) != 2
+            || !PyTuple_Check(PyTuple_GET_ITEM(extra, 1))) {
+            break;
+        }
+        /* sys.modules itself: PyImport_GetModule also checks the module's spec */
+        PyObject *found = PyDict_GetItemWithError(PyImport_GetModuleDict(), PyTuple_GET_ITEM(extra, 0));
+        if (found == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        found = Py_NewRef(found == NULL ? missing : found);
+        PyObject *path = PyTuple_GET_ITEM(extra, 1);
+        for (Py_ssize_t i = 0; found != missing && i < PyTuple_GET_SIZE(path); i++) {
+            Py_SETREF(found, attribute_or_missing(found, PyTuple_GET_ITEM(path, i), missing));
+            if (found == NULL) {
+                return -1;
+            }
+        }
+        return append_new(out, found);
+    }
+    }
+    PyErr_Format(PyExc_ValueError, "state_of: a watched entry of kind %ld is malformed", kind);
+    return -1;
+}
+
+static PyObject *
+state_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "state_of(watched: tuple, missing)");
+        return NULL;
+    }
+    PyObject *watched = args[0], *missing = args[1];
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out != NULL && i < PyTuple_GET_SIZE(watched); i++) {
+        PyObject *entry = PyTuple_GET_ITEM(watched, i);
+        long kind = -1;
+        if (PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 3) {
+            kind = PyLong_AsLong(PyTuple_GET_ITEM(entry, 0));
+        }
+        if (kind == -1) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "state_of: entries are (kind, obj, extra)");
+            }
+            Py_CLEAR(out);
+            break;
+        }
+        if (append_watched(out, kind, PyTuple_GET_ITEM(entry, 1), PyTuple_GET_ITEM(entry, 2),
+                           missing) < 0) {
+            Py_CLEAR(out);
+        }
+    }
+    if (out == NULL) {
+        return NULL;
+    }
+    PyObject *state = PyList_AsTuple(out);
+    Py_DECREF(out);
+    return state;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"function_snapshot", (PyCFunction)(void (*)(void))function_snapshot, METH_FASTCALL,
      PyDoc_STR("function_snapshot(func, names, missing): what its by-value reduction reads.")},
+    {"state_of", (PyCFunction)(void (*)(void))state_of, METH_FASTCALL,
+     PyDoc_STR("state_of(watched, missing): what each watched object holds now, flat.")},
     {"same_objects", (PyCFunction)(void (*)(void))same_objects, METH_FASTCALL,
      PyDoc_STR("same_objects(a, b): the same objects, position by position (tuples within too).")},
     {"remember_by_reference", remember_by_reference, METH_O,
@@ -1507,7 +1730,7 @@ PyInit__speedups(void)
         return NULL;
     }
     init_opcode_args();
-    PyObject *module = create_module(&speedups_module, 7); /* VERSION: checked by native.py */
+    PyObject *module = create_module(&speedups_module, 8); /* VERSION: checked by native.py */
     if (module == NULL) {
         return NULL;
     }

@@ -13,10 +13,11 @@ import types
 from .. import _native
 
 #: The VERSION of ``_speedups.c`` this package's Python files expect.
-VERSION = 7
+VERSION = 8
 NAMES = (
     "Dispatch", "Dumper", "Loader", "Sink", "bytearray8_overruns", "function_snapshot",
     "remember_by_reference", "same_objects", "set_by_reference_policy", "set_remembered",
+    "state_of",
 )  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from .. import determinism
 from ..determinism.canonical import DeterministicState
 from ..errors import ForbiddenGlobalError
 from ..restricted.unpickler import AllowList, compile_allowed, restricted_load
+from . import fragments as _fragments
 from .captures import no_capture_warnings
 from .locate import pickling_error
 from .native import speedups as _speedups  # tests set it to None: the Python hook
@@ -203,9 +204,71 @@ def dumps(
     With ``deterministic=True``, equal objects give equal bytes in any process,
     under any ``PYTHONHASHSEED`` (see :mod:`graphpickle.determinism`).
     """
-    out = io.BytesIO()
-    Pickler(out, protocol, buffer_callback=buffer_callback, deterministic=deterministic).dump(obj)
-    return out.getvalue()
+    if deterministic:
+        out = io.BytesIO()
+        Pickler(out, protocol, buffer_callback=buffer_callback, deterministic=True).dump(obj)
+        return out.getvalue()
+    return dump_to_bytes(obj, protocol, buffer_callback, None)
+
+
+def dump_to_bytes(
+    obj: Any,
+    protocol: int | None,
+    buffer_callback: BufferCallback | None,
+    reducer_lookup: ReducerLookup | None,
+) -> bytes:
+    """The payload of ``obj``, in default mode, with remembered classes as
+    fragments (see ``fragments``): written again, without the fragments that
+    share an object with the rest of the payload, until none does. Buffers are
+    handed to ``buffer_callback`` once, by the first attempt."""
+    recorder = None if buffer_callback is None else _fragments.Recorder(buffer_callback)
+    callback: BufferCallback | None = recorder
+    while True:
+        out = io.BytesIO()
+        pickler = Pickler(out, protocol, buffer_callback=callback, reducer_lookup=reducer_lookup)
+        allow_fragments(pickler, reducer_lookup)
+        pickler.dump(obj)
+        used = pickler._state.fragments_used
+        if not used or not _fragments.conflicting(pickler, used):
+            return out.getvalue()
+        if recorder is not None:
+            callback = _fragments.Replay(recorder.answers)
+
+
+def allow_fragments(pickler: Pickler, lookup: ReducerLookup | None) -> None:
+    """Let ``pickler`` (made with ``reducer_lookup=lookup``) write remembered
+    classes as fragments: its caller checks ``fragments.conflicting`` after each
+    dump and writes the payload again if so."""
+    state = pickler._state
+
+    def make(file: io.BytesIO, protocol: int, callback: BufferCallback) -> Pickler:
+        return Pickler(file, protocol, buffer_callback=callback, reducer_lookup=lookup)
+
+    state.make_fragment_pickler = make
+    state.fragment_lookup = lookup
+
+
+def _rewritten(
+    reference: Callable[..., bytes],
+) -> Callable[[Pickler, list[Any], Any, int, Any, list[Any] | None], bytes | None]:
+    """What the C dumper calls after a dump that used fragments: ``None`` if
+    the payload stands, else the payload written again by ``reference`` (the
+    Python ``dumps``), replaying the buffer callback's answers."""
+
+    def finish(
+        pickler: Pickler,
+        used: list[Any],
+        obj: Any,
+        protocol: int,
+        callback: Any,
+        answers: list[Any] | None,
+    ) -> bytes | None:
+        if not _fragments.conflicting(pickler, used):
+            return None
+        replay = None if callback is None else _fragments.Replay(answers or [])
+        return reference(obj, protocol=protocol, buffer_callback=replay)
+
+    return finish
 
 
 def loads(
@@ -352,6 +415,7 @@ def accelerated_dumps(reference: _F, reducer_lookup: ReducerLookup | None, signa
             sink.buffer if protocol >= 5 else None,
             reducer_lookup=reducer_lookup,
         )
+        allow_fragments(pickler, reducer_lookup)
         return pickler, sink, pickler.reducer_override
 
     dumper = _speedups.Dumper(
@@ -365,6 +429,7 @@ def accelerated_dumps(reference: _F, reducer_lookup: ReducerLookup | None, signa
         MAX_SHARED_TYPES,
         # Tests set this module's _speedups to None to run the Python hook.
         globals(),
+        _rewritten(reference),
     )
     on_tables_changed(dumper.clear)
     return _standing_for(dumper, reference)

@@ -10,7 +10,6 @@ imported is what keeps graphpickle's output byte-identical to ``pickle``'s.
 from __future__ import annotations
 
 import contextlib
-import gc
 import sys
 import threading
 import types
@@ -26,6 +25,7 @@ from ..determinism import canonical as _canonical
 from ..determinism.canonical import DeterministicState
 from ..errors import PicklingError
 from . import captures as _captures
+from . import fragments as _fragments
 from .captures import warn_about_large_captures
 from .native import speedups as _speedups
 from .policy import (
@@ -35,6 +35,7 @@ from .policy import (
     module_reason,
     named_object_reason,
 )
+from .snapshots import class_snapshot, function_snapshot, refers_to, same_objects
 
 __all__ = ["Reducer", "register_reducer", "unregister_reducer"]
 
@@ -52,9 +53,17 @@ class PicklerState:
     """What handlers need of their pickler: the protocol, cloudpickle's map
     from ``id(func.__globals__)`` to the globals dict the receiver will build
     (so that functions sharing globals here share them after loading too), and
-    in deterministic mode what that mode needs (``None`` otherwise)."""
+    in deterministic mode what that mode needs (``None`` otherwise).
 
-    __slots__ = ("by_value", "deterministic", "globals_ref", "protocol")
+    ``make_fragment_pickler`` is set by ``dumps``, which can write a payload
+    again: a remembered class may then go as a fragment (see ``fragments``),
+    listed in ``fragments_used`` for the check after the dump;
+    ``fragment_lookup`` is the pickler's reducer lookup."""
+
+    __slots__ = (
+        "by_value", "deterministic", "fragment_lookup", "fragments_used", "globals_ref",
+        "make_fragment_pickler", "protocol",
+    )  # fmt: skip
 
     def __init__(self, protocol: int, deterministic: DeterministicState | None = None) -> None:
         self.protocol = protocol
@@ -63,6 +72,9 @@ class PicklerState:
         # Set once anything is pickled by value: such payloads load only on the
         # same Python minor version (the wire envelope checks it).
         self.by_value = False
+        self.make_fragment_pickler: _fragments.MakePickler | None = None
+        self.fragment_lookup: ReducerLookup | None = None
+        self.fragments_used: list[_fragments.Fragment] = []
 
     def reset(self) -> None:
         """Forget what a dump wrote: a pooled pickler (``_speedups.Dumper``) starts
@@ -70,6 +82,7 @@ class PicklerState:
         share no globals dict with those of an earlier payload)."""
         self.globals_ref = {}
         self.by_value = False
+        self.fragments_used = []
 
 
 Handler = Callable[[PicklerState, Any], Any]
@@ -126,90 +139,6 @@ def forget_by_value() -> None:
     _codes.clear()
 
 
-def _function_snapshot_in_python(
-    func: types.FunctionType, names: tuple[str, ...], missing: Any
-) -> tuple[Any, ...]:
-    cells = []
-    for cell in func.__closure__ or ():
-        try:
-            cells.append(cell.cell_contents)
-        except ValueError:  # an empty cell
-            cells.append(missing)
-    found = func.__globals__
-    fields = (
-        func.__code__, func.__defaults__, func.__kwdefaults__, func.__dict__, func.__name__,
-        func.__qualname__, func.__module__, func.__doc__, func.__annotations__,
-    )  # fmt: skip
-    attributes = tuple(x for item in func.__dict__.items() for x in item)
-    return (*fields, attributes, *(found.get(name, missing) for name in names), *cells)
-
-
-def _same_objects_in_python(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    if type(a) is not tuple or type(b) is not tuple or len(a) != len(b):
-        return False
-    return all(_same_objects_in_python(x, y) for x, y in zip(a, b, strict=True))
-
-
-_function_snapshot = (
-    _function_snapshot_in_python if _speedups is None else _speedups.function_snapshot
-)
-_same_objects = _same_objects_in_python if _speedups is None else _speedups.same_objects
-
-
-# The __dict__, __weakref__ and slot descriptors of a class refer to it; cloudpickle
-# leaves them out of its reduction, and the snapshot does too (they would keep
-# the class alive: see _refers_to).
-_OWN_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
-
-
-def _class_snapshot(cls: type) -> tuple[Any, ...]:
-    entries = cls.__dict__.copy()
-    entries.pop("__dict__", None)  # (cloudpickle leaves both out whatever they hold)
-    entries.pop("__weakref__", None)
-    if "__slots__" in entries:
-        entries = {k: v for k, v in entries.items() if type(v) not in _OWN_DESCRIPTORS}
-    return (type(cls), cls.__bases__, cls.__name__, cls.__qualname__, tuple(entries.items()))
-
-
-# Types whose instances refer to nothing else: not looked into.
-_LEAVES = frozenset({int, float, complex, bool, str, bytes, type(None), types.CodeType})
-_REFERENCE_BUDGET = 1000
-
-
-def _refers_to(roots: Any, target: object) -> bool:
-    """Whether ``target`` may be reachable from ``roots`` (else a remembered
-    entry holding them would keep it alive: the table's weak reference would
-    never die). Module globals are not followed (the module keeps what they
-    hold alive anyway), nor classes other than <locals> ones; more than
-    _REFERENCE_BUDGET objects to look at counts as reachable."""
-    stack = [roots]
-    seen: set[int] = set()
-    while stack:
-        value = stack.pop()
-        if value is target:
-            return True
-        kind = type(value)
-        if kind in _LEAVES or id(value) in seen:
-            continue
-        seen.add(id(value))
-        if len(seen) > _REFERENCE_BUDGET:
-            return True
-        if kind is types.FunctionType:
-            stack.extend(
-                (value.__closure__, value.__defaults__, value.__kwdefaults__, value.__dict__)
-            )
-        elif kind is types.ModuleType:
-            continue
-        elif isinstance(value, type):
-            if "<locals>" in value.__qualname__:
-                stack.extend(v for v in vars(value).values() if type(v) not in _OWN_DESCRIPTORS)
-        else:
-            stack.extend(gc.get_referents(value))
-    return False
-
-
 def _remember(table: dict[int, Any], obj: Any, snapshot: Any, extra: Any) -> None:
     if len(table) >= _MAX_REMEMBERED:
         table.clear()
@@ -236,7 +165,7 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
             make, code, closure, func_state, setstate = parts
             if (
                 generation == _captures._generation
-                and _same_objects(_function_snapshot(func, names, _MISSING), entry[1])
+                and same_objects(function_snapshot(func, names, _MISSING), entry[1])
                 and (not packages or _same_submodules(func, func_state[1], packages))
             ):
                 state.by_value = True
@@ -268,14 +197,14 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     if quiet and not canonical and reason in _REMEMBERED_REASONS:
         make, (code, _, _, _, closure), func_state, _, _, setstate = reduction
         names = tuple(sorted(_global_names(func.__code__)))
-        snapshot = _function_snapshot(func, names, _MISSING)
+        snapshot = function_snapshot(func, names, _MISSING)
         parts = (make, code, closure, func_state, setstate)
         # The submodules cloudpickle lists depend on sys.modules, not only on
         # the snapshot: with a package among the globals or cells, remember how
         # many modules sys.modules had (see _same_submodules).
         packages = [len(sys.modules)] if _captures_a_package(func, func_state[1]) else None
         # A recursive closure (its own cell) would be kept alive by its entry.
-        if not _refers_to((snapshot, func_state), func):
+        if not refers_to((snapshot, func_state), func):
             growable = _captures.growable_sizes(func, func_state)
             extra = [_captures._generation, names, packages, growable, parts]
             _remember(_functions, func, snapshot, extra)
@@ -338,7 +267,10 @@ def _global_names(code: types.CodeType) -> set[str]:
 def _base_globals(state: PicklerState, func: types.FunctionType) -> dict[str, Any]:
     """The dict the receiver makes the function's globals from: one per module
     and payload, as cloudpickle shares it (state.globals_ref)."""
-    module_globals = func.__globals__
+    return _module_base_globals(state, func.__globals__)
+
+
+def _module_base_globals(state: PicklerState, module_globals: dict[str, Any]) -> dict[str, Any]:
     base = state.globals_ref.setdefault(id(module_globals), {})
     if not base:
         for name in ("__package__", "__name__", "__path__", "__file__"):
@@ -358,9 +290,15 @@ def _reduce_class(state: PicklerState, cls: type) -> Any:
         return builtin
     if state.deterministic is None:
         entry = _recall(_classes, cls)
-        if entry is not None and _same_objects(_class_snapshot(cls), entry[1]):
+        if entry is not None and same_objects(class_snapshot(cls), entry[1]):
             state.by_value = True
-            return entry[2]
+            reduction, fragments = entry[2]
+            if state.make_fragment_pickler is not None and state.protocol >= 5:
+                fragment = _fragment(cls, fragments, state)
+                if fragment is not None:
+                    state.fragments_used.append(fragment)
+                    return fragment.reduction(lambda g: _module_base_globals(state, g))
+            return reduction
     reason = class_reason(cls)
     if reason is None:
         remember_by_reference(cls)
@@ -373,13 +311,48 @@ def _reduce_class(state: PicklerState, cls: type) -> Any:
         reduction = cp.reduce_class_by_value(cls)
         # Plain classes only: an ABC's registry or an enum's members live outside its dict.
         if type(cls) is type and reason in _REMEMBERED_REASONS:
-            snapshot = _class_snapshot(cls)
+            snapshot = class_snapshot(cls)
             # A method using super() (its __class__ cell) would keep it alive.
-            if not _refers_to((snapshot, reduction), cls):
-                _remember(_classes, cls, snapshot, reduction)
+            if not refers_to((snapshot, reduction), cls):
+                # Its fragments, by (protocol, reducer lookup), made from its second payload on.
+                _remember(_classes, cls, snapshot, (reduction, {}))
         return reduction
     class_id = state.deterministic.class_id(cls)
     return cp.reduce_class_by_value(cls, canonical=True, tracker_id=class_id)
+
+
+def _fragment(cls: type, fragments: dict[Any, Any], state: PicklerState) -> Any:
+    """The fragment of a remembered class for this payload, built if need be;
+    ``None`` if it has none (see ``fragments``)."""
+    key = (state.protocol, state.fragment_lookup)
+    fragment = fragments.get(key, _MISSING)
+    if fragment is None or (fragment is not _MISSING and fragment.conflicted):
+        return None
+    if fragment is not _MISSING and fragment.current():
+        return fragment
+    lookup = state.fragment_lookup
+
+    def has_reducer(kind: type) -> bool:
+        if any(base in _global_reducers for base in kind.__mro__):
+            return True
+        return lookup is not None and lookup(kind) is not None
+
+    assert state.make_fragment_pickler is not None
+    previous = None if fragment is _MISSING else fragment
+    fragments[key] = fragment = _fragments.build(
+        cls, state.protocol, state.make_fragment_pickler, previous, _remembered_names, has_reducer
+    )
+    return fragment
+
+
+def _remembered_names(func: types.FunctionType) -> tuple[str, ...] | None:
+    """The global names of a remembered by-value function whose snapshot says it
+    all (no submodule search to repeat); ``None`` otherwise."""
+    entry = _recall(_functions, func)
+    if entry is None or entry[2][2] is not None:
+        return None
+    names: tuple[str, ...] = entry[2][1]
+    return names
 
 
 def _reduce_set_subclass(state: PicklerState, members: set[Any] | frozenset[Any]) -> Any:

@@ -1,0 +1,169 @@
+"""A remembered by-value class embedded as a fragment (graphpickle.core.fragments):
+the payload always carries the class's current state, shares the receiver's
+globals with the rest of the payload, and shares no object it should not."""
+
+from __future__ import annotations
+
+import io
+import pickle
+
+import pytest
+
+import graphpickle
+from graphpickle.core import fragments as _fragments
+from graphpickle.core import reducers as _reducers
+from graphpickle.core.native import speedups
+from graphpickle.integrations import dask_distributed
+
+CELL = """
+from dataclasses import dataclass, field
+CONFIG = {"scale": 2}
+counter = 0
+def helper(x):
+    return x + 1
+def bump():
+    global counter
+    counter += 1
+    return counter
+def read():
+    return counter
+@dataclass
+class Point:
+    x: int
+    y: float = 0.5
+    tags: list = field(default_factory=list)
+    def scaled(self):
+        return self.x * CONFIG["scale"]
+    def helped(self):
+        return helper(self.x)
+    def count(self):
+        return bump()
+"""
+
+
+@pytest.fixture
+def cell():
+    namespace: dict = {"__name__": "__main__"}
+    exec(CELL, namespace)
+    yield namespace
+    _reducers.forget_by_value()
+
+
+def fragment_of(cls: type, protocol: int = 5) -> _fragments.Fragment | None:
+    entry = _reducers._recall(_reducers._classes, cls)
+    if entry is None:
+        return None
+    found: _fragments.Fragment | None = entry[2][1].get((protocol, None))
+    return found
+
+
+def send(obj, times: int = 3, **kwargs) -> bytes:
+    data = b""
+    for _ in range(times):
+        data = graphpickle.dumps(obj, **kwargs)
+    return data
+
+
+def test_the_third_payload_embeds_the_fragment_and_loads_without_graphpickle(
+    cell, receiver, implementation
+):
+    Point = cell["Point"]
+    data = send(Point(3, 1.5))
+    fragment = fragment_of(Point)
+    assert fragment is not None and not fragment.conflicted
+    assert fragment.data in data
+    out = receiver(data, "print(obj, obj.scaled(), obj.helped(), obj == type(obj)(3, 1.5))")
+    assert out.split() == ["Point(x=3,", "y=1.5,", "tags=[])", "6", "4", "True"]
+
+
+def test_every_change_between_payloads_is_in_the_next_one(cell, receiver, implementation):
+    Point = cell["Point"]
+    send(Point(1))
+    assert fragment_of(Point) is not None
+    check = (
+        "import dataclasses; P = type(obj)\n"
+        "print(P.__dataclass_fields__['y'].default, obj.scaled(), obj.helped(), P.extra)"
+    )
+    Point.extra = "set on the class"  # a class attribute: the class snapshot
+    Point.__dataclass_fields__["y"].default = 7.0  # a field, changed in place
+    cell["CONFIG"]["scale"] = 10  # a global dict, changed in place
+    cell["helper"] = lambda x: x - 1  # a global, rebound
+    out = receiver(graphpickle.dumps(Point(1)), check)
+    assert out.split() == ["7.0", "10", "0", "set", "on", "the", "class"]
+
+
+def test_an_object_the_payload_also_holds_stays_one_object(cell, receiver, implementation):
+    Point = cell["Point"]
+    send(Point(1))
+    message = (Point(2), cell["CONFIG"], cell["helper"])
+    data = graphpickle.dumps(message)
+    assert fragment_of(Point).conflicted
+    out = receiver(
+        data,
+        "point, config, helper = obj; g = type(point).scaled.__globals__\n"
+        "print(g['CONFIG'] is config, g['helper'] is helper, point.scaled())",
+    )
+    assert out.split() == ["True", "True", "4"]
+    assert graphpickle.dumps(message) == data  # marked: written whole from now on
+
+
+def test_the_fragment_shares_its_globals_dict_with_the_payloads_functions(
+    cell, receiver, implementation
+):
+    Point = cell["Point"]
+    send(Point(1))
+    data = graphpickle.dumps((Point(1), cell["read"]))
+    assert not fragment_of(Point).conflicted
+    out = receiver(data, "point, read = obj; point.count(); print(read())")
+    assert out.split() == ["1"]  # one `counter` for both
+
+
+@pytest.mark.parametrize("dumps", [graphpickle.dumps, dask_distributed.dumps])
+def test_a_payload_written_again_hands_each_buffer_once(cell, receiver, implementation, dumps):
+    Point = cell["Point"]
+    send(Point(1))
+    payload = bytearray(b"out of band")
+    buffers: list = []
+    message = (pickle.PickleBuffer(payload), Point(5), cell["CONFIG"], pickle.PickleBuffer(payload))
+    data = dumps(message, buffer_callback=buffers.append, protocol=5)
+    made = _reducers._recall(_reducers._classes, Point)[2][1].values()
+    assert any(f is not None and f.conflicted for f in made)  # the payload was written again
+    assert len(buffers) == 2
+    loaded = pickle.loads(data, buffers=buffers)
+    assert bytes(loaded[0]) == bytes(loaded[3]) == b"out of band"
+    assert loaded[1].scaled() == 10
+
+
+def test_a_class_whose_state_changes_every_time_goes_whole(cell, implementation):
+    Point = cell["Point"]
+    for i in range(2 + _fragments._MAX_REBUILDS + 2):
+        cell["CONFIG"][f"key{i}"] = i
+        graphpickle.dumps(Point(1))
+    entry = _reducers._recall(_reducers._classes, Point)
+    assert entry[2][1] == {(5, None): None}
+
+
+def test_no_fragment_where_a_payload_cannot_be_written_again(cell, implementation):
+    Point = cell["Point"]
+    for _ in range(3):
+        graphpickle.dump(Point(1), io.BytesIO())  # a file: what it wrote stays written
+        graphpickle.dumps(Point(1), protocol=4)  # NEXT_BUFFER is protocol 5's
+        graphpickle.dumps(Point(1), deterministic=True)
+    entry = _reducers._recall(_reducers._classes, Point)
+    assert entry is not None and entry[2][1] == {}
+
+
+def test_state_of_in_c_is_the_python_reference(cell):
+    if speedups is None:
+        pytest.skip("graphpickle._speedups is not built")
+    Point = cell["Point"]
+    send(Point(1))
+    watched = fragment_of(Point).watched
+    kinds = {kind for kind, _, _ in watched}
+    assert kinds == set(range(6)) - {_fragments.WATCH_COLLECTION} or len(kinds) >= 5
+    missing = object()
+    in_c = speedups.state_of(watched, missing)
+    in_python = _fragments.state_of_in_python(watched, missing)
+    assert speedups.same_objects(in_c, in_python)
+    cell["CONFIG"]["new"] = 1
+    assert not speedups.same_objects(speedups.state_of(watched, missing), in_c)
