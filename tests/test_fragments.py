@@ -8,6 +8,8 @@ import io
 import pickle
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import graphpickle
 from graphpickle.core import fragments as _fragments
@@ -167,3 +169,29 @@ def test_state_of_in_c_is_the_python_reference(cell):
     assert speedups.same_objects(in_c, in_python)
     cell["CONFIG"]["new"] = 1
     assert not speedups.same_objects(speedups.state_of(watched, missing), in_c)
+
+
+@given(
+    st.recursive(
+        st.none() | st.integers() | st.text(max_size=5),
+        lambda inner: (
+            st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4)
+        ),
+        max_leaves=30,
+    )
+)
+@settings(max_examples=100, deadline=None)
+def test_the_memo_read_in_place_is_memo_copy(value):
+    # _speedups reads the C pickler's memo table in place (a CPython layout):
+    # this fails loudly if that layout ever changes.
+    if speedups is None:
+        pytest.skip("graphpickle._speedups is not built")
+    assert _fragments.memo_holds is speedups.memo_holds
+    pickler = graphpickle.Pickler(io.BytesIO(), 5)
+    pickler.dump([value, value])
+    memoized = set(pickler.memo.copy())
+    assert all(speedups.memo_holds(pickler, frozenset({key})) for key in memoized)
+    others = frozenset({id(memoized), id(pickler)})
+    assert speedups.memo_holds(pickler, others) is False
+    assert speedups.memo_holds(pickler, frozenset()) is False
+    assert speedups.memo_holds(object(), others) is None

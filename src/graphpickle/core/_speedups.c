@@ -1695,9 +1695,107 @@ state_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return state;
 }
 
+/* The C pickler's memo, read in place. _pickle.c's PicklerObject starts with a
+ * pointer to its memo table, laid out as below (unchanged since Python 3.0).
+ * Pickler.memo.copy() builds a dict of tuples, about 1,100 instructions an
+ * entry; this reads 40. fragments.py checks it against memo.copy() once and
+ * uses memo.copy() if the two ever disagree; memo_table() refuses a table whose
+ * sizes do not fit together. */
+typedef struct {
+    PyObject *me_key;
+    Py_ssize_t me_value;
+} MemoEntry;
+
+typedef struct {
+    size_t mt_mask;
+    size_t mt_used;
+    size_t mt_allocated;
+    MemoEntry *mt_table;
+} MemoTable;
+
+static PyObject *c_pickler_type; /* _pickle.Pickler */
+
+static MemoTable *
+memo_table(PyObject *pickler)
+{
+    if (c_pickler_type == NULL) {
+        PyObject *module = PyImport_ImportModule("_pickle");
+        c_pickler_type = module == NULL ? NULL : PyObject_GetAttrString(module, "Pickler");
+        Py_XDECREF(module);
+        if (c_pickler_type == NULL) {
+            PyErr_Clear();
+            return NULL;
+        }
+    }
+    if (!PyType_Check(c_pickler_type)
+        || ((PyTypeObject *)c_pickler_type)->tp_basicsize < (Py_ssize_t)(sizeof(PyObject) + sizeof(void *))
+        || !PyObject_TypeCheck(pickler, (PyTypeObject *)c_pickler_type)) {
+        return NULL;
+    }
+    MemoTable *memo = *(MemoTable **)((char *)pickler + sizeof(PyObject));
+    if (memo == NULL || memo->mt_table == NULL || memo->mt_allocated == 0
+        || memo->mt_allocated != memo->mt_mask + 1 || (memo->mt_allocated & memo->mt_mask) != 0
+        || memo->mt_used > memo->mt_allocated) {
+        return NULL;
+    }
+    return memo;
+}
+
+static int
+compare_pointers(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* memo_holds(pickler, ids): whether the pickler's memo holds an object whose
+ * id is in ids (a set or frozenset of ints); None if its memo cannot be read. */
+static PyObject *
+memo_holds(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyAnySet_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "memo_holds(pickler, ids: set)");
+        return NULL;
+    }
+    MemoTable *memo = memo_table(args[0]);
+    if (memo == NULL) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t n = PySet_GET_SIZE(args[1]);
+    uintptr_t *wanted = PyMem_Malloc((n > 0 ? n : 1) * sizeof(uintptr_t));
+    if (wanted == NULL) {
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t i = 0;
+    PyObject *iterator = PyObject_GetIter(args[1]), *key;
+    while (iterator != NULL && i < n && (key = PyIter_Next(iterator)) != NULL) {
+        void *pointer = PyLong_AsVoidPtr(key);
+        Py_DECREF(key);
+        if (pointer == NULL && PyErr_Occurred()) {
+            break;
+        }
+        wanted[i++] = (uintptr_t)pointer;
+    }
+    Py_XDECREF(iterator);
+    if (PyErr_Occurred()) {
+        PyMem_Free(wanted);
+        return NULL;
+    }
+    qsort(wanted, (size_t)i, sizeof(uintptr_t), compare_pointers);
+    int found = 0;
+    for (size_t slot = 0; !found && i > 0 && slot < memo->mt_allocated; slot++) {
+        uintptr_t object = (uintptr_t)memo->mt_table[slot].me_key;
+        found = object != 0 && bsearch(&object, wanted, (size_t)i, sizeof(uintptr_t), compare_pointers) != NULL;
+    }
+    PyMem_Free(wanted);
+    return PyBool_FromLong(found);
+}
+
 static PyMethodDef speedups_methods[] = {
     {"function_snapshot", (PyCFunction)(void (*)(void))function_snapshot, METH_FASTCALL,
      PyDoc_STR("function_snapshot(func, names, missing): what its by-value reduction reads.")},
+    {"memo_holds", (PyCFunction)(void (*)(void))memo_holds, METH_FASTCALL,
+     PyDoc_STR("memo_holds(pickler, ids): whether its memo holds one of these objects.")},
     {"state_of", (PyCFunction)(void (*)(void))state_of, METH_FASTCALL,
      PyDoc_STR("state_of(watched, missing): what each watched object holds now, flat.")},
     {"same_objects", (PyCFunction)(void (*)(void))same_objects, METH_FASTCALL,

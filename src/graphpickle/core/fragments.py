@@ -374,13 +374,38 @@ def _reduced_by_default(kind: type, has_reducer: HasReducer) -> bool:
 def conflicting(pickler: Any, used: list[Fragment]) -> bool:
     """Whether the payload ``pickler`` just wrote also holds an object one of
     its fragments holds; each such fragment is marked not to be used again."""
-    memo = pickler.memo.copy()
     found = False
     for fragment in used:
-        if not fragment.ids.isdisjoint(memo):
+        if memo_holds(pickler, fragment.ids):
             fragment.conflicted = True
             found = True
     return found
+
+
+def memo_holds_in_python(pickler: Any, ids: frozenset[int]) -> bool:
+    """Whether ``pickler``'s memo holds an object whose id is in ``ids``."""
+    return not ids.isdisjoint(pickler.memo.copy())
+
+
+def _memo_reader_agrees() -> bool:
+    """Whether ``_speedups.memo_holds`` reads a C pickler's memo as
+    ``Pickler.memo.copy()`` does (see _speedups.c: it reads the table in place)."""
+    if _speedups is None:
+        return False
+    held = [[], {}, "text"]
+    pickler = _pickle.Pickler(io.BytesIO(), 5)
+    pickler.dump(held)
+    ids = set(pickler.memo.copy())
+    return (
+        len(ids) == 4
+        and all(_speedups.memo_holds(pickler, frozenset({key})) is True for key in ids)
+        and _speedups.memo_holds(pickler, frozenset({id(ids)})) is False
+    )
+
+
+memo_holds: Callable[[Any, frozenset[int]], bool] = (
+    _speedups.memo_holds if _memo_reader_agrees() else memo_holds_in_python  # type: ignore[union-attr]
+)
 
 
 class Recorder:

@@ -17,7 +17,7 @@ VERSION = 8
 NAMES = (
     "Dispatch", "Dumper", "Loader", "Sink", "bytearray8_overruns", "function_snapshot",
     "remember_by_reference", "same_objects", "set_by_reference_policy", "set_remembered",
-    "state_of",
+    "memo_holds", "state_of",
 )  # fmt: skip
 
 
