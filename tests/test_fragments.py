@@ -195,3 +195,71 @@ def test_the_memo_read_in_place_is_memo_copy(value):
     assert speedups.memo_holds(pickler, others) is False
     assert speedups.memo_holds(pickler, frozenset()) is False
     assert speedups.memo_holds(object(), others) is None
+
+
+# --- inspect reads a fragment as a pickle of its own ---------------------------
+
+
+def test_inspect_reads_the_fragment_and_judges_the_payload_by_it(cell):
+    Point = cell["Point"]
+    data = send(Point(1))
+    report = graphpickle.inspect(data)
+    assert report.verdict == "imports"
+    assert report.dangerous == ()
+    assert ("class", "Point") in {(o.kind, o.name) for o in report.by_value}
+    assert "__main__.Point.scaled" in {o.name for o in report.by_value}
+    assert "cloudpickle.cloudpickle._make_skeleton_class" in report.globals
+    assert any("as a fragment" in f.what for f in report.findings)
+
+
+class _Reduces:
+    """An object whose pickle is the reduction it is given."""
+
+    def __init__(self, reduction):
+        self.reduction = reduction
+
+    def __reduce__(self):
+        return self.reduction
+
+
+def _loader():
+    import _pickle
+    import functools
+
+    return functools.partial(_pickle.loads, buffers=())
+
+
+def test_inspect_finds_what_a_nested_pickle_in_the_fragment_shape_would_do():
+    import os
+
+    evil = pickle.dumps(_Reduces((os.system, ("echo owned",))))
+    report = graphpickle.inspect(pickle.dumps(_Reduces((_loader(), (evil,)))))
+    assert report.verdict == "code"
+    assert {d.name for d in report.dangerous} >= {f"{os.name}.system"}
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        # _pickle.loads called directly, not as a fragment's loader
+        lambda: (__import__("_pickle").loads, (pickle.dumps(1),)),
+        # the loader called on something other than bytes
+        lambda: (_loader(), ("text",)),
+        # the loader handed on, to be called by something the scan does not follow
+        lambda: (map, (_loader(), [pickle.dumps(1)])),
+    ],
+    ids=["loads called", "loader on text", "loader handed on"],
+)
+def test_inspect_keeps_the_nested_loads_dangerous_in_any_other_shape(payload):
+    report = graphpickle.inspect(pickle.dumps(_Reduces(payload())))
+    assert report.verdict == "code"
+    assert {"_pickle.loads", "functools.partial"} & {d.name for d in report.dangerous}
+
+
+def test_inspect_stops_at_fragments_nested_too_deep():
+    data = pickle.dumps(1)
+    for _ in range(6):
+        data = pickle.dumps(_Reduces((_loader(), (data,))))
+    report = graphpickle.inspect(data)
+    assert report.verdict == "code"
+    assert any("nested more than" in f.what for f in report.findings)
