@@ -1620,7 +1620,7 @@ append_watched(PyObject *out, long kind, PyObject *obj, PyObject *extra, PyObjec
             break;
         }
         if (PyObject_IsTrue(PyTuple_GET_ITEM(extra, 0))) {
-            PyObject *dict = PyObject_GenericGetDict(obj, NULL);
+            PyObject *dict = PyObject_GetAttrString(obj, "__dict__");
             int failed = dict == NULL || append_items(out, dict) < 0;
             Py_XDECREF(dict);
             if (failed) {

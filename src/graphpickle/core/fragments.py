@@ -185,7 +185,11 @@ class Fragment:
         """Whether pickling the class now would write these bytes."""
         if self.generation != _captures._generation or self.registered != REGISTERED_BY_VALUE:
             return False
-        return same_objects(state_of(self.watched, _MISSING), self.snapshot)
+        try:
+            now = state_of(self.watched, _MISSING)
+        except Exception:  # an attribute that raises now: build it again (or go whole)
+            return False
+        return same_objects(now, self.snapshot)
 
     def reduction(self, globals_for: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
         """The class's reduction in a payload whose functions of a module share
@@ -321,7 +325,10 @@ def _describe(
             return None
     if refers_to(tuple(obj for _, obj, _ in watched), cls):
         return None  # the entry would keep the class alive
-    return Fragment(tuple(watched))
+    try:
+        return Fragment(tuple(watched))
+    except Exception:  # a watched attribute that raises: no snapshot to compare with
+        return None
 
 
 def _made_by_the_reduction(objects: list[Any]) -> set[int]:
