@@ -190,10 +190,12 @@ def test_the_memo_read_in_place_is_memo_copy(value):
     pickler = graphpickle.Pickler(io.BytesIO(), 5)
     pickler.dump([value, value])
     memoized = set(pickler.memo.copy())
-    assert all(speedups.memo_holds(pickler, frozenset({key})) for key in memoized)
-    others = frozenset({id(memoized), id(pickler)})
+    table = _fragments.pointer_table
+    assert all(speedups.memo_holds(pickler, table([key])) for key in memoized)
+    others = table([id(memoized), id(pickler)])
     assert speedups.memo_holds(pickler, others) is False
-    assert speedups.memo_holds(pickler, frozenset()) is False
+    assert speedups.memo_holds(pickler, table([*memoized, id(pickler)])) is True
+    assert speedups.memo_holds(pickler, table([])) is False
     assert speedups.memo_holds(object(), others) is None
 
 
@@ -263,3 +265,122 @@ def test_inspect_stops_at_fragments_nested_too_deep():
     report = graphpickle.inspect(data)
     assert report.verdict == "code"
     assert any("nested more than" in f.what for f in report.findings)
+
+
+# --- what a review found: each of these loaded stale or split objects once -------
+
+TWO_CLASSES = """
+CONFIG = {"k": 1}
+class A:
+    cfg = CONFIG
+class B:
+    cfg = CONFIG
+"""
+
+
+def test_two_fragments_never_hold_the_same_object(receiver, implementation):
+    namespace: dict = {"__name__": "__main__"}
+    exec(TWO_CLASSES, namespace)
+    message = [namespace["A"](), namespace["B"]()]
+    data = send(message)
+    out = receiver(data, "a, b = obj; print(type(a).cfg is type(b).cfg)")
+    assert out.split() == ["True"]
+
+
+@pytest.mark.parametrize("how", ["register_reducer", "copyreg", "__reduce__"])
+def test_a_new_reduction_for_what_the_class_holds_is_seen(cell, receiver, implementation, how):
+    import argparse
+    import copyreg
+
+    Point = cell["Point"]
+    Point.options = argparse.Namespace(a=1)
+    send(Point(1))
+    assert fragment_of(Point) is not None
+
+    def reduce(obj):
+        return (dict, ({"reduced": True},))
+
+    try:
+        if how == "register_reducer":
+            graphpickle.register_reducer(argparse.Namespace, reduce)
+        elif how == "copyreg":
+            copyreg.pickle(argparse.Namespace, reduce)
+        else:
+            argparse.Namespace.__reduce__ = reduce  # type: ignore[method-assign]
+        out = receiver(graphpickle.dumps(Point(1)), "print(type(obj).options)")
+    finally:
+        if how == "register_reducer":
+            graphpickle.unregister_reducer(argparse.Namespace)
+        elif how == "copyreg":
+            del copyreg.dispatch_table[argparse.Namespace]
+        else:
+            del argparse.Namespace.__reduce__
+    assert out.strip() == "{'reduced': True}"
+
+
+def test_an_instance_given_another_class_is_seen(cell, receiver, implementation):
+    import argparse
+    import string
+
+    Point = cell["Point"]
+    Point.options = argparse.Namespace(a=1)
+    send(Point(1))
+    Point.options.__class__ = string.Formatter
+    out = receiver(graphpickle.dumps(Point(1)), "print(type(type(obj).options).__name__)")
+    assert out.strip() == "Formatter"
+
+
+def test_an_immutable_the_payload_also_holds_stays_one_object(cell, receiver, implementation):
+    Point = cell["Point"]
+    Point.pair = ("a", 1.5)
+    send(Point(1))
+    data = graphpickle.dumps((Point(1), Point.pair, Point.scaled.__code__))
+    out = receiver(
+        data, "p, pair, code = obj; print(type(p).pair is pair, type(p).scaled.__code__ is code)"
+    )
+    assert out.split() == ["True", "True"]
+
+
+def test_a_change_while_the_fragment_is_built_is_in_the_next_payload(
+    cell, receiver, monkeypatch, implementation
+):
+    Point = cell["Point"]
+    Point.log = []
+    graphpickle.dumps(Point(1))
+    describe = _fragments._describe
+
+    def another_thread_meanwhile(*args):
+        Point.log.append("appended meanwhile")
+        return describe(*args)
+
+    monkeypatch.setattr(_fragments, "_describe", another_thread_meanwhile)
+    graphpickle.dumps(Point(1))  # builds the fragment
+    monkeypatch.setattr(_fragments, "_describe", describe)
+    out = receiver(graphpickle.dumps(Point(1)), "print(type(obj).log)")
+    assert out.strip() == "['appended meanwhile']"
+
+
+def test_a_long_list_keeps_its_fragment(cell, implementation):
+    Point = cell["Point"]
+    Point.table = list(range(1000))  # lengths above 256 are new int objects each time
+    send(Point(1), times=8)
+    fragment = fragment_of(Point)
+    assert fragment is not None and fragment.rebuilds == 0 and fragment.current()
+
+
+def test_a_base_rebinding_what_the_class_shares_with_it_is_seen(cell, tmp_path, monkeypatch):
+    # cloudpickle leaves out of a class's dict an entry that is the very object
+    # its base holds: when the base rebinds it, the class's payload must carry it.
+    import sys
+    import types
+
+    base_module = types.ModuleType("gp_fragment_base")
+    exec("class Base:\n    shared = ('from', 'the base')\n", base_module.__dict__)
+    monkeypatch.setitem(sys.modules, "gp_fragment_base", base_module)
+    namespace: dict = {"__name__": "__main__", "Base": base_module.Base}
+    exec("class Child(Base):\n    shared = Base.shared\n", namespace)
+    Child = namespace["Child"]
+    data = send(Child)
+    assert b"from" not in data  # left out: the base has it
+    base_module.Base.shared = ("rebound",)
+    assert b"from" in graphpickle.dumps(Child)

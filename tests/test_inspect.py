@@ -508,3 +508,13 @@ def test_data_verdicts_are_accepted_by_restricted_loading(head, ops):
         raise AssertionError(f"inspect says data, restricted loading refuses: {exc}") from exc
     except Exception:  # malformed programs fail in many ways: fine
         pass
+
+
+def test_thread_ids_are_harmless_and_the_rest_of_thread_is_not():
+    # reprlib.recursive_repr (every dataclass's __repr__) names _thread.get_ident on 3.13
+    from graphpickle.diagnostics.gadgets import danger_of
+
+    assert danger_of("_thread", "get_ident") is None
+    assert danger_of("threading", "get_native_id") is None
+    assert danger_of("_thread", "start_new_thread") is not None
+    assert danger_of("threading", "Thread") is not None

@@ -1506,6 +1506,16 @@ same_items(PyObject *a, PyObject *b)
     if (a == b) {
         return 1;
     }
+    if (PyLong_CheckExact(a) && PyLong_CheckExact(b)) {
+        /* Pickle writes an int by value, never as a memo reference: equal ints
+         * make the same payload (and a length above 256 is a new object each time). */
+        int equal = PyObject_RichCompareBool(a, b, Py_EQ);
+        if (equal < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        return equal;
+    }
     if (!PyTuple_CheckExact(a) || !PyTuple_CheckExact(b) || PyTuple_GET_SIZE(a) != PyTuple_GET_SIZE(b)) {
         return 0;
     }
@@ -1530,7 +1540,7 @@ same_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* What fragments.py watches: (kind, obj, extra) triples; keep in step with
  * fragments.state_of_in_python, the reference. */
 enum { WATCH_DICT = 0, WATCH_ITEMS = 1, WATCH_CELL = 2, WATCH_FUNCTION = 3,
-       WATCH_ATTRIBUTES = 4, WATCH_FOUND = 5 };
+       WATCH_ATTRIBUTES = 4, WATCH_FOUND = 5, WATCH_REDUCE = 6 };
 
 static int
 append_new(PyObject *list, PyObject *item) /* steals item */
@@ -1655,6 +1665,37 @@ append_watched(PyObject *out, long kind, PyObject *obj, PyObject *extra, PyObjec
         }
         return append_new(out, found);
     }
+    case WATCH_REDUCE: { /* obj: a class; extra: (names, copyreg's dispatch table) */
+        PyObject *mro = PyType_Check(obj) ? ((PyTypeObject *)obj)->tp_mro : NULL;
+        if (mro == NULL || !PyTuple_Check(mro) || !PyTuple_Check(extra) || PyTuple_GET_SIZE(extra) != 2
+            || !PyTuple_Check(PyTuple_GET_ITEM(extra, 0)) || !PyDict_Check(PyTuple_GET_ITEM(extra, 1))) {
+            break;
+        }
+        /* What the first heap class of its MRO holds under each name (a static
+         * type's dict cannot change), then its entry in the dispatch table. */
+        PyObject *names = PyTuple_GET_ITEM(extra, 0);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+            PyObject *found = NULL;
+            for (Py_ssize_t j = 0; found == NULL && j < PyTuple_GET_SIZE(mro); j++) {
+                PyTypeObject *base = (PyTypeObject *)PyTuple_GET_ITEM(mro, j);
+                if (!(base->tp_flags & Py_TPFLAGS_HEAPTYPE) || base->tp_dict == NULL) {
+                    continue;
+                }
+                found = PyDict_GetItemWithError(base->tp_dict, PyTuple_GET_ITEM(names, i));
+                if (found == NULL && PyErr_Occurred()) {
+                    return -1;
+                }
+            }
+            if (PyList_Append(out, found == NULL ? missing : found) < 0) {
+                return -1;
+            }
+        }
+        PyObject *entry = PyDict_GetItemWithError(PyTuple_GET_ITEM(extra, 1), obj);
+        if (entry == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        return PyList_Append(out, entry == NULL ? missing : entry);
+    }
     }
     PyErr_Format(PyExc_ValueError, "state_of: a watched entry of kind %ld is malformed", kind);
     return -1;
@@ -1748,46 +1789,27 @@ compare_pointers(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* memo_holds(pickler, ids): whether the pickler's memo holds an object whose
- * id is in ids (a set or frozenset of ints); None if its memo cannot be read. */
+/* memo_holds(pickler, pointers): whether the pickler's memo holds an object whose
+ * address is in pointers (bytes: sorted native uintptr_t); None if its memo
+ * cannot be read. */
 static PyObject *
 memo_holds(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyAnySet_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "memo_holds(pickler, ids: set)");
+    if (nargs != 2 || !PyBytes_Check(args[1]) || PyBytes_GET_SIZE(args[1]) % sizeof(uintptr_t)) {
+        PyErr_SetString(PyExc_TypeError, "memo_holds(pickler, pointers: bytes of sorted uintptr_t)");
         return NULL;
     }
     MemoTable *memo = memo_table(args[0]);
     if (memo == NULL) {
         Py_RETURN_NONE;
     }
-    Py_ssize_t n = PySet_GET_SIZE(args[1]);
-    uintptr_t *wanted = PyMem_Malloc((n > 0 ? n : 1) * sizeof(uintptr_t));
-    if (wanted == NULL) {
-        return PyErr_NoMemory();
-    }
-    Py_ssize_t i = 0;
-    PyObject *iterator = PyObject_GetIter(args[1]), *key;
-    while (iterator != NULL && i < n && (key = PyIter_Next(iterator)) != NULL) {
-        void *pointer = PyLong_AsVoidPtr(key);
-        Py_DECREF(key);
-        if (pointer == NULL && PyErr_Occurred()) {
-            break;
-        }
-        wanted[i++] = (uintptr_t)pointer;
-    }
-    Py_XDECREF(iterator);
-    if (PyErr_Occurred()) {
-        PyMem_Free(wanted);
-        return NULL;
-    }
-    qsort(wanted, (size_t)i, sizeof(uintptr_t), compare_pointers);
+    const uintptr_t *wanted = (const uintptr_t *)PyBytes_AS_STRING(args[1]);
+    size_t n = (size_t)PyBytes_GET_SIZE(args[1]) / sizeof(uintptr_t);
     int found = 0;
-    for (size_t slot = 0; !found && i > 0 && slot < memo->mt_allocated; slot++) {
+    for (size_t slot = 0; !found && n > 0 && slot < memo->mt_allocated; slot++) {
         uintptr_t object = (uintptr_t)memo->mt_table[slot].me_key;
-        found = object != 0 && bsearch(&object, wanted, (size_t)i, sizeof(uintptr_t), compare_pointers) != NULL;
+        found = object != 0 && bsearch(&object, wanted, n, sizeof(uintptr_t), compare_pointers) != NULL;
     }
-    PyMem_Free(wanted);
     return PyBool_FromLong(found);
 }
 

@@ -48,10 +48,12 @@ watched objects and their snapshots, freed with the class's entry.
 from __future__ import annotations
 
 import _pickle
+import array
 import copyreg
 import functools
 import gc
 import io
+import struct
 import sys
 import types
 from collections.abc import Callable, Iterable
@@ -60,6 +62,7 @@ from typing import Any
 
 from .. import _cloudpickle_internals as cp
 from .._cloudpickle_internals import REGISTERED_BY_VALUE
+from ..errors import PicklingError
 from . import captures as _captures
 from .native import speedups as _speedups
 from .policy import class_reason, function_reason, module_reason
@@ -86,12 +89,22 @@ _IMMUTABLE = frozenset(
     {str, bytes, int, float, complex, bool, type(None), types.CodeType, tuple, frozenset, range}
 )
 _DEFAULT_REDUCE = (object.__reduce_ex__, object.__reduce__, object.__getstate__)
+_REDUCE_ATTRIBUTES = (
+    "__reduce_ex__",
+    "__reduce__",
+    "__getstate__",
+    "__getnewargs_ex__",
+    "__getnewargs__",
+)
+# Immutable objects whose identity a payload keeps (the memo): one the class
+# holds must not be in the rest of the payload too.
+_IDENTIFIED = frozenset({tuple, frozenset, bytes, types.CodeType})
 
 
 # What a watched object's snapshot holds (see state_of_in_python).
-WATCH_MAPPING, WATCH_COLLECTION, WATCH_CELL, WATCH_FUNCTION, WATCH_ATTRIBUTES, WATCH_FOUND = range(
-    6
-)
+WATCH_MAPPING, WATCH_COLLECTION, WATCH_CELL, WATCH_FUNCTION = range(4)
+WATCH_ATTRIBUTES, WATCH_FOUND, WATCH_REDUCE = range(4, 7)
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class whose dict can change
 _WATCHED_KINDS: dict[type, tuple[int, Any]] = {
     dict: (WATCH_MAPPING, None),
     types.MappingProxyType: (WATCH_MAPPING, None),
@@ -151,6 +164,12 @@ def state_of_in_python(watched: tuple[Watched, ...], missing: Any) -> tuple[Any,
         elif kind == WATCH_FOUND:
             module_name, path = extra
             out.append(_found(module_name, path, missing))
+        elif kind == WATCH_REDUCE:
+            names, table = extra
+            heap = [base for base in obj.__mro__ if base.__flags__ & _HEAP_TYPE]
+            for name in names:
+                out.append(next((b.__dict__[name] for b in heap if name in b.__dict__), missing))
+            out.append(table.get(obj, missing))
         else:
             raise ValueError(f"state_of: a watched entry of kind {kind} is malformed")
     return tuple(out)
@@ -165,17 +184,23 @@ class Fragment:
     """A class pickled on its own, and what its bytes were built from."""
 
     __slots__ = (
-        "conflicted", "data", "generation", "globals_order", "ids", "rebuilds", "registered",
-        "snapshot", "watched",
+        "conflicted", "data", "generation", "globals_order", "held", "ids", "pointers",
+        "rebuilds", "registered", "snapshot", "watched",
     )  # fmt: skip
 
-    def __init__(self, watched: tuple[Watched, ...]) -> None:
+    def __init__(self, watched: tuple[Watched, ...], held: tuple[Any, ...]) -> None:
         self.data = b""
         self.globals_order: tuple[dict[str, Any], ...] = ()  # a module dict per NEXT_BUFFER
         self.watched = watched
         self.snapshot = state_of(watched, _MISSING)
-        # The objects a payload must not hold besides (those found by name may).
-        self.ids = frozenset(id(obj) for kind, obj, _ in watched if kind != WATCH_FOUND)
+        # The objects a payload must not hold besides (those found by name may):
+        # the watched ones and the immutable ones the class holds (held alive here,
+        # so that their ids stay theirs).
+        self.held = held
+        self.ids = frozenset(
+            [id(obj) for kind, obj, _ in watched if kind != WATCH_FOUND] + [id(obj) for obj in held]
+        )
+        self.pointers = pointer_table(self.ids)
         self.generation = _captures._generation
         self.registered = frozenset(REGISTERED_BY_VALUE)
         self.conflicted = False
@@ -228,6 +253,11 @@ def build(
     fragment = _describe(cls, objects, remembered_names, has_reducer)
     if fragment is None:
         return None
+    # The snapshot was taken after the bytes were written: pickled again after it,
+    # the same bytes say that nothing changed in between (another thread).
+    again = _pickle_alone(cls, protocol, make, seeds)
+    if again is None or again[0] != data:
+        return None  # changing while it is pickled: it goes whole from now on
     fragment.data, fragment.globals_order, fragment.rebuilds = data, order, rebuilds
     return fragment
 
@@ -288,9 +318,12 @@ def _describe(
     memoized = {id(obj) for obj in objects}
     made_here = _made_by_the_reduction(objects)
     watched: list[Watched] = []
+    default_reduced: dict[type, None] = {}
     for obj in objects:
         kind = type(obj)
-        if obj is cls or kind in _IMMUTABLE or kind is PickleBuffer:
+        if kind in _IMMUTABLE:
+            continue
+        if obj is cls or kind is PickleBuffer:
             continue
         if isinstance(obj, type) and obj in cp.BUILTIN_TYPES:
             continue  # types.CodeType & co: cloudpickle names them
@@ -307,6 +340,12 @@ def _describe(
             if _found(obj.__module__, path, _MISSING) is not obj:
                 return None
             watched.append((WATCH_FOUND, obj, (obj.__module__, path)))
+        elif kind is types.BuiltinFunctionType and isinstance(obj.__self__, types.ModuleType):
+            # a module's C function (_thread.get_ident): pickled by name
+            module_name, path = obj.__module__, tuple(obj.__qualname__.split("."))
+            if not isinstance(module_name, str) or _found(module_name, path, _MISSING) is not obj:
+                return None
+            watched.append((WATCH_FOUND, obj, (module_name, path)))
         elif kind is types.ModuleType:
             if module_reason(obj) is not None or getattr(obj, "__package__", None):
                 return None
@@ -320,15 +359,52 @@ def _describe(
                 return None
         elif _reduced_by_default(kind, has_reducer):
             slots = tuple(copyreg._slotnames(kind))  # type: ignore[attr-defined]
-            watched.append((WATCH_ATTRIBUTES, obj, (hasattr(obj, "__dict__"), slots)))
+            names = ("__class__", *slots)  # __class__ can be assigned
+            watched.append((WATCH_ATTRIBUTES, obj, (hasattr(obj, "__dict__"), names)))
+            default_reduced[kind] = None
         else:
             return None
+    # How those types reduce: a __reduce__ assigned or a copyreg registration made
+    # later changes it (graphpickle's and a lookup's tables drop every fragment).
+    for kind in default_reduced:
+        watched.append((WATCH_REDUCE, kind, (_REDUCE_ATTRIBUTES, copyreg.dispatch_table)))
     if refers_to(tuple(obj for _, obj, _ in watched), cls):
         return None  # the entry would keep the class alive
+    held = _immutables_held(cls, watched, memoized)
     try:
-        return Fragment(tuple(watched))
+        return Fragment(tuple(watched), tuple(held))
     except Exception:  # a watched attribute that raises: no snapshot to compare with
         return None
+
+
+def _immutables_held(cls: type, watched: list[Watched], memoized: set[int]) -> list[Any]:
+    """The immutable objects of the fragment the class and its objects hold as
+    values (a tuple attribute, a method's code and defaults): their identity is
+    the payload's too (a code object's own tuples are not: nothing sees them).
+    A str is left out: interned names are shared by everything."""
+    roots: list[Any] = list(vars(cls).values())
+    for watch, obj, _ in watched:
+        if watch == WATCH_FUNCTION:
+            roots += (obj.__code__, obj.__defaults__, *(obj.__kwdefaults__ or {}).values())
+        elif watch not in (WATCH_FOUND, WATCH_REDUCE):
+            roots += gc.get_referents(obj)
+    held: dict[int, Any] = {}
+    while roots:
+        value = roots.pop()
+        if type(value) in _IDENTIFIED and id(value) in memoized and id(value) not in held:
+            if _not_a_singleton(value):
+                held[id(value)] = value
+            if type(value) is tuple or type(value) is frozenset:
+                roots.extend(value)
+    return list(held.values())
+
+
+def _not_a_singleton(obj: Any) -> bool:
+    """Whether ``obj``'s identity is its own: CPython shares the empty tuple and
+    frozenset and one-byte bytes between everything that holds them."""
+    if type(obj) is types.CodeType:
+        return True
+    return len(obj) > (1 if type(obj) is bytes else 0)
 
 
 def _made_by_the_reduction(objects: list[Any]) -> set[int]:
@@ -382,8 +458,13 @@ def conflicting(pickler: Any, used: list[Fragment]) -> bool:
     """Whether the payload ``pickler`` just wrote also holds an object one of
     its fragments holds; each such fragment is marked not to be used again."""
     found = False
-    for fragment in used:
-        if memo_holds(pickler, fragment.ids):
+    for i, fragment in enumerate(used):
+        holds = memo_holds(pickler, fragment.pointers)
+        if holds is None:  # not a C pickler's memo as _speedups knows it
+            holds = memo_holds_in_python(pickler, fragment.ids)
+        # Two fragments are two pickles: an object both hold would load twice.
+        shared = any(not fragment.ids.isdisjoint(other.ids) for other in used[i + 1 :])
+        if holds or shared:
             fragment.conflicted = True
             found = True
     return found
@@ -392,6 +473,14 @@ def conflicting(pickler: Any, used: list[Fragment]) -> bool:
 def memo_holds_in_python(pickler: Any, ids: frozenset[int]) -> bool:
     """Whether ``pickler``'s memo holds an object whose id is in ``ids``."""
     return not ids.isdisjoint(pickler.memo.copy())
+
+
+def pointer_table(ids: Iterable[int]) -> bytes:
+    """``ids`` as ``_speedups.memo_holds`` reads them: sorted native pointers."""
+    return array.array(_POINTER_CODE, sorted(ids)).tobytes()
+
+
+_POINTER_CODE = "Q" if struct.calcsize("P") == 8 else "I"
 
 
 def _memo_reader_agrees() -> bool:
@@ -405,13 +494,18 @@ def _memo_reader_agrees() -> bool:
     ids = set(pickler.memo.copy())
     return (
         len(ids) == 4
-        and all(_speedups.memo_holds(pickler, frozenset({key})) is True for key in ids)
-        and _speedups.memo_holds(pickler, frozenset({id(ids)})) is False
+        and all(_speedups.memo_holds(pickler, pointer_table([key])) is True for key in ids)
+        and _speedups.memo_holds(pickler, pointer_table(ids | {id(ids)})) is True
+        and _speedups.memo_holds(pickler, pointer_table([id(ids)])) is False
     )
 
 
-memo_holds: Callable[[Any, frozenset[int]], bool] = (
-    _speedups.memo_holds if _memo_reader_agrees() else memo_holds_in_python  # type: ignore[union-attr]
+def _memo_holds_by_copy(pickler: Any, pointers: bytes) -> bool:
+    return memo_holds_in_python(pickler, frozenset(array.array(_POINTER_CODE, pointers)))
+
+
+memo_holds: Callable[[Any, bytes], bool | None] = (
+    _speedups.memo_holds if _memo_reader_agrees() else _memo_holds_by_copy  # type: ignore[union-attr]
 )
 
 
@@ -442,7 +536,20 @@ class Replay:
 
     def __call__(self, buffer: PickleBuffer) -> Any:
         if self.next >= len(self.answers):
-            raise RuntimeError("graphpickle: a payload written again handed out more buffers")
+            raise _changed_while_written()
         answer = self.answers[self.next]
         self.next += 1
         return answer
+
+    def check_all_given(self) -> None:
+        """After the payload written again: it must have handed out as many buffers."""
+        if self.next != len(self.answers):
+            raise _changed_while_written()
+
+
+def _changed_while_written() -> PicklingError:
+    return PicklingError(
+        "the object changed while graphpickle wrote its payload again (to leave out a "
+        "class fragment, see graphpickle.core.fragments): the buffers handed to "
+        "buffer_callback the first time no longer match; pickle it again"
+    )

@@ -229,6 +229,8 @@ def dump_to_bytes(
         allow_fragments(pickler, reducer_lookup)
         pickler.dump(obj)
         used = pickler._state.fragments_used
+        if isinstance(callback, _fragments.Replay):
+            callback.check_all_given()
         if not used or not _fragments.conflicting(pickler, used):
             return out.getvalue()
         if recorder is not None:
@@ -266,7 +268,10 @@ def _rewritten(
         if not _fragments.conflicting(pickler, used):
             return None
         replay = None if callback is None else _fragments.Replay(answers or [])
-        return reference(obj, protocol=protocol, buffer_callback=replay)
+        data = reference(obj, protocol=protocol, buffer_callback=replay)
+        if replay is not None:
+            replay.check_all_given()
+        return data
 
     return finish
 

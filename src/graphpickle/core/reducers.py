@@ -548,6 +548,15 @@ def _tables_changed() -> None:
         listener()
 
 
+def _forget_fragments() -> None:
+    """A reducer table changed: a fragment may hold what an old reducer wrote."""
+    for entry in list(_classes.values()):
+        entry[2][1].clear()
+
+
+on_tables_changed(_forget_fragments)
+
+
 def forget_lookup(lookup: ReducerLookup) -> None:
     """Drop what picklers sharing ``lookup`` remembered of its answers: the
     registry behind it changed. Picklers created from now on ask again."""

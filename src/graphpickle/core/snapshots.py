@@ -35,8 +35,13 @@ def function_snapshot_in_python(
 
 
 def same_objects_in_python(a: Any, b: Any) -> bool:
+    """The same objects, position by position, looking into nested tuples; exact
+    ints compare by value (pickle writes an int by value, never as a memo
+    reference: equal ints make the same payload)."""
     if a is b:
         return True
+    if type(a) is int and type(b) is int:
+        return bool(a == b)
     if type(a) is not tuple or type(b) is not tuple or len(a) != len(b):
         return False
     return all(same_objects_in_python(x, y) for x, y in zip(a, b, strict=True))
@@ -57,12 +62,26 @@ OWN_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
 
 
 def class_snapshot(cls: type) -> tuple[Any, ...]:
+    """Its metaclass, bases, names and ``__dict__`` entries, and what its direct
+    bases hold under those names (cloudpickle leaves out an entry that is the
+    very object a base holds: a base rebinding it changes the reduction)."""
     entries = cls.__dict__.copy()
     entries.pop("__dict__", None)  # (cloudpickle leaves both out whatever they hold)
     entries.pop("__weakref__", None)
     if "__slots__" in entries:
         entries = {k: v for k, v in entries.items() if type(v) not in OWN_DESCRIPTORS}
-    return (type(cls), cls.__bases__, cls.__name__, cls.__qualname__, tuple(entries.items()))
+    bases = cls.__bases__
+    if len(bases) == 1:
+        inherited = bases[0].__dict__
+        in_bases = tuple([inherited.get(name, _ABSENT) for name in entries])
+    else:  # the first base holding a name wins, as in cloudpickle's merged dict
+        in_bases = tuple(
+            [next((b.__dict__[n] for b in bases if n in b.__dict__), _ABSENT) for n in entries]
+        )
+    return (type(cls), bases, cls.__name__, cls.__qualname__, tuple(entries.items()), in_bases)
+
+
+_ABSENT = object()
 
 
 # Types whose instances refer to nothing else: not looked into.

@@ -211,6 +211,12 @@ GADGETS: dict[str, str] = {
 # machinery, or an object's class, globals and dictionaries.
 _INTERNALS = "reaches a module's or object's internals (a dunder attribute)"
 _HARMLESS_DUNDERS = frozenset({"__newobj__", "__newobj_ex__", "__new__"})
+# Exact names inside a module the table flags whole that only return a number:
+# reprlib.recursive_repr uses _thread.get_ident, so every by-value dataclass's
+# __repr__ names it on 3.13.
+_HARMLESS = frozenset(
+    {"_thread.get_ident", "_thread.get_native_id", "threading.get_ident", "threading.get_native_id"}
+)
 
 
 def danger_of(module: str, name: str) -> str | None:
@@ -221,6 +227,8 @@ def danger_of(module: str, name: str) -> str | None:
     ``os.system`` is ``os.system``, and ``builtins`` + ``eval.__call__`` is
     ``eval``. A dunder attribute on the way is dangerous in itself.
     """
+    if f"{module}.{name}" in _HARMLESS:
+        return None
     names = name.split(".")
     for part in names:
         if part.startswith("__") and part.endswith("__") and part not in _HARMLESS_DUNDERS:
