@@ -13,21 +13,27 @@ What must hold for the bytes to be what pickling now would write:
 
 - **The objects it was built from are unchanged.** Each object the fragment's
   pickler memoized that the class or a function reaches (dicts, lists, sets,
-  cells, by-value functions, descriptors, instances such as dataclass fields) is
-  *watched*: its snapshot (the objects it holds, by identity) is taken again
-  before each use. Objects the reduction made for itself are not (they change
-  with nothing); immutable ones (str, bytes, numbers, tuples, code) need not be.
-  The functions and classes it names by reference must still be found under
-  their names, the capture threshold and cloudpickle's by-value registry must be
-  unchanged. A failed check builds it again; after ``_MAX_REBUILDS`` failures the
-  class goes the usual way for good (something in it changes between messages).
+  cells, by-value functions, descriptors, instances such as dataclass fields,
+  with their ``__class__``) is *watched*: its snapshot (the objects it holds, by
+  identity) is taken again before each use; so is how those instances' types
+  reduce (their classes' ``__reduce__`` & co., copyreg's table). Objects the
+  reduction made for itself are not (they change with nothing); immutable ones
+  need not be. The functions and classes it names by reference must still be
+  found under their names, the capture threshold and cloudpickle's by-value
+  registry must be unchanged, and a reducer table change drops every fragment
+  (``reducers._forget_fragments``). A failed check builds it again; after
+  ``_MAX_REBUILDS`` failures the class goes the usual way for good (something in
+  it changes between messages). The bytes are pickled twice, around the snapshot:
+  a change between the two (another thread) means no fragment.
 - **It shares the receiver's globals dicts.** Functions of one module pickled in
   one payload share one globals dict when loaded (cloudpickle's rule). The
   fragment refers to its modules' dicts as out-of-band buffers that the loader
   supplies (``buffers=G``: the very dicts the rest of the payload uses).
 - **It shares nothing else with the payload.** If the payload also holds one of
   the fragment's watched objects (a helper function, a config dict, the class's
-  own fields dict), the fragment would load a second copy of it. After the dump
+  own fields dict) or an immutable one the class holds as a value (a tuple, a
+  method's code), or two fragments hold the same object, it would load twice.
+  After the dump
   the payload's memo is checked; on an overlap the fragment is marked and the
   payload is written again without it (``Pickler.dump`` to a file never uses
   fragments: what it wrote cannot be taken back). The buffers the first attempt
@@ -74,9 +80,10 @@ MakePickler = Callable[[io.BytesIO, int, Callable[[PickleBuffer], Any]], Any]
 """``make(file, protocol, buffer_callback)``: a graphpickle pickler with
 fragments off, and the reducer lookup of the payload's own pickler."""
 
-RememberedNames = Callable[[types.FunctionType], "tuple[str, ...] | None"]
-"""The global names of a by-value function's remembered reduction; ``None`` if
-it is not remembered, or is checked in ways a snapshot is not (its submodules)."""
+RememberedNames = Callable[[types.FunctionType], "tuple[tuple[str, ...], Any] | None"]
+"""The global names of a by-value function's remembered reduction, and the
+reduction (``reducers`` keeps it, and never changes it); ``None`` if it is not
+remembered, or is checked in ways a snapshot is not (its submodules)."""
 
 HasReducer = Callable[[type], bool]
 """Whether a type has a reducer of its own (``register_reducer``, a lookup)."""
@@ -316,7 +323,9 @@ def _describe(
 ) -> Fragment | None:
     """What to watch and check among the objects the fragment's pickler memoized."""
     memoized = {id(obj) for obj in objects}
-    made_here = _made_by_the_reduction(objects)
+    # The remembered reductions of its functions hold some of what the reduction made.
+    reductions = [remembered_names(obj) for obj in objects if type(obj) is types.FunctionType]
+    made_here = _made_by_the_reduction(objects, [r[1] for r in reductions if r is not None])
     watched: list[Watched] = []
     default_reduced: dict[type, None] = {}
     for obj in objects:
@@ -328,10 +337,10 @@ def _describe(
         if isinstance(obj, type) and obj in cp.BUILTIN_TYPES:
             continue  # types.CodeType & co: cloudpickle names them
         if kind is types.FunctionType and id(obj.__code__) in memoized:  # by value
-            names = remembered_names(obj)
-            if names is None:
+            remembered = remembered_names(obj)
+            if remembered is None:
                 return None
-            watched.append((WATCH_FUNCTION, obj, names))
+            watched.append((WATCH_FUNCTION, obj, remembered[0]))
         elif kind is types.FunctionType or isinstance(obj, type):
             reason = function_reason(obj) if kind is types.FunctionType else class_reason(obj)
             if reason is not None or not isinstance(obj.__module__, str):
@@ -407,13 +416,14 @@ def _not_a_singleton(obj: Any) -> bool:
     return len(obj) > (1 if type(obj) is bytes else 0)
 
 
-def _made_by_the_reduction(objects: list[Any]) -> set[int]:
+def _made_by_the_reduction(objects: list[Any], holders: list[Any]) -> set[int]:
     """The ids of the memoized objects that only other memoized objects made by
-    the reduction hold (its tuples, state dicts, copies): nothing else can change
+    the reduction hold (its tuples, state dicts, copies), or ``holders`` (the
+    remembered reductions that hand them out again): nothing else can change
     them or hold them. The others are held from outside (a reference count above
-    what the memo's own references explain), or by one of those."""
+    what those references explain), or by one of those."""
     inside: dict[int, int] = dict.fromkeys(map(id, objects), 0)
-    for obj in objects:
+    for obj in (*objects, *holders):
         for referent in gc.get_referents(obj):
             if id(referent) in inside:
                 inside[id(referent)] += 1

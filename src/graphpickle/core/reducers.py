@@ -345,14 +345,15 @@ def _fragment(cls: type, fragments: dict[Any, Any], state: PicklerState) -> Any:
     return fragment
 
 
-def _remembered_names(func: types.FunctionType) -> tuple[str, ...] | None:
+def _remembered_names(func: types.FunctionType) -> tuple[tuple[str, ...], Any] | None:
     """The global names of a remembered by-value function whose snapshot says it
-    all (no submodule search to repeat); ``None`` otherwise."""
+    all (no submodule search to repeat), and its remembered reduction's parts;
+    ``None`` otherwise."""
     entry = _recall(_functions, func)
     if entry is None or entry[2][2] is not None:
         return None
     names: tuple[str, ...] = entry[2][1]
-    return names
+    return names, entry[2][4]
 
 
 def _reduce_set_subclass(state: PicklerState, members: set[Any] | frozenset[Any]) -> Any:
