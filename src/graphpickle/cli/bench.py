@@ -477,13 +477,17 @@ def summarize_messages(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "dask_dumps_max": max(r["dask_dumps"] for r in rows),
         "dask_loads_max": max(r["dask_loads"] for r in rows),
     }
+    # Sent again, as a scheduler sends it: the dask integration's dumps, whose
+    # payloads embed a class sent before as a fragment (graphpickle.dumps keeps
+    # cloudpickle's payloads, which do not depend on what was sent before).
     baselines = {r["message"]: r for r in rows if r["kind"] == "baseline"}
     repeated = []
     for r in rows:
         if r["kind"] == "by value":
             twin = baselines[f"{r['message']}: importable twin"]
-            ratio = r["dumps"]["graphpickle"] / twin["dumps"]["graphpickle"]
+            ratio = r["dumps"]["graphpickle dask"] / twin["dumps"]["graphpickle dask"]
             r["vs_twin"] = ratio
+            r["dumps_vs_twin"] = r["dumps"]["graphpickle"] / twin["dumps"]["graphpickle"]
             repeated.append((r["message"], ratio, r["limit"]))
     summary["repeated"] = repeated
     summary["met"] = all(summary[k] <= limit for k, limit in MESSAGE_TARGETS.items()) and all(
@@ -541,9 +545,11 @@ def render_messages(
             f"- {_MESSAGE_TARGET_TEXT[key]}: {value:.3f}x (target {limit:.2f}x, "
             f"{'met' if value <= limit else 'MISSED'})"
         )
+    twins = {r["message"]: r for r in rows if r["kind"] == "by value"}
     for name, value, limit in summary["repeated"]:
         lines.append(
-            f"- {name}, sent again: {value:.2f}x graphpickle's dumps of its importable twin "
-            f"(target {limit:.1f}x, {'met' if value <= limit else 'MISSED'})"
+            f"- {name}, sent again: {value:.2f}x graphpickle's dask dumps of its importable "
+            f"twin (target {limit:.1f}x, {'met' if value <= limit else 'MISSED'}); "
+            f"graphpickle.dumps: {twins[name]['dumps_vs_twin']:.2f}x"
         )
     return "\n".join(lines)

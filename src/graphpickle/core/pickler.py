@@ -204,11 +204,9 @@ def dumps(
     With ``deterministic=True``, equal objects give equal bytes in any process,
     under any ``PYTHONHASHSEED`` (see :mod:`graphpickle.determinism`).
     """
-    if deterministic:
-        out = io.BytesIO()
-        Pickler(out, protocol, buffer_callback=buffer_callback, deterministic=True).dump(obj)
-        return out.getvalue()
-    return dump_to_bytes(obj, protocol, buffer_callback, None)
+    out = io.BytesIO()
+    Pickler(out, protocol, buffer_callback=buffer_callback, deterministic=deterministic).dump(obj)
+    return out.getvalue()
 
 
 def dump_to_bytes(
@@ -220,7 +218,12 @@ def dump_to_bytes(
     """The payload of ``obj``, in default mode, with remembered classes as
     fragments (see ``fragments``): written again, without the fragments that
     share an object with the rest of the payload, until none does. Buffers are
-    handed to ``buffer_callback`` once, by the first attempt."""
+    handed to ``buffer_callback`` once, by the first attempt.
+
+    The dask integration's ``dumps`` writes its payloads so. ``dumps`` does not:
+    a fragment makes a payload depend on what was sent before, and cloudpickle's
+    payloads do not (its tests pickle a class loaded in another process and
+    compare the bytes with the original's)."""
     recorder = None if buffer_callback is None else _fragments.Recorder(buffer_callback)
     callback: BufferCallback | None = recorder
     while True:
@@ -412,6 +415,8 @@ def accelerated_dumps(reference: _F, reducer_lookup: ReducerLookup | None, signa
     if _speedups is None:
         return reference
 
+    fragments = signature == "distributed"  # (see dump_to_bytes)
+
     def make(protocol: int) -> tuple[Pickler, Any, Any]:
         sink = _speedups.Sink()
         pickler = Pickler(
@@ -420,7 +425,8 @@ def accelerated_dumps(reference: _F, reducer_lookup: ReducerLookup | None, signa
             sink.buffer if protocol >= 5 else None,
             reducer_lookup=reducer_lookup,
         )
-        allow_fragments(pickler, reducer_lookup)
+        if fragments:
+            allow_fragments(pickler, reducer_lookup)
         return pickler, sink, pickler.reducer_override
 
     dumper = _speedups.Dumper(
