@@ -4,10 +4,12 @@ A scheduler sends instances of the same notebook class in message after message.
 Each message must carry the whole class (any worker may be new to it), and
 pickling a class dict afresh costs ten by-reference messages. So the second
 time a remembered class (see ``reducers``: its snapshot unchanged) goes into a
-``dumps`` payload, it is pickled once on its own, into a *fragment*, and later
-payloads embed those bytes: the class reduces to
+payload of the dask integration's ``dumps`` (``pickler.dump_to_bytes``), it is
+pickled once on its own, into a *fragment*, and later payloads embed those
+bytes: the class reduces to
 ``functools.partial(_pickle.loads, buffers=G)(fragment)``, which any receiver
-with cloudpickle loads (graphpickle not needed).
+with cloudpickle loads (graphpickle not needed). (``graphpickle.dumps`` keeps
+cloudpickle's payloads, which do not depend on what was sent before.)
 
 What must hold for the bytes to be what pickling now would write:
 
@@ -46,8 +48,8 @@ state holds an object of a kind without a known snapshot, a by-value class
 other than itself, a by-value module, a module that is a package (cloudpickle's
 submodule search depends on ``sys.modules``), a function not remembered by
 ``reducers`` (a registered module's, or one whose captures warned), or buffers.
-Only in default mode, only for ``dumps`` with protocol 5, only after a class's
-second payload. Memory: per remembered class and protocol, the bytes, the
+Only in default mode, with protocol 5, only after a class's second payload.
+Memory: per remembered class, protocol and reducer lookup, the bytes, the
 watched objects and their snapshots, freed with the class's entry.
 """
 
