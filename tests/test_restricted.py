@@ -283,3 +283,26 @@ def test_a_shared_immutable_call_result_fails_as_pickle_fails():
     with pytest.raises(AttributeError):
         graphpickle.loads(data, allowed=["builtins.int"])
     assert graphpickle.inspect(data).verdict == "data"
+
+
+def test_a_datetime_dtype_given_another_kinds_state_is_refused_not_a_crash():
+    # Found by the wire's fuzz test: dtype("M8") built with an int64 dtype's state
+    # (no unit) makes numpy's __setstate__ crash the process. Loaded in a child.
+    import subprocess
+    import sys
+
+    code = (
+        "import graphpickle, numpy, pickle\n"
+        "class D:\n"
+        "    def __reduce__(self):\n"
+        "        return (numpy.dtype, ('M8', False, True), (3, '<', None, None, None, -1, -1, 0))\n"
+        "data = pickle.dumps(D(), protocol=5)\n"
+        "try:\n"
+        "    graphpickle.loads(data, allowed=graphpickle.DATA_ONLY)\n"
+        "except graphpickle.ForbiddenGlobalError as exc:\n"
+        "    print('refused:', 'datetime dtype' in str(exc))\n"
+        "print(graphpickle.loads(graphpickle.dumps(numpy.dtype('M8[ns]')), allowed=graphpickle.DATA_ONLY))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["refused:", "True", "datetime64[ns]"]

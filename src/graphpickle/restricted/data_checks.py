@@ -47,6 +47,32 @@ def check_built(obj: Any, *, given_state: bool = False) -> str | None:
     return None
 
 
+def check_state(obj: Any, state: Any) -> str | None:
+    """Before BUILD on a numpy object: a state numpy's ``__setstate__`` would
+    trust. A datetime or timedelta dtype given another kind's state (one
+    without its unit) crashes the process (found by the wire's fuzz test)."""
+    import numpy as np
+
+    if isinstance(obj, np.dtype) and obj.kind in "mM" and not _datetime_state(state):
+        return "a numpy datetime dtype given a state without its unit (numpy would crash)"
+    return None
+
+
+def _datetime_state(state: Any) -> bool:
+    """(version 4, ..., (metadata, (unit, num, den, events))), as numpy writes it."""
+    if not isinstance(state, tuple) or len(state) != 9:
+        return False
+    extra = state[8]
+    if not isinstance(extra, tuple) or len(extra) != 2 or not isinstance(extra[1], tuple):
+        return False
+    unit = extra[1]
+    return (
+        len(unit) == 4
+        and isinstance(unit[0], bytes)
+        and all(type(number) is int for number in unit[1:])
+    )
+
+
 def check_call(name: str, args: Any, kwargs: Any = None) -> str | None:
     """Before ``name(*args, **kwargs)`` (REDUCE, NEWOBJ) or a pandas object's
     BUILD state: arguments that make an allowed callable do more than build."""

@@ -51,7 +51,7 @@ from collections.abc import Iterable
 from typing import IO, Any, ClassVar, NoReturn
 
 from ..errors import ForbiddenGlobalError
-from .data_checks import check_built, check_call, reconstructor
+from .data_checks import check_built, check_call, check_state, reconstructor
 from .data_only import DATA_ONLY
 
 __all__ = ["DATA_ONLY", "AllowList"]
@@ -301,6 +301,10 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         kind = type(target)
         if kind.__module__.startswith("pandas"):
             problem = check_call(f"{kind.__module__}.{kind.__qualname__}", (state,))
+            if problem is not None:
+                _refuse(f"BUILD on a {kind.__qualname__}", problem, _describe(target))
+        elif kind.__module__.startswith("numpy"):
+            problem = check_state(target, state)
             if problem is not None:
                 _refuse(f"BUILD on a {kind.__qualname__}", problem, _describe(target))
         super().load_build()
