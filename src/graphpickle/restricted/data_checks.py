@@ -49,27 +49,62 @@ def check_built(obj: Any, *, given_state: bool = False) -> str | None:
 
 def check_state(obj: Any, state: Any) -> str | None:
     """Before BUILD on a numpy object: a state numpy's ``__setstate__`` would
-    trust. A datetime or timedelta dtype given another kind's state (one
-    without its unit) crashes the process (found by the wire's fuzz test)."""
+    trust. numpy reads a dtype's state by position, and a state of another shape
+    (a field missing, a datetime dtype given another kind's state) crashes the
+    process (found by the wire's fuzz test)."""
     import numpy as np
 
-    if isinstance(obj, np.dtype) and obj.kind in "mM" and not _datetime_state(state):
-        return "a numpy datetime dtype given a state without its unit (numpy would crash)"
+    if isinstance(obj, np.dtype) and not _dtype_state(state, obj.kind in "mM", np):
+        return "a numpy dtype given a state of another shape than numpy writes (numpy would crash)"
     return None
 
 
-def _datetime_state(state: Any) -> bool:
-    """(version 4, ..., (metadata, (unit, num, den, events))), as numpy writes it."""
-    if not isinstance(state, tuple) or len(state) != 9:
+def _dtype_state(state: Any, datetime: bool, np: Any) -> bool:
+    """(version, endian, subarray, names, fields, itemsize, alignment, flags[,
+    metadata]), as numpy writes it: version 3 without metadata, 4 with it (a
+    datetime dtype's is (metadata, (unit, num, den, events)))."""
+    if not isinstance(state, tuple) or len(state) not in (8, 9) or state[0] != len(state) - 5:
         return False
-    extra = state[8]
-    if not isinstance(extra, tuple) or len(extra) != 2 or not isinstance(extra[1], tuple):
+    _, endian, subarray, names, fields, *numbers = state[:8]
+    if not (isinstance(endian, str) and endian in ("<", ">", "|", "=")):
         return False
-    unit = extra[1]
+    if not all(type(number) is int for number in numbers):
+        return False
+    if subarray is not None and not (
+        isinstance(subarray, tuple)
+        and len(subarray) == 2
+        and isinstance(subarray[0], np.dtype)
+        and isinstance(subarray[1], tuple)
+        and all(type(n) is int for n in subarray[1])
+    ):
+        return False
+    if (names is None) != (fields is None):
+        return False
+    if names is not None and not (
+        isinstance(names, tuple)
+        and all(type(name) is str for name in names)
+        and isinstance(fields, dict)
+        and set(fields) == set(names)
+        and all(
+            isinstance(field, tuple)
+            and len(field) in (2, 3)
+            and isinstance(field[0], np.dtype)
+            and type(field[1]) is int
+            for field in fields.values()
+        )
+    ):
+        return False
+    metadata = state[8] if len(state) == 9 else None
+    if not datetime:
+        return metadata is None or isinstance(metadata, dict)
     return (
-        len(unit) == 4
-        and isinstance(unit[0], bytes)
-        and all(type(number) is int for number in unit[1:])
+        isinstance(metadata, tuple)
+        and len(metadata) == 2
+        and (metadata[0] is None or isinstance(metadata[0], dict))
+        and isinstance(metadata[1], tuple)
+        and len(metadata[1]) == 4
+        and isinstance(metadata[1][0], bytes)
+        and all(type(number) is int for number in metadata[1][1:])
     )
 
 
