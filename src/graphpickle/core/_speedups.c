@@ -485,6 +485,7 @@ typedef struct {
     PyObject *callback; /* the current dump's buffer_callback, or NULL */
     PyObject *answers;  /* a list of the callback's answers in this dump, or NULL: a
                          * payload written again replays them (see fragments.py) */
+    int record;         /* whether to keep them: the dump may be written again */
 } SinkObject;
 
 static PyObject *
@@ -523,10 +524,11 @@ sink_buffer(SinkObject *self, PyObject *buffer)
         Py_RETURN_TRUE;
     }
     PyObject *answer = PyObject_CallOneArg(self->callback, buffer);
-    if (answer != NULL && self->answers == NULL && (self->answers = PyList_New(0)) == NULL) {
-        Py_CLEAR(answer);
+    if (answer == NULL || !self->record) {
+        return answer;
     }
-    if (answer != NULL && PyList_Append(self->answers, answer) < 0) {
+    if ((self->answers == NULL && (self->answers = PyList_New(0)) == NULL)
+        || PyList_Append(self->answers, answer) < 0) {
         Py_CLEAR(answer);
     }
     return answer;
@@ -625,7 +627,8 @@ typedef struct {
     PyObject *slow;       /* the Python dumps: every call the fast path does not take */
     PyObject *failed;     /* failed(pickler, obj, exc): raises what the failed dump raises */
     PyObject *finish;     /* finish(pickler, used, obj, protocol, callback, answers): after a
-                           * dump that used fragments, None, or the payload written again */
+                           * dump that used fragments, None, or the payload written again;
+                           * None if this dumps never writes fragments */
     PyObject *dump;       /* _pickle.Pickler.dump */
     PyObject *clear_memo; /* _pickle.Pickler.clear_memo */
     PyObject *init;       /* _pickle.Pickler.__init__ */
@@ -887,6 +890,7 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     }
     Py_XINCREF(callback);
     entry.sink->callback = callback;
+    entry.sink->record = self->finish != Py_None;
     PyObject *dump_args[2] = {entry.pickler, obj};
     PyObject *done = PyObject_Vectorcall(self->dump, dump_args, 2, NULL);
     Py_CLEAR(entry.sink->callback);
@@ -911,9 +915,9 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         return NULL;
     }
     Py_DECREF(done);
-    PyObject *redone = entry.dispatch->touched ? finish_fragments(self, &entry, obj, protocol,
-                                                                  callback)
-                                               : Py_NewRef(Py_None);
+    PyObject *redone = entry.dispatch->touched && self->finish != Py_None
+                           ? finish_fragments(self, &entry, obj, protocol, callback)
+                           : Py_NewRef(Py_None);
     Py_CLEAR(entry.sink->answers);
     if (redone != Py_None) { /* written again, or an error: this attempt is of no use */
         Py_CLEAR(entry.sink->first);

@@ -73,7 +73,7 @@ from .._cloudpickle_internals import REGISTERED_BY_VALUE
 from ..errors import PicklingError
 from . import captures as _captures
 from .native import speedups as _speedups
-from .policy import class_reason, function_reason, module_reason
+from .policy import class_reason, found_by_name, function_reason, module_reason
 from .snapshots import function_snapshot, refers_to, same_objects
 
 __all__ = ["Fragment", "MakePickler", "Recorder", "Replay", "build", "conflicting"]
@@ -97,7 +97,11 @@ _MAX_REBUILDS = 3
 _IMMUTABLE = frozenset(
     {str, bytes, int, float, complex, bool, type(None), types.CodeType, tuple, frozenset, range}
 )
-_DEFAULT_REDUCE = (object.__reduce_ex__, object.__reduce__, object.__getstate__)
+_DEFAULT_REDUCE = {
+    "__reduce_ex__": object.__reduce_ex__,
+    "__reduce__": object.__reduce__,
+    "__getstate__": object.__getstate__,
+}
 _REDUCE_ATTRIBUTES = (
     "__reduce_ex__",
     "__reduce__",
@@ -343,20 +347,16 @@ def _describe(
             if remembered is None:
                 return None
             watched.append((WATCH_FUNCTION, obj, remembered[0]))
-        elif kind is types.FunctionType or isinstance(obj, type):
-            reason = function_reason(obj) if kind is types.FunctionType else class_reason(obj)
-            if reason is not None or not isinstance(obj.__module__, str):
+        elif (
+            kind is types.FunctionType
+            or isinstance(obj, type)
+            # a module's C function (_thread.get_ident)
+            or (kind is types.BuiltinFunctionType and isinstance(obj.__self__, types.ModuleType))
+        ):
+            if not _by_reference(obj):
                 return None
             path = tuple(obj.__qualname__.split("."))
-            if _found(obj.__module__, path, _MISSING) is not obj:
-                return None
             watched.append((WATCH_FOUND, obj, (obj.__module__, path)))
-        elif kind is types.BuiltinFunctionType and isinstance(obj.__self__, types.ModuleType):
-            # a module's C function (_thread.get_ident): pickled by name
-            module_name, path = obj.__module__, tuple(obj.__qualname__.split("."))
-            if not isinstance(module_name, str) or _found(module_name, path, _MISSING) is not obj:
-                return None
-            watched.append((WATCH_FOUND, obj, (module_name, path)))
         elif kind is types.ModuleType:
             if module_reason(obj) is not None or getattr(obj, "__package__", None):
                 return None
@@ -386,6 +386,16 @@ def _describe(
         return Fragment(tuple(watched), tuple(held))
     except Exception:  # a watched attribute that raises: no snapshot to compare with
         return None
+
+
+def _by_reference(obj: Any) -> bool:
+    """Whether the function or class ``obj`` is pickled by name, and found under
+    it now (the policy's rules; a module's C function has only the second)."""
+    if type(obj) is types.FunctionType:
+        return function_reason(obj) is None
+    if isinstance(obj, type):
+        return class_reason(obj) is None and found_by_name(obj, obj.__module__, obj.__qualname__)
+    return isinstance(obj.__module__, str) and found_by_name(obj, obj.__module__, obj.__qualname__)
 
 
 def _immutables_held(cls: type, watched: list[Watched], memoized: set[int]) -> list[Any]:
@@ -452,12 +462,7 @@ def _reduced_by_default(kind: type, has_reducer: HasReducer) -> bool:
     """Whether instances of ``kind`` pickle as ``object.__reduce_ex__`` does,
     from their ``__dict__`` and slots only, with a class found by name."""
     return (
-        all(
-            getattr(kind, name) is default
-            for name, default in zip(
-                ("__reduce_ex__", "__reduce__", "__getstate__"), _DEFAULT_REDUCE, strict=True
-            )
-        )
+        all(getattr(kind, name) is default for name, default in _DEFAULT_REDUCE.items())
         and not hasattr(kind, "__getnewargs_ex__")
         and not hasattr(kind, "__getnewargs__")
         and kind not in copyreg.dispatch_table
@@ -471,9 +476,7 @@ def conflicting(pickler: Any, used: list[Fragment]) -> bool:
     its fragments holds; each such fragment is marked not to be used again."""
     found = False
     for i, fragment in enumerate(used):
-        holds = memo_holds(pickler, fragment.pointers)
-        if holds is None:  # not a C pickler's memo as _speedups knows it
-            holds = memo_holds_in_python(pickler, fragment.ids)
+        holds = _memo_holds(pickler, fragment)
         # Two fragments are two pickles: an object both hold would load twice.
         shared = any(not fragment.ids.isdisjoint(other.ids) for other in used[i + 1 :])
         if holds or shared:
@@ -512,13 +515,17 @@ def _memo_reader_agrees() -> bool:
     )
 
 
-def _memo_holds_by_copy(pickler: Any, pointers: bytes) -> bool:
-    return memo_holds_in_python(pickler, frozenset(array.array(_POINTER_CODE, pointers)))
+#: Whether the C pickler's memo is read in place; memo.copy() otherwise.
+memo_read_in_place = _memo_reader_agrees()
 
 
-memo_holds: Callable[[Any, bytes], bool | None] = (
-    _speedups.memo_holds if _memo_reader_agrees() else _memo_holds_by_copy  # type: ignore[union-attr]
-)
+def _memo_holds(pickler: Any, fragment: Fragment) -> bool:
+    """Whether ``pickler``'s memo holds one of the objects ``fragment`` holds."""
+    if memo_read_in_place:
+        holds: bool | None = _speedups.memo_holds(pickler, fragment.pointers)  # type: ignore[union-attr]
+        if holds is not None:  # (None: not a C pickler's memo as _speedups knows it)
+            return holds
+    return memo_holds_in_python(pickler, fragment.ids)
 
 
 class Recorder:

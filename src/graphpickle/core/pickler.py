@@ -440,7 +440,7 @@ def accelerated_dumps(reference: _F, reducer_lookup: ReducerLookup | None, signa
         MAX_SHARED_TYPES,
         # Tests set this module's _speedups to None to run the Python hook.
         globals(),
-        _rewritten(reference),
+        _rewritten(reference) if fragments else None,
     )
     on_tables_changed(dumper.clear)
     return _standing_for(dumper, reference)

@@ -55,8 +55,9 @@ class PicklerState:
     (so that functions sharing globals here share them after loading too), and
     in deterministic mode what that mode needs (``None`` otherwise).
 
-    ``make_fragment_pickler`` is set by ``dumps``, which can write a payload
-    again: a remembered class may then go as a fragment (see ``fragments``),
+    ``make_fragment_pickler`` is set by the dask integration's ``dumps``, which
+    can write a payload again: a remembered class may then go as a fragment (see
+    ``fragments``),
     listed in ``fragments_used`` for the check after the dump;
     ``fragment_lookup`` is the pickler's reducer lookup."""
 

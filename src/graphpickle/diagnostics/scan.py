@@ -244,15 +244,21 @@ def inspect(
     :class:`graphpickle.UnpicklingError` is raised only when not one opcode
     could be read (empty data, or not a pickle at all).
     """
-    raw = bytes(data)
-    scan = _Scan(raw)
-    scan.run()
-    dry = dry_load(raw)
+    scan, dry = _read(bytes(data))
     if scan.opcodes == 0 and dry.pickles == 0 and not dry.events:
         raise UnpicklingError(f"not a readable pickle: {scan.error or 'no data'}")
-    scan.compare(dry)
-    scan.settle_fragments()
     return scan.report(buffers)
+
+
+def _read(data: bytes, depth: int = 0) -> tuple[_Scan, DryRun]:
+    """Both readings of ``data`` set side by side, fragments (``depth`` deep
+    already) read as payloads of their own."""
+    scan = _Scan(data)
+    scan.run()
+    dry = dry_load(data)
+    scan.compare(dry)
+    scan.settle_fragments(depth)
+    return scan, dry
 
 
 class _Scan:
@@ -426,11 +432,7 @@ class _Scan:
                 continue
             self.flag(IMPORTS, f"at byte {offset}: a class pickled by value as a fragment "
                       f"of {len(data):,} bytes (a nested pickle, read below)")  # fmt: skip
-            inner = _Scan(data)
-            inner.run()
-            inner.compare(dry_load(data))
-            inner.settle_fragments(depth + 1)
-            self.absorb(inner, offset)
+            self.absorb(_read(data, depth + 1)[0], offset)
 
     def absorb(self, inner: _Scan, offset: int) -> None:
         """What a fragment's pickle holds, as part of this payload."""
@@ -669,9 +671,10 @@ class _Scan:
             why = danger_of(module, attr)
             if why is not None:
                 self.dangerous[full] = why
-                self.flag(CODE, f"{_cut(full)}: {why}")
+                what = f"{_cut(full)}: {why}"
+                self.flag(CODE, what)
                 if (module, attr) in (_PARTIAL, _NESTED_LOADS):  # judged again by settle_fragments
-                    self.loader_flags.append((full, Finding(CODE, f"{_cut(full)}: {why}")))
+                    self.loader_flags.append((full, Finding(CODE, what)))
             elif not all(part.isidentifier() for part in (*module.split("."), *attr.split("."))):
                 self.flag(CODE, f"{_cut(full)!r}: not a Python name (crafted for a parser)")
             else:

@@ -48,14 +48,22 @@ def check_built(obj: Any, *, given_state: bool = False) -> str | None:
 
 
 def check_state(obj: Any, state: Any) -> str | None:
-    """Before BUILD on a numpy object: a state numpy's ``__setstate__`` would
-    trust. numpy reads a dtype's state by position, and a state of another shape
-    (a field missing, a datetime dtype given another kind's state) crashes the
-    process (found by the wire's fuzz test)."""
-    import numpy as np
+    """Before BUILD on ``obj``: is ``state`` one its ``__setstate__`` may be
+    trusted with? A pandas object's is checked as a call's arguments are; numpy
+    reads a dtype's state by position, and a state of another shape (a field
+    missing, a datetime dtype given another kind's state) crashes the process
+    (found by the wire's fuzz test)."""
+    kind = type(obj)
+    module = getattr(kind, "__module__", "")
+    if module.startswith("pandas"):
+        return check_call(f"{module}.{kind.__qualname__}", (state,))
+    if module.startswith("numpy"):
+        import numpy as np
 
-    if isinstance(obj, np.dtype) and not _dtype_state(state, obj.kind in "mM", np):
-        return "a numpy dtype given a state of another shape than numpy writes (numpy would crash)"
+        if isinstance(obj, np.dtype) and not _dtype_state(state, obj.kind in "mM", np):
+            return (
+                "a numpy dtype given a state of another shape than numpy writes (numpy would crash)"
+            )
     return None
 
 

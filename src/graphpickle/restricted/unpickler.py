@@ -298,15 +298,9 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
     def load_build(self) -> None:
         target, state = self._below(2), self._below(1)
         self._check_target(target, "BUILD")
-        kind = type(target)
-        if kind.__module__.startswith("pandas"):
-            problem = check_call(f"{kind.__module__}.{kind.__qualname__}", (state,))
-            if problem is not None:
-                _refuse(f"BUILD on a {kind.__qualname__}", problem, _describe(target))
-        elif kind.__module__.startswith("numpy"):
-            problem = check_state(target, state)
-            if problem is not None:
-                _refuse(f"BUILD on a {kind.__qualname__}", problem, _describe(target))
+        problem = check_state(target, state)
+        if problem is not None:
+            _refuse(f"BUILD on a {type(target).__qualname__}", problem, _describe(target))
         super().load_build()
         self._check_built(target, "BUILD")
 
