@@ -263,6 +263,30 @@ def test_dotted_names_dunders_and_less_known_gadgets(module, name, reached):
     assert reached in _code_findings(graphpickle.inspect(data))
 
 
+class _Reduces:
+    """An object whose pickle is the reduction it is given."""
+
+    def __init__(self, reduction):
+        self.reduction = reduction
+
+    def __reduce__(self):
+        return self.reduction
+
+
+def test_a_nested_pickle_loaded_by_partial_is_code_whatever_it_holds():
+    # functools.partial(_pickle.loads, buffers=())(<a pickle of 1>): the nested
+    # pickle is harmless, but inspect does not read it, and _pickle.loads loads anything.
+    import _pickle
+    import functools
+
+    loader = functools.partial(_pickle.loads, buffers=())
+    report = graphpickle.inspect(pickle.dumps(_Reduces((loader, (pickle.dumps(1),))), protocol=5))
+    assert report.verdict == "code"
+    assert {d.name for d in report.dangerous} == {"functools.partial", "_pickle.loads"}
+    code = _code_findings(report)
+    assert "functools.partial: " in code and "_pickle.loads: " in code
+
+
 def test_parsers_that_disagree_are_flagged():
     # C's INT reads "0x10" (base 0); pickletools refuses it and would stop
     # before the os.system that the loader reaches.

@@ -43,6 +43,7 @@ _REQUIRED = (
     "subimport",
     "dynamic_subimport",
     "_find_imported_submodules",
+    "_extract_code_globals",
 )
 _missing = [name for name in _REQUIRED if not hasattr(_cp, name)]
 if _missing or not hasattr(_cp.Pickler, "_function_getnewargs"):
@@ -66,6 +67,34 @@ REGISTERED_BY_VALUE: set[str] = _cp._PICKLE_BY_VALUE_MODULES
 find_imported_submodules: Callable[[types.CodeType, list[Any]], list[Any]] = (
     _cp._find_imported_submodules
 )
+
+
+def code_global_names(code: types.CodeType) -> tuple[str, ...]:
+    """The globals a function's by-value reduction holds, if its module has
+    them: the names its code (and code nested in it) reads, writes or deletes
+    as globals, in cloudpickle's order. A function of the code alone."""
+    return tuple(_cp._extract_code_globals(code))
+
+
+def submodules_in(
+    code: types.CodeType, dependencies: list[Any], modules: tuple[Any, ...]
+) -> list[Any]:
+    """What ``find_imported_submodules(code, dependencies)`` finds when
+    ``sys.modules`` holds ``modules`` (its keys and values, flat, in order):
+    the same search, over a snapshot instead of the live dict, so that a
+    remembered reduction can be checked against the state it was built in.
+    ``tests/test_cloudpickle_internals.py`` compares the two."""
+    names = set(code.co_names)
+    found = []
+    for dependency in dependencies:
+        if isinstance(dependency, types.ModuleType) and getattr(dependency, "__package__", None):
+            prefix = dependency.__name__ + "."
+            for name, module in zip(modules[0::2], modules[1::2], strict=True):
+                tokens = set(name[len(prefix) :].split(".")) if name is not None else None
+                if tokens is not None and name.startswith(prefix) and not tokens - names:
+                    found.append(module)
+    return found
+
 
 #: Types that ``types`` exposes but that are not importable under their own
 #: ``__module__``/``__qualname__`` (``types.FunctionType`` is ``builtins.function``).

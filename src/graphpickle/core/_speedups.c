@@ -18,9 +18,9 @@
  * cycle is made and a pickler is freed by reference counting).
  *
  * Beside it: `Dumper`/`Loader` (`dumps`/`loads` on pooled picklers, see
- * `pickler.py`), `remember_by_reference` (`reducers.py`), `function_snapshot`
- * and `same_objects` (what a remembered by-value reduction depends on,
- * `reducers.py`) and `bytearray8_overruns` (`overrun.py`). Each has its
+ * `pickler.py`), `remember_by_reference` (`reducers.py`), `function_snapshot`,
+ * `same_objects` and `same_modules` (what a remembered by-value reduction
+ * depends on, `snapshots.py`) and `bytearray8_overruns` (`overrun.py`). Each has its
  * Python version in the module named, with the same results.
  */
 
@@ -35,7 +35,6 @@
 static PyObject *str_module, *str_by_value, *str_reset, *str_memo, *str_join, *str_qualname;
 static PyObject *str_protocol, *str_buffer_callback, *str_deterministic, *str_buffers;
 static PyObject *str_fix_imports, *str_encoding, *str_errors, *str_speedups, *str_buffer;
-static PyObject *str_fragments_used;
 static PyObject *str_generation, *str_globals_ref, *str_package, *str_name, *str_path, *str_file;
 static PyObject *empty_bytes, *empty_dict;
 
@@ -78,10 +77,9 @@ static PyObject *function_handler, *class_handler;
  * - codes maps id(code) to (code, reduction), read only in default mode (the
  *   code handler answers otherwise);
  * - functions holds the by-value functions remembered between payloads
- *   (reducers._functions: id -> (weakref, snapshot, [generation, names,
- *   packages, growable, parts])), captures_globals the globals of
- *   core/captures.py (its _generation), missing_marker what a snapshot found
- *   missing. */
+ *   (reducers._functions: id -> an entry laid out as ENTRY_FIELDS),
+ *   captures_globals the globals of core/captures.py (its _generation),
+ *   missing_marker what a snapshot found missing. */
 static PyObject *code_handler, *builtin_types, *codes;
 static PyObject *functions, *captures_globals, *missing_marker;
 
@@ -203,7 +201,9 @@ known_by_reference(PyObject *obj)
     if (entry == NULL || !current_names(obj, entry, &module_name, &qualname)) {
         return 0;
     }
-    return found_as(obj, PyTuple_GET_ITEM(entry, 0), module_name, qualname);
+    /* A module whose class was changed (a lazy module) may answer getattr otherwise. */
+    PyObject *module = PyTuple_GET_ITEM(entry, 0);
+    return PyModule_CheckExact(module) && found_as(obj, module, module_name, qualname);
 }
 
 static PyObject *function_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
@@ -226,7 +226,6 @@ base_globals(PyObject *state, PyObject *module_globals)
         }
         Py_XDECREF(base); /* globals_ref holds it */
     }
-    /* (A fragment's pickler holds placeholders, not dicts: see fragments.py.) */
     int fill = base != NULL && PyDict_Check(base) && PyDict_GET_SIZE(base) == 0;
     for (size_t i = 0; fill && base != NULL && i < 4; i++) {
         PyObject *value = PyDict_GetItemWithError(module_globals, names[i]);
@@ -253,10 +252,17 @@ in_default_mode(DispatchObject *self)
     return mode == Py_None;
 }
 
+/* A remembered function's entry (reducers._functions: id -> entry) and the
+ * parts of its reduction, by position: ENTRY_FIELDS and PARTS_FIELDS below. */
+enum { ENTRY_REF, ENTRY_SNAPSHOT, ENTRY_NAMES, ENTRY_MODULES, ENTRY_GROWABLE, ENTRY_GENERATION,
+       ENTRY_PARTS, ENTRY_SIZE };
+enum { PARTS_MAKE, PARTS_CODE, PARTS_CLOSURE, PARTS_STATE, PARTS_SETSTATE, PARTS_SIZE };
+
 /* What the function handler (reducers._reduce_function) answers for a function
  * it remembered, when a new snapshot holds the very same objects; NULL (no
- * exception set) to ask it: in deterministic mode, for an entry with packages
- * or growable captures to check again (the Python path does), or on any error. */
+ * exception set) to ask it: in deterministic mode, for an entry whose
+ * submodules or growable captures must be checked too (the Python path does),
+ * or on any error. */
 static PyObject *
 remembered_function(DispatchObject *self, PyObject *func)
 {
@@ -267,41 +273,42 @@ remembered_function(DispatchObject *self, PyObject *func)
     PyObject *key = PyLong_FromVoidPtr(func);
     PyObject *entry = key == NULL ? NULL : PyDict_GetItemWithError(functions, key);
     Py_XDECREF(key);
-    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3) {
+    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != ENTRY_SIZE
+        || PyTuple_GET_ITEM(entry, ENTRY_MODULES) != Py_None
+        || PyTuple_GET_ITEM(entry, ENTRY_GROWABLE) != Py_None) {
         goto done;
     }
-    PyObject *extra = PyTuple_GET_ITEM(entry, 2);
-    if (!PyList_CheckExact(extra) || PyList_GET_SIZE(extra) != 5
-        || PyList_GET_ITEM(extra, 2) != Py_None || PyList_GET_ITEM(extra, 3) != Py_None) {
-        goto done;
-    }
-    PyObject *parts = PyList_GET_ITEM(extra, 4); /* (make, code, closure, func_state, setstate) */
+    Py_INCREF(entry); /* the snapshot below runs no Python code, but the table may change after */
+    PyObject *parts = PyTuple_GET_ITEM(entry, ENTRY_PARTS);
     PyObject *generation = PyDict_GetItemWithError(captures_globals, str_generation);
-    if (generation == NULL || !PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != 5
-        || PyObject_RichCompareBool(generation, PyList_GET_ITEM(extra, 0), Py_EQ) != 1) {
-        goto done;
+    if (generation == NULL || !PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != PARTS_SIZE
+        || PyObject_RichCompareBool(generation, PyTuple_GET_ITEM(entry, ENTRY_GENERATION), Py_EQ) != 1) {
+        goto release;
     }
-    obj = in_default_mode(self) == 1 ? PyObject_CallNoArgs(PyTuple_GET_ITEM(entry, 0)) : NULL;
+    obj = in_default_mode(self) == 1 ? PyObject_CallNoArgs(PyTuple_GET_ITEM(entry, ENTRY_REF)) : NULL;
     if (obj != func) {
-        goto done;
+        goto release;
     }
-    PyObject *snapshot_args[3] = {func, PyList_GET_ITEM(extra, 1), missing_marker};
+    PyObject *snapshot_args[3] = {func, PyTuple_GET_ITEM(entry, ENTRY_NAMES), missing_marker};
     snapshot = function_snapshot(NULL, snapshot_args, 3);
-    if (snapshot == NULL || !same_items(snapshot, PyTuple_GET_ITEM(entry, 1))
+    if (snapshot == NULL || !same_items(snapshot, PyTuple_GET_ITEM(entry, ENTRY_SNAPSHOT))
         || PyObject_SetAttr(self->state, str_by_value, Py_True) < 0) {
-        goto done;
+        goto release;
     }
     self->touched = 1;
     PyObject *base = base_globals(self->state, ((PyFunctionObject *)func)->func_globals);
     if (base != NULL) {
-        PyObject *args = PyTuple_Pack(5, PyTuple_GET_ITEM(parts, 1), base, Py_None, Py_None,
-                                      PyTuple_GET_ITEM(parts, 2));
+        /* (code, base_globals, None, None, closure), as _function_getnewargs */
+        PyObject *args = PyTuple_Pack(5, PyTuple_GET_ITEM(parts, PARTS_CODE), base, Py_None,
+                                      Py_None, PyTuple_GET_ITEM(parts, PARTS_CLOSURE));
         result = args == NULL ? NULL
-                              : PyTuple_Pack(6, PyTuple_GET_ITEM(parts, 0), args,
-                                             PyTuple_GET_ITEM(parts, 3), Py_None, Py_None,
-                                             PyTuple_GET_ITEM(parts, 4));
+                              : PyTuple_Pack(6, PyTuple_GET_ITEM(parts, PARTS_MAKE), args,
+                                             PyTuple_GET_ITEM(parts, PARTS_STATE), Py_None, Py_None,
+                                             PyTuple_GET_ITEM(parts, PARTS_SETSTATE));
         Py_XDECREF(args);
     }
+release:
+    Py_DECREF(entry);
 done:
     Py_XDECREF(obj);
     Py_XDECREF(snapshot);
@@ -483,9 +490,6 @@ typedef struct {
     PyObject *first;    /* the first chunk, or NULL */
     PyObject *rest;     /* a list of the later chunks, or NULL */
     PyObject *callback; /* the current dump's buffer_callback, or NULL */
-    PyObject *answers;  /* a list of the callback's answers in this dump, or NULL: a
-                         * payload written again replays them (see fragments.py) */
-    int record;         /* whether to keep them: the dump may be written again */
 } SinkObject;
 
 static PyObject *
@@ -523,15 +527,7 @@ sink_buffer(SinkObject *self, PyObject *buffer)
     if (self->callback == NULL) {
         Py_RETURN_TRUE;
     }
-    PyObject *answer = PyObject_CallOneArg(self->callback, buffer);
-    if (answer == NULL || !self->record) {
-        return answer;
-    }
-    if ((self->answers == NULL && (self->answers = PyList_New(0)) == NULL)
-        || PyList_Append(self->answers, answer) < 0) {
-        Py_CLEAR(answer);
-    }
-    return answer;
+    return PyObject_CallOneArg(self->callback, buffer);
 }
 
 /* The payload written since the last take (a new reference), and an empty sink. */
@@ -562,7 +558,6 @@ sink_traverse(SinkObject *self, visitproc visit, void *arg)
     Py_VISIT(self->first);
     Py_VISIT(self->rest);
     Py_VISIT(self->callback);
-    Py_VISIT(self->answers);
     return 0;
 }
 
@@ -572,7 +567,6 @@ sink_clear(SinkObject *self)
     Py_CLEAR(self->first);
     Py_CLEAR(self->rest);
     Py_CLEAR(self->callback);
-    Py_CLEAR(self->answers);
     return 0;
 }
 
@@ -626,9 +620,6 @@ typedef struct {
     PyObject *make;       /* make(protocol) -> (pickler, sink, dispatch) */
     PyObject *slow;       /* the Python dumps: every call the fast path does not take */
     PyObject *failed;     /* failed(pickler, obj, exc): raises what the failed dump raises */
-    PyObject *finish;     /* finish(pickler, used, obj, protocol, callback, answers): after a
-                           * dump that used fragments, None, or the payload written again;
-                           * None if this dumps never writes fragments */
     PyObject *dump;       /* _pickle.Pickler.dump */
     PyObject *clear_memo; /* _pickle.Pickler.clear_memo */
     PyObject *init;       /* _pickle.Pickler.__init__ */
@@ -845,29 +836,6 @@ dumper_parse(DumperObject *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     return 1;
 }
 
-/* After a dump in which a handler ran: None if no fragment was used, or if the
- * payload stands; else the payload written again (see fragments.py), or NULL. */
-static PyObject *
-finish_fragments(DumperObject *self, PoolEntry *entry, PyObject *obj, int protocol,
-                 PyObject *callback)
-{
-    PyObject *used = PyObject_GetAttr(entry->dispatch->state, str_fragments_used);
-    if (used == NULL) {
-        return NULL;
-    }
-    if (!PyList_Check(used) || PyList_GET_SIZE(used) == 0) {
-        Py_DECREF(used);
-        Py_RETURN_NONE;
-    }
-    PyObject *proto = PyLong_FromLong(protocol);
-    PyObject *answers = entry->sink->answers != NULL ? entry->sink->answers : Py_None;
-    PyObject *args[6] = {entry->pickler, used, obj, proto, callback ? callback : Py_None, answers};
-    PyObject *result = proto == NULL ? NULL : PyObject_Vectorcall(self->finish, args, 6, NULL);
-    Py_XDECREF(proto);
-    Py_DECREF(used);
-    return result;
-}
-
 static PyObject *
 dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -890,7 +858,6 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     }
     Py_XINCREF(callback);
     entry.sink->callback = callback;
-    entry.sink->record = self->finish != Py_None;
     PyObject *dump_args[2] = {entry.pickler, obj};
     PyObject *done = PyObject_Vectorcall(self->dump, dump_args, 2, NULL);
     Py_CLEAR(entry.sink->callback);
@@ -915,17 +882,6 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         return NULL;
     }
     Py_DECREF(done);
-    PyObject *redone = entry.dispatch->touched && self->finish != Py_None
-                           ? finish_fragments(self, &entry, obj, protocol, callback)
-                           : Py_NewRef(Py_None);
-    Py_CLEAR(entry.sink->answers);
-    if (redone != Py_None) { /* written again, or an error: this attempt is of no use */
-        Py_CLEAR(entry.sink->first);
-        Py_CLEAR(entry.sink->rest);
-        entry_drop(&entry);
-        return redone;
-    }
-    Py_DECREF(redone);
     PyObject *data = sink_take(entry.sink);
     if (data == NULL || entry_reset(self, &entry, PyBytes_GET_SIZE(data), protocol) < 0
         || self->npool[protocol] == POOL_SIZE || generation != self->generation) {
@@ -968,15 +924,15 @@ reduce_by_qualname(PyObject *self, PyObject *unused)
 static PyObject *
 dumper_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *make, *slow, *failed, *dump, *clear_memo, *switch_ns, *finish;
+    PyObject *make, *slow, *failed, *dump, *clear_memo, *switch_ns;
     int signature, deep_limit;
     Py_ssize_t max_types;
     static char *kwlist[] = {"make",      "slow",       "failed",    "dump",
                              "clear_memo", "signature", "deep_limit", "max_types",
-                             "switch",    "finish",     NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOiinO!O:Dumper", kwlist, &make, &slow,
+                             "switch",    NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOiinO!:Dumper", kwlist, &make, &slow,
                                      &failed, &dump, &clear_memo, &signature, &deep_limit,
-                                     &max_types, &PyDict_Type, &switch_ns, &finish)) {
+                                     &max_types, &PyDict_Type, &switch_ns)) {
         return NULL;
     }
     PyObject *module = PyDict_GetItemWithError(switch_ns, str_speedups);
@@ -1006,7 +962,6 @@ dumper_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->make = Py_NewRef(make);
     self->slow = Py_NewRef(slow);
     self->failed = Py_NewRef(failed);
-    self->finish = Py_NewRef(finish);
     self->dump = Py_NewRef(dump);
     self->clear_memo = Py_NewRef(clear_memo);
     self->init = init;
@@ -1025,7 +980,6 @@ dumper_traverse(DumperObject *self, visitproc visit, void *arg)
     Py_VISIT(self->make);
     Py_VISIT(self->slow);
     Py_VISIT(self->failed);
-    Py_VISIT(self->finish);
     Py_VISIT(self->dump);
     Py_VISIT(self->clear_memo);
     Py_VISIT(self->init);
@@ -1049,7 +1003,6 @@ dumper_clear(DumperObject *self)
     Py_CLEAR(self->make);
     Py_CLEAR(self->slow);
     Py_CLEAR(self->failed);
-    Py_CLEAR(self->finish);
     Py_CLEAR(self->dump);
     Py_CLEAR(self->clear_memo);
     Py_CLEAR(self->init);
@@ -1095,7 +1048,7 @@ static PyTypeObject DumperType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "graphpickle.core._speedups.Dumper",
     .tp_doc = PyDoc_STR("Dumper(make, slow, failed, dump, clear_memo, signature, deep_limit, "
-                        "max_types, switch, finish): dumps() on pooled picklers."),
+                        "max_types, switch): dumps() on pooled picklers."),
     .tp_basicsize = sizeof(DumperObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = dumper_new,
@@ -1297,7 +1250,6 @@ init_fast_calls(void)
         {&str_buffers, "buffers"}, {&str_fix_imports, "fix_imports"},
         {&str_encoding, "encoding"}, {&str_errors, "errors"}, {&str_speedups, "_speedups"},
         {&str_buffer, "buffer"}, {&str_generation, "_generation"}, {&str_globals_ref, "globals_ref"},
-        {&str_fragments_used, "fragments_used"},
         {&str_package, "__package__"}, {&str_name, "__name__"}, {&str_path, "__path__"},
         {&str_file, "__file__"},
     };
@@ -1428,21 +1380,22 @@ set_by_reference_policy(PyObject *unused, PyObject *const *args, Py_ssize_t narg
 
 /* ---- what a remembered by-value reduction depends on -------------------
  *
- * function_snapshot(func, names, missing): the objects a function's by-value
- * reduction reads, as a tuple: its code, defaults, keyword defaults, __dict__,
- * name, qualified name, module, docstring, annotations, its attributes (the
- * __dict__'s keys and values), the value of each
- * global in `names` and each closure cell's contents (`missing` where there is
- * none). same_objects(a, b): whether two such tuples hold the very same
- * objects, position by position (tuples inside compared the same way), without
- * calling any __eq__. _reducers.py reuses a function's or a class's reduction
- * while its snapshot is the same objects; their contents are written afresh in
- * every payload, so a mutated list or dict is seen too. */
+ * function_snapshot(func, names, missing): every object a function's by-value
+ * reduction is built from, as one flat tuple (SNAPSHOT_FIELDS, then the value
+ * of each global in `names`, each closure cell's contents, and the keys and
+ * values of its __dict__; `missing` where there is none). No Python code runs
+ * while it is taken, so it is one consistent state. same_objects(a, b): whether
+ * two flat tuples hold the very same objects, position by position; only exact
+ * ints compare by value (pickle writes them by value, never as a memo
+ * reference). reducers.py remembers a reduction it verified was built from a
+ * snapshot, and reuses it while a new snapshot is the same objects. */
 static PyObject *
 or_missing(PyObject *value, PyObject *missing)
 {
     return value == NULL ? missing : value;
 }
+
+#define SNAPSHOT_FIXED 9 /* code ... closure: see SNAPSHOT_FIELDS */
 
 static PyObject *
 function_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1456,50 +1409,46 @@ function_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n_names = PyTuple_GET_SIZE(names);
     PyObject *closure = func->func_closure;
     Py_ssize_t n_cells = closure == NULL ? 0 : PyTuple_GET_SIZE(closure);
-    PyObject *snapshot = PyTuple_New(10 + n_names + n_cells);
+    PyObject *attributes = func->func_dict;
+    Py_ssize_t n_attributes = attributes == NULL ? 0 : PyDict_GET_SIZE(attributes);
+    Py_ssize_t size = SNAPSHOT_FIXED + n_names + n_cells + 2 * n_attributes;
+    PyObject *snapshot = PyTuple_New(size);
     if (snapshot == NULL) {
         return NULL;
     }
-    /* Its attributes: the reduction holds a copy of its __dict__. */
-    PyObject *attributes = func->func_dict == NULL ? PyTuple_New(0)
-                                                   : PySequence_Tuple(func->func_dict);
-    PyObject *items = NULL;
-    if (attributes != NULL && func->func_dict != NULL) {
-        Py_ssize_t n = PyTuple_GET_SIZE(attributes);
-        items = PyTuple_New(2 * n);
-        for (Py_ssize_t i = 0; items != NULL && i < n; i++) {
-            PyObject *key = PyTuple_GET_ITEM(attributes, i);
-            PyObject *value = PyDict_GetItemWithError(func->func_dict, key);
-            PyTuple_SET_ITEM(items, 2 * i, Py_NewRef(key));
-            PyTuple_SET_ITEM(items, 2 * i + 1, Py_NewRef(or_missing(value, missing)));
-        }
-        Py_SETREF(attributes, items);
-    }
-    if (attributes == NULL) {
-        Py_DECREF(snapshot);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(snapshot, 9, attributes);
-    PyObject *fields[9] = {
-        func->func_code, func->func_defaults, func->func_kwdefaults, func->func_dict,
-        func->func_name, func->func_qualname, func->func_module, func->func_doc,
-        func->func_annotations,
+    PyObject *fields[SNAPSHOT_FIXED] = {
+        func->func_code, func->func_defaults, func->func_kwdefaults, func->func_name,
+        func->func_qualname, func->func_module, func->func_doc, func->func_annotations,
+        closure,
     };
-    for (int i = 0; i < 9; i++) {
-        PyTuple_SET_ITEM(snapshot, i, Py_NewRef(or_missing(fields[i], missing)));
+    Py_ssize_t at = 0;
+    for (; at < SNAPSHOT_FIXED; at++) { /* an unset field reads as None */
+        PyTuple_SET_ITEM(snapshot, at, Py_NewRef(or_missing(fields[at], Py_None)));
     }
     for (Py_ssize_t i = 0; i < n_names; i++) {
+        /* Exact str keys (names come from code): no Python code runs. */
         PyObject *value = PyDict_GetItemWithError(func->func_globals, PyTuple_GET_ITEM(names, i));
         if (value == NULL && PyErr_Occurred()) {
             Py_DECREF(snapshot);
             return NULL;
         }
-        PyTuple_SET_ITEM(snapshot, 10 + i, Py_NewRef(or_missing(value, missing)));
+        PyTuple_SET_ITEM(snapshot, at++, Py_NewRef(or_missing(value, missing)));
     }
     for (Py_ssize_t i = 0; i < n_cells; i++) {
         PyObject *cell = PyTuple_GET_ITEM(closure, i);
         PyObject *contents = PyCell_Check(cell) ? PyCell_GET(cell) : NULL;
-        PyTuple_SET_ITEM(snapshot, 10 + n_names + i, Py_NewRef(or_missing(contents, missing)));
+        PyTuple_SET_ITEM(snapshot, at++, Py_NewRef(or_missing(contents, missing)));
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (attributes != NULL && at < size && PyDict_Next(attributes, &pos, &key, &value)) {
+        PyTuple_SET_ITEM(snapshot, at++, Py_NewRef(key));
+        PyTuple_SET_ITEM(snapshot, at++, Py_NewRef(value));
+    }
+    if (at != size) { /* (cannot happen: nothing ran that could change the dict) */
+        Py_DECREF(snapshot);
+        PyErr_SetString(PyExc_RuntimeError, "function_snapshot: __dict__ changed size");
+        return NULL;
     }
     return snapshot;
 }
@@ -1510,21 +1459,20 @@ same_items(PyObject *a, PyObject *b)
     if (a == b) {
         return 1;
     }
-    if (PyLong_CheckExact(a) && PyLong_CheckExact(b)) {
-        /* Pickle writes an int by value, never as a memo reference: equal ints
-         * make the same payload (and a length above 256 is a new object each time). */
-        int equal = PyObject_RichCompareBool(a, b, Py_EQ);
-        if (equal < 0) {
-            PyErr_Clear();
-            return 0;
-        }
-        return equal;
-    }
     if (!PyTuple_CheckExact(a) || !PyTuple_CheckExact(b) || PyTuple_GET_SIZE(a) != PyTuple_GET_SIZE(b)) {
         return 0;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(a); i++) {
-        if (!same_items(PyTuple_GET_ITEM(a, i), PyTuple_GET_ITEM(b, i))) {
+        PyObject *x = PyTuple_GET_ITEM(a, i), *y = PyTuple_GET_ITEM(b, i);
+        if (x == y) {
+            continue;
+        }
+        if (!PyLong_CheckExact(x) || !PyLong_CheckExact(y)) {
+            return 0;
+        }
+        int equal = PyObject_RichCompareBool(x, y, Py_EQ); /* exact ints: no Python code */
+        if (equal != 1) {
+            PyErr_Clear();
             return 0;
         }
     }
@@ -1541,291 +1489,67 @@ same_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(same_items(args[0], args[1]));
 }
 
-/* What fragments.py watches: (kind, obj, extra) triples; keep in step with
- * fragments.state_of_in_python, the reference. */
-enum { WATCH_DICT = 0, WATCH_ITEMS = 1, WATCH_CELL = 2, WATCH_FUNCTION = 3,
-       WATCH_ATTRIBUTES = 4, WATCH_FOUND = 5, WATCH_REDUCE = 6 };
-
-static int
-append_new(PyObject *list, PyObject *item) /* steals item */
+/* same_modules(items): whether sys.modules holds the very keys and values of
+ * `items` (a flat tuple: key, value, key, value...), in the same order. The
+ * submodules cloudpickle lists for a function depend on them. */
+static PyObject *
+same_modules(PyObject *module, PyObject *items)
 {
-    if (item == NULL) {
-        return -1;
+    PyObject *modules = PySys_GetObject("modules"); /* borrowed: what cloudpickle reads */
+    if (modules == NULL || !PyDict_CheckExact(modules) || !PyTuple_CheckExact(items)
+        || PyTuple_GET_SIZE(items) != 2 * PyDict_GET_SIZE(modules)) {
+        Py_RETURN_FALSE;
     }
-    int failed = PyList_Append(list, item);
-    Py_DECREF(item);
-    return failed;
-}
-
-/* len(dict) and its keys and values in order. */
-static int
-append_dict(PyObject *out, PyObject *dict)
-{
-    Py_ssize_t pos = 0;
+    Py_ssize_t pos = 0, at = 0;
     PyObject *key, *value;
-    if (append_new(out, PyLong_FromSsize_t(PyDict_GET_SIZE(dict))) < 0) {
+    while (PyDict_Next(modules, &pos, &key, &value)) {
+        if (at + 2 > PyTuple_GET_SIZE(items) || PyTuple_GET_ITEM(items, at) != key
+            || PyTuple_GET_ITEM(items, at + 1) != value) {
+            Py_RETURN_FALSE;
+        }
+        at += 2;
+    }
+    return PyBool_FromLong(at == PyTuple_GET_SIZE(items));
+}
+
+/* The layouts that reducers.py builds and this module reads by position; both
+ * are exported, and reducers.py hands its tables to set_remembered only if
+ * they are its own (tests/test_by_value_cache.py checks them too). */
+static const char *SNAPSHOT_FIELDS[SNAPSHOT_FIXED] = {
+    "code", "defaults", "kwdefaults", "name", "qualname", "module", "doc", "annotations", "closure",
+};
+static const char *ENTRY_FIELDS[ENTRY_SIZE] = {
+    "ref", "snapshot", "names", "modules", "growable", "generation", "parts",
+};
+static const char *PARTS_FIELDS[PARTS_SIZE] = {"make", "code", "closure", "state", "setstate"};
+
+static int
+add_layout(PyObject *module, const char *name, const char **fields, Py_ssize_t n)
+{
+    PyObject *layout = PyTuple_New(n);
+    for (Py_ssize_t i = 0; layout != NULL && i < n; i++) {
+        PyObject *field = PyUnicode_FromString(fields[i]);
+        if (field == NULL) {
+            Py_CLEAR(layout);
+            break;
+        }
+        PyTuple_SET_ITEM(layout, i, field);
+    }
+    if (layout == NULL) {
         return -1;
     }
-    while (PyDict_Next(dict, &pos, &key, &value)) {
-        if (PyList_Append(out, key) < 0 || PyList_Append(out, value) < 0) {
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* len(items) and each of them: a list's, a set's, a mapping's keys and values. */
-static int
-append_items(PyObject *out, PyObject *obj)
-{
-    if (PyDict_Check(obj)) {
-        return append_dict(out, obj);
-    }
-    int mapping = !(PyList_Check(obj) || PyAnySet_Check(obj));
-    PyObject *items = mapping ? PyMapping_Items(obj) : PySequence_List(obj);
-    if (items == NULL) {
-        return -1;
-    }
-    int failed = append_new(out, PyLong_FromSsize_t(PyList_GET_SIZE(items)));
-    for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(items); i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        if (mapping && PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2) {
-            failed = PyList_Append(out, PyTuple_GET_ITEM(item, 0)) < 0
-                     || PyList_Append(out, PyTuple_GET_ITEM(item, 1)) < 0;
-        }
-        else {
-            failed = PyList_Append(out, item) < 0;
-        }
-    }
-    Py_DECREF(items);
-    return failed ? -1 : 0;
-}
-
-/* getattr(obj, name), or the missing marker if it has no such attribute. */
-static PyObject *
-attribute_or_missing(PyObject *obj, PyObject *name, PyObject *missing)
-{
-    PyObject *value = PyObject_GetAttr(obj, name);
-    if (value == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
-        PyErr_Clear();
-        value = Py_NewRef(missing);
-    }
-    return value;
-}
-
-static int
-append_watched(PyObject *out, long kind, PyObject *obj, PyObject *extra, PyObject *missing)
-{
-    switch (kind) {
-    case WATCH_DICT: /* a dict or a mapping proxy */
-    case WATCH_ITEMS: /* a list or a set */
-        return append_items(out, obj);
-    case WATCH_CELL: {
-        PyObject *contents = PyCell_Check(obj) ? PyCell_GET(obj) : NULL;
-        return PyList_Append(out, contents == NULL ? missing : contents);
-    }
-    case WATCH_FUNCTION: {
-        PyObject *args[3] = {obj, extra, missing};
-        return append_new(out, function_snapshot(NULL, args, 3));
-    }
-    case WATCH_ATTRIBUTES: { /* extra: (has a __dict__, attribute names) */
-        if (!PyTuple_Check(extra) || PyTuple_GET_SIZE(extra) != 2
-            || !PyTuple_Check(PyTuple_GET_ITEM(extra, 1))) {
-            break;
-        }
-        if (PyObject_IsTrue(PyTuple_GET_ITEM(extra, 0))) {
-            PyObject *dict = PyObject_GetAttrString(obj, "__dict__");
-            int failed = dict == NULL || append_items(out, dict) < 0;
-            Py_XDECREF(dict);
-            if (failed) {
-                return -1;
-            }
-        }
-        PyObject *names = PyTuple_GET_ITEM(extra, 1);
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
-            if (append_new(out, attribute_or_missing(obj, PyTuple_GET_ITEM(names, i), missing)) < 0) {
-                return -1;
-            }
-        }
-        return 0;
-    }
-    case WATCH_FOUND: { /* extra: (module name, attribute path): what the name finds */
-        if (!PyTuple_Check(extra) || PyTuple_GET_SIZE(extra) != 2
-            || !PyTuple_Check(PyTuple_GET_ITEM(extra, 1))) {
-            break;
-        }
-        /* sys.modules itself: PyImport_GetModule also checks the module's spec */
-        PyObject *found = PyDict_GetItemWithError(PyImport_GetModuleDict(), PyTuple_GET_ITEM(extra, 0));
-        if (found == NULL && PyErr_Occurred()) {
-            return -1;
-        }
-        found = Py_NewRef(found == NULL ? missing : found);
-        PyObject *path = PyTuple_GET_ITEM(extra, 1);
-        for (Py_ssize_t i = 0; found != missing && i < PyTuple_GET_SIZE(path); i++) {
-            Py_SETREF(found, attribute_or_missing(found, PyTuple_GET_ITEM(path, i), missing));
-            if (found == NULL) {
-                return -1;
-            }
-        }
-        return append_new(out, found);
-    }
-    case WATCH_REDUCE: { /* obj: a class; extra: (names, copyreg's dispatch table) */
-        PyObject *mro = PyType_Check(obj) ? ((PyTypeObject *)obj)->tp_mro : NULL;
-        if (mro == NULL || !PyTuple_Check(mro) || !PyTuple_Check(extra) || PyTuple_GET_SIZE(extra) != 2
-            || !PyTuple_Check(PyTuple_GET_ITEM(extra, 0)) || !PyDict_Check(PyTuple_GET_ITEM(extra, 1))) {
-            break;
-        }
-        /* What the first heap class of its MRO holds under each name (a static
-         * type's dict cannot change), then its entry in the dispatch table. */
-        PyObject *names = PyTuple_GET_ITEM(extra, 0);
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
-            PyObject *found = NULL;
-            for (Py_ssize_t j = 0; found == NULL && j < PyTuple_GET_SIZE(mro); j++) {
-                PyTypeObject *base = (PyTypeObject *)PyTuple_GET_ITEM(mro, j);
-                if (!(base->tp_flags & Py_TPFLAGS_HEAPTYPE) || base->tp_dict == NULL) {
-                    continue;
-                }
-                found = PyDict_GetItemWithError(base->tp_dict, PyTuple_GET_ITEM(names, i));
-                if (found == NULL && PyErr_Occurred()) {
-                    return -1;
-                }
-            }
-            if (PyList_Append(out, found == NULL ? missing : found) < 0) {
-                return -1;
-            }
-        }
-        PyObject *entry = PyDict_GetItemWithError(PyTuple_GET_ITEM(extra, 1), obj);
-        if (entry == NULL && PyErr_Occurred()) {
-            return -1;
-        }
-        return PyList_Append(out, entry == NULL ? missing : entry);
-    }
-    }
-    PyErr_Format(PyExc_ValueError, "state_of: a watched entry of kind %ld is malformed", kind);
-    return -1;
-}
-
-static PyObject *
-state_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2 || !PyTuple_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "state_of(watched: tuple, missing)");
-        return NULL;
-    }
-    PyObject *watched = args[0], *missing = args[1];
-    PyObject *out = PyList_New(0);
-    for (Py_ssize_t i = 0; out != NULL && i < PyTuple_GET_SIZE(watched); i++) {
-        PyObject *entry = PyTuple_GET_ITEM(watched, i);
-        long kind = -1;
-        if (PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 3) {
-            kind = PyLong_AsLong(PyTuple_GET_ITEM(entry, 0));
-        }
-        if (kind == -1) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_ValueError, "state_of: entries are (kind, obj, extra)");
-            }
-            Py_CLEAR(out);
-            break;
-        }
-        if (append_watched(out, kind, PyTuple_GET_ITEM(entry, 1), PyTuple_GET_ITEM(entry, 2),
-                           missing) < 0) {
-            Py_CLEAR(out);
-        }
-    }
-    if (out == NULL) {
-        return NULL;
-    }
-    PyObject *state = PyList_AsTuple(out);
-    Py_DECREF(out);
-    return state;
-}
-
-/* The C pickler's memo, read in place. _pickle.c's PicklerObject starts with a
- * pointer to its memo table, laid out as below (unchanged since Python 3.0).
- * Pickler.memo.copy() builds a dict of tuples, about 1,100 instructions an
- * entry; this reads 40. fragments.py checks it against memo.copy() once and
- * uses memo.copy() if the two ever disagree; memo_table() refuses a table whose
- * sizes do not fit together. */
-typedef struct {
-    PyObject *me_key;
-    Py_ssize_t me_value;
-} MemoEntry;
-
-typedef struct {
-    size_t mt_mask;
-    size_t mt_used;
-    size_t mt_allocated;
-    MemoEntry *mt_table;
-} MemoTable;
-
-static PyObject *c_pickler_type; /* _pickle.Pickler */
-
-static MemoTable *
-memo_table(PyObject *pickler)
-{
-    if (c_pickler_type == NULL) {
-        PyObject *module = PyImport_ImportModule("_pickle");
-        c_pickler_type = module == NULL ? NULL : PyObject_GetAttrString(module, "Pickler");
-        Py_XDECREF(module);
-        if (c_pickler_type == NULL) {
-            PyErr_Clear();
-            return NULL;
-        }
-    }
-    if (!PyType_Check(c_pickler_type)
-        || ((PyTypeObject *)c_pickler_type)->tp_basicsize < (Py_ssize_t)(sizeof(PyObject) + sizeof(void *))
-        || !PyObject_TypeCheck(pickler, (PyTypeObject *)c_pickler_type)) {
-        return NULL;
-    }
-    MemoTable *memo = *(MemoTable **)((char *)pickler + sizeof(PyObject));
-    if (memo == NULL || memo->mt_table == NULL || memo->mt_allocated == 0
-        || memo->mt_allocated != memo->mt_mask + 1 || (memo->mt_allocated & memo->mt_mask) != 0
-        || memo->mt_used > memo->mt_allocated) {
-        return NULL;
-    }
-    return memo;
-}
-
-static int
-compare_pointers(const void *a, const void *b)
-{
-    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* memo_holds(pickler, pointers): whether the pickler's memo holds an object whose
- * address is in pointers (bytes: sorted native uintptr_t); None if its memo
- * cannot be read. */
-static PyObject *
-memo_holds(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2 || !PyBytes_Check(args[1]) || PyBytes_GET_SIZE(args[1]) % sizeof(uintptr_t)) {
-        PyErr_SetString(PyExc_TypeError, "memo_holds(pickler, pointers: bytes of sorted uintptr_t)");
-        return NULL;
-    }
-    MemoTable *memo = memo_table(args[0]);
-    if (memo == NULL) {
-        Py_RETURN_NONE;
-    }
-    const uintptr_t *wanted = (const uintptr_t *)PyBytes_AS_STRING(args[1]);
-    size_t n = (size_t)PyBytes_GET_SIZE(args[1]) / sizeof(uintptr_t);
-    int found = 0;
-    for (size_t slot = 0; !found && n > 0 && slot < memo->mt_allocated; slot++) {
-        uintptr_t object = (uintptr_t)memo->mt_table[slot].me_key;
-        found = object != 0 && bsearch(&object, wanted, n, sizeof(uintptr_t), compare_pointers) != NULL;
-    }
-    return PyBool_FromLong(found);
+    int failed = PyModule_AddObjectRef(module, name, layout);
+    Py_DECREF(layout);
+    return failed;
 }
 
 static PyMethodDef speedups_methods[] = {
     {"function_snapshot", (PyCFunction)(void (*)(void))function_snapshot, METH_FASTCALL,
      PyDoc_STR("function_snapshot(func, names, missing): what its by-value reduction reads.")},
-    {"memo_holds", (PyCFunction)(void (*)(void))memo_holds, METH_FASTCALL,
-     PyDoc_STR("memo_holds(pickler, ids): whether its memo holds one of these objects.")},
-    {"state_of", (PyCFunction)(void (*)(void))state_of, METH_FASTCALL,
-     PyDoc_STR("state_of(watched, missing): what each watched object holds now, flat.")},
     {"same_objects", (PyCFunction)(void (*)(void))same_objects, METH_FASTCALL,
-     PyDoc_STR("same_objects(a, b): the same objects, position by position (tuples within too).")},
+     PyDoc_STR("same_objects(a, b): two flat tuples of the same objects, position by position.")},
+    {"same_modules", same_modules, METH_O,
+     PyDoc_STR("same_modules(items): sys.modules holds these keys and values, in this order.")},
     {"remember_by_reference", remember_by_reference, METH_O,
      PyDoc_STR("remember_by_reference(obj): the policy found this function or class importable.")},
     {"set_by_reference_policy", (PyCFunction)(void (*)(void))set_by_reference_policy, METH_FASTCALL,
@@ -1854,14 +1578,17 @@ PyInit__speedups(void)
         return NULL;
     }
     init_opcode_args();
-    PyObject *module = create_module(&speedups_module, 8); /* VERSION: checked by native.py */
+    PyObject *module = create_module(&speedups_module, 9); /* VERSION: checked by native.py */
     if (module == NULL) {
         return NULL;
     }
     if (PyModule_AddObjectRef(module, "Dispatch", (PyObject *)&DispatchType) < 0
         || PyModule_AddObjectRef(module, "Sink", (PyObject *)&SinkType) < 0
         || PyModule_AddObjectRef(module, "Dumper", (PyObject *)&DumperType) < 0
-        || PyModule_AddObjectRef(module, "Loader", (PyObject *)&LoaderType) < 0) {
+        || PyModule_AddObjectRef(module, "Loader", (PyObject *)&LoaderType) < 0
+        || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
+        || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
+        || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {
         Py_DECREF(module);
         return NULL;
     }

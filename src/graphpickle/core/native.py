@@ -13,11 +13,11 @@ import types
 from .. import _native
 
 #: The VERSION of ``_speedups.c`` this package's Python files expect.
-VERSION = 8
+VERSION = 9
 NAMES = (
     "Dispatch", "Dumper", "Loader", "Sink", "bytearray8_overruns", "function_snapshot",
-    "remember_by_reference", "same_objects", "set_by_reference_policy", "set_remembered",
-    "memo_holds", "state_of",
+    "remember_by_reference", "same_modules", "same_objects", "set_by_reference_policy",
+    "set_remembered", "ENTRY_FIELDS", "PARTS_FIELDS", "SNAPSHOT_FIELDS",
 )  # fmt: skip
 
 

@@ -23,7 +23,6 @@ from .. import determinism
 from ..determinism.canonical import DeterministicState
 from ..errors import ForbiddenGlobalError
 from ..restricted.unpickler import AllowList, compile_allowed, restricted_load
-from . import fragments as _fragments
 from .captures import no_capture_warnings
 from .locate import pickling_error
 from .native import speedups as _speedups  # tests set it to None: the Python hook
@@ -209,76 +208,6 @@ def dumps(
     return out.getvalue()
 
 
-def dump_to_bytes(
-    obj: Any,
-    protocol: int | None,
-    buffer_callback: BufferCallback | None,
-    reducer_lookup: ReducerLookup | None,
-) -> bytes:
-    """The payload of ``obj``, in default mode, with remembered classes as
-    fragments (see ``fragments``): written again, without the fragments that
-    share an object with the rest of the payload, until none does. Buffers are
-    handed to ``buffer_callback`` once, by the first attempt.
-
-    The dask integration's ``dumps`` writes its payloads so. ``dumps`` does not:
-    a fragment makes a payload depend on what was sent before, and cloudpickle's
-    payloads do not (its tests pickle a class loaded in another process and
-    compare the bytes with the original's)."""
-    recorder = None if buffer_callback is None else _fragments.Recorder(buffer_callback)
-    callback: BufferCallback | None = recorder
-    while True:
-        out = io.BytesIO()
-        pickler = Pickler(out, protocol, buffer_callback=callback, reducer_lookup=reducer_lookup)
-        allow_fragments(pickler, reducer_lookup)
-        pickler.dump(obj)
-        used = pickler._state.fragments_used
-        if isinstance(callback, _fragments.Replay):
-            callback.check_all_given()
-        if not used or not _fragments.conflicting(pickler, used):
-            return out.getvalue()
-        if recorder is not None:
-            callback = _fragments.Replay(recorder.answers)
-
-
-def allow_fragments(pickler: Pickler, lookup: ReducerLookup | None) -> None:
-    """Let ``pickler`` (made with ``reducer_lookup=lookup``) write remembered
-    classes as fragments: its caller checks ``fragments.conflicting`` after each
-    dump and writes the payload again if so."""
-    state = pickler._state
-
-    def make(file: io.BytesIO, protocol: int, callback: BufferCallback) -> Pickler:
-        return Pickler(file, protocol, buffer_callback=callback, reducer_lookup=lookup)
-
-    state.make_fragment_pickler = make
-    state.fragment_lookup = lookup
-
-
-def _rewritten(
-    reference: Callable[..., bytes],
-) -> Callable[[Pickler, list[Any], Any, int, Any, list[Any] | None], bytes | None]:
-    """What the C dumper calls after a dump that used fragments: ``None`` if
-    the payload stands, else the payload written again by ``reference`` (the
-    Python ``dumps``), replaying the buffer callback's answers."""
-
-    def finish(
-        pickler: Pickler,
-        used: list[Any],
-        obj: Any,
-        protocol: int,
-        callback: Any,
-        answers: list[Any] | None,
-    ) -> bytes | None:
-        if not _fragments.conflicting(pickler, used):
-            return None
-        replay = None if callback is None else _fragments.Replay(answers or [])
-        data = reference(obj, protocol=protocol, buffer_callback=replay)
-        if replay is not None:
-            replay.check_all_given()
-        return data
-
-    return finish
-
-
 def loads(
     data: bytes | bytearray | memoryview,
     /,
@@ -415,8 +344,6 @@ def accelerated_dumps(reference: _F, reducer_lookup: ReducerLookup | None, signa
     if _speedups is None:
         return reference
 
-    fragments = signature == "distributed"  # (see dump_to_bytes)
-
     def make(protocol: int) -> tuple[Pickler, Any, Any]:
         sink = _speedups.Sink()
         pickler = Pickler(
@@ -425,8 +352,6 @@ def accelerated_dumps(reference: _F, reducer_lookup: ReducerLookup | None, signa
             sink.buffer if protocol >= 5 else None,
             reducer_lookup=reducer_lookup,
         )
-        if fragments:
-            allow_fragments(pickler, reducer_lookup)
         return pickler, sink, pickler.reducer_override
 
     dumper = _speedups.Dumper(
@@ -440,7 +365,6 @@ def accelerated_dumps(reference: _F, reducer_lookup: ReducerLookup | None, signa
         MAX_SHARED_TYPES,
         # Tests set this module's _speedups to None to run the Python hook.
         globals(),
-        _rewritten(reference) if fragments else None,
     )
     on_tables_changed(dumper.clear)
     return _standing_for(dumper, reference)

@@ -9,8 +9,7 @@ imported is what keeps graphpickle's output byte-identical to ``pickle``'s.
 
 from __future__ import annotations
 
-import contextlib
-import sys
+import os
 import threading
 import types
 import typing
@@ -25,7 +24,7 @@ from ..determinism import canonical as _canonical
 from ..determinism.canonical import DeterministicState
 from ..errors import PicklingError
 from . import captures as _captures
-from . import fragments as _fragments
+from . import snapshots as _snapshots
 from .captures import warn_about_large_captures
 from .native import speedups as _speedups
 from .policy import (
@@ -35,7 +34,13 @@ from .policy import (
     module_reason,
     named_object_reason,
 )
-from .snapshots import class_snapshot, function_snapshot, refers_to, same_objects
+from .snapshots import (
+    function_snapshot,
+    modules_items,
+    refers_to,
+    same_modules,
+    same_objects,
+)
 
 __all__ = ["Reducer", "register_reducer", "unregister_reducer"]
 
@@ -53,18 +58,9 @@ class PicklerState:
     """What handlers need of their pickler: the protocol, cloudpickle's map
     from ``id(func.__globals__)`` to the globals dict the receiver will build
     (so that functions sharing globals here share them after loading too), and
-    in deterministic mode what that mode needs (``None`` otherwise).
+    in deterministic mode what that mode needs (``None`` otherwise)."""
 
-    ``make_fragment_pickler`` is set by the dask integration's ``dumps``, which
-    can write a payload again: a remembered class may then go as a fragment (see
-    ``fragments``),
-    listed in ``fragments_used`` for the check after the dump;
-    ``fragment_lookup`` is the pickler's reducer lookup."""
-
-    __slots__ = (
-        "by_value", "deterministic", "fragment_lookup", "fragments_used", "globals_ref",
-        "make_fragment_pickler", "protocol",
-    )  # fmt: skip
+    __slots__ = ("by_value", "deterministic", "globals_ref", "protocol")
 
     def __init__(self, protocol: int, deterministic: DeterministicState | None = None) -> None:
         self.protocol = protocol
@@ -73,9 +69,6 @@ class PicklerState:
         # Set once anything is pickled by value: such payloads load only on the
         # same Python minor version (the wire envelope checks it).
         self.by_value = False
-        self.make_fragment_pickler: _fragments.MakePickler | None = None
-        self.fragment_lookup: ReducerLookup | None = None
-        self.fragments_used: list[_fragments.Fragment] = []
 
     def reset(self) -> None:
         """Forget what a dump wrote: a pooled pickler (``_speedups.Dumper``) starts
@@ -83,7 +76,6 @@ class PicklerState:
         share no globals dict with those of an earlier payload)."""
         self.globals_ref = {}
         self.by_value = False
-        self.fragments_used = []
 
 
 Handler = Callable[[PicklerState, Any], Any]
@@ -93,176 +85,263 @@ def _remember_nothing(obj: Any) -> None:
     pass
 
 
+#: ``GRAPHPICKLE_NO_CACHE=1`` turns off every cache that lasts from one payload
+#: to the next: remembered by-value reductions, code reductions, and the C
+#: hook's answers for functions and classes found importable before.
+CACHING = not os.environ.get("GRAPHPICKLE_NO_CACHE")
+
 # The C hook remembers the functions and classes the policy sent by reference
 # and answers for them again, checking in C that they are still importable
 # (see _speedups.c: what a hit checks). The Python hook asks the policy each time.
 remember_by_reference: Callable[[Any], None] = (
-    _remember_nothing if _speedups is None else _speedups.remember_by_reference
+    _remember_nothing if _speedups is None or not CACHING else _speedups.remember_by_reference
 )
 
 
-# --- by-value reductions remembered between payloads ---------------------------
+# --- by-value function reductions remembered between payloads -----------------
 #
-# A scheduler sends the same notebook function or class in message after message.
-# Its reduction (cloudpickle's state, the class dict copy) is remembered, per
-# object, with a snapshot of every object it was built from (function_snapshot:
-# code, defaults, keyword defaults, __dict__ and its entries, names, module,
-# docstring, annotations, the globals the code reads and the closure cells'
-# contents; for
-# a class, its bases, names and every entry of its __dict__). The next payload
-# reuses the reduction only if a new snapshot holds the very same objects: a
-# rebound global, new defaults, a cell set to another value, an attribute set on
-# the class all rebuild it. What the objects *contain* is written afresh in every
-# payload, so a list mutated in place is seen as well. Functions and classes are
-# remembered only when what makes them go by value cannot change without
-# changing the snapshot (``__main__``, lambdas, closures, <locals>), only in
-# default mode, and only if no capture was large enough to warn about (the
-# warning stays once per payload). Memory: up to _MAX_REMEMBERED entries of
-# each kind, each holding its reduction (so the captured values of its last
-# payload) until its function or class is freed, the entry is rebuilt, or the
-# capture threshold changes. Code objects are immutable: their reductions are
-# remembered by identity (holding the code, up to _MAX_REMEMBERED).
+# A scheduler sends the same notebook function in message after message. Its
+# reduction (cloudpickle's state: the globals it uses, its defaults, closure,
+# attributes, submodules) is remembered, per function, with a snapshot of every
+# object the reduction is built from (snapshots.function_snapshot), taken
+# *before* the reduction. The reduction is remembered only if it is verified to
+# be exactly what cloudpickle builds from that snapshot (_built_from): a change
+# by another thread while it was built, or a reduction of a shape this module
+# does not know (another cloudpickle, another Python), leaves it unremembered.
+# The next payload reuses it only if a new snapshot holds the very same objects,
+# so a reused reduction is always the one a fresh reduction would give. What the
+# objects *contain* is written afresh in every payload (a list mutated in place
+# is seen). Functions are remembered only when why they go by value depends on
+# the snapshot alone (``__main__``, lambdas, closures, <locals>), in default
+# mode, when no capture was large enough to warn about, and when the entry
+# would not keep the function alive. Memory: up to _MAX_REMEMBERED entries,
+# each holding its reduction (the captured values of its last payload) until
+# its function is freed or the entry is rebuilt. Code objects are immutable:
+# their reductions are remembered by identity (holding the code, up to
+# _MAX_REMEMBERED).
 _MAX_REMEMBERED = 512
 _MISSING = object()
 _REMEMBERED_REASONS = frozenset(
     {ByValueReason.MAIN, ByValueReason.LAMBDA, ByValueReason.CLOSURE, ByValueReason.LOCAL}
 )
-# id(obj) -> (weakref to obj, snapshot, what else the entry needs)
-_functions: dict[int, tuple[Any, Any, Any]] = {}
-_classes: dict[int, tuple[Any, Any, Any]] = {}
+# An entry of _functions (id(func) -> entry) and the parts of its reduction, by
+# position; _speedups.c reads both (its ENTRY_FIELDS and PARTS_FIELDS).
+ENTRY_FIELDS = ("ref", "snapshot", "names", "modules", "growable", "generation", "parts")
+PARTS_FIELDS = ("make", "code", "closure", "state", "setstate")
+_REF, _SNAPSHOT, _NAMES, _MODULES, _GROWABLE, _GENERATION, _PARTS = range(len(ENTRY_FIELDS))
+_functions: dict[int, tuple[Any, ...]] = {}
 _codes: dict[int, tuple[types.CodeType, Any]] = {}
+# What cloudpickle's function state holds (_function_getstate's slot state).
+_SLOT_KEYS = frozenset({
+    "__name__", "__qualname__", "__annotations__", "__kwdefaults__", "__defaults__",
+    "__module__", "__doc__", "__closure__", "_cloudpickle_submodules", "__globals__",
+})  # fmt: skip
 
 
 def forget_by_value() -> None:
     """Drop every remembered by-value reduction."""
     _functions.clear()
-    _classes.clear()
     _codes.clear()
 
 
-def _remember(table: dict[int, Any], obj: Any, snapshot: Any, extra: Any) -> None:
-    if len(table) >= _MAX_REMEMBERED:
-        table.clear()
-    key = id(obj)
+def _remember(func: types.FunctionType, entry: tuple[Any, ...]) -> None:
+    """Keep ``entry`` (its first item a weak reference to ``func``)."""
+    if len(_functions) >= _MAX_REMEMBERED:
+        _functions.clear()
+    _functions[id(func)] = entry
 
-    def forget(_: object) -> None:  # the entry goes with the object (before its id is reused)
+
+def _weak_ref(func: types.FunctionType) -> Any:
+    key, table = id(func), _functions  # (the table itself: module globals go at exit)
+
+    def forget(_: object) -> None:  # the entry goes with the function (before its id is reused)
         table.pop(key, None)
 
-    table[key] = (weakref.ref(obj, forget), snapshot, extra)
+    return weakref.ref(func, forget)
 
 
-def _recall(table: dict[int, Any], obj: Any) -> Any:
-    entry = table.get(id(obj))
-    if entry is None or entry[0]() is not obj:
+def _recall(func: types.FunctionType) -> tuple[Any, ...] | None:
+    entry = _functions.get(id(func))
+    if entry is None or entry[_REF]() is not func:
         return None
     return entry
 
 
 def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     if state.deterministic is None:
-        entry = _recall(_functions, func)
-        if entry is not None:
-            generation, names, packages, growable, parts = entry[2]
-            make, code, closure, func_state, setstate = parts
-            if (
-                generation == _captures._generation
-                and same_objects(function_snapshot(func, names, _MISSING), entry[1])
-                and (not packages or _same_submodules(func, func_state[1], packages))
-            ):
-                state.by_value = True
-                if growable is not None:  # a capture may have grown in place
-                    sizes = _captures.growable_sizes(func, func_state)
-                    # Checked again until a check finds them small (a fresh
-                    # reduction warns in every payload).
-                    if (sizes != growable or -1 in growable) and warn_about_large_captures(
-                        func, func_state
-                    ):
-                        entry[2][3] = sizes
-                base_globals = _base_globals(state, func)
-                return (
-                    make,
-                    (code, base_globals, None, None, closure),
-                    func_state,
-                    None,
-                    None,
-                    setstate,
-                )
+        reused = _reuse(state, func)
+        if reused is not None:
+            return reused
     reason = function_reason(func)
     if reason is None:
         remember_by_reference(func)
         return NotImplemented
     state.by_value = True
     canonical = state.deterministic is not None
-    reduction = cp.reduce_function_by_value(state, func, canonical=canonical)
-    quiet = warn_about_large_captures(func, reduction[2])
-    if quiet and not canonical and reason in _REMEMBERED_REASONS:
+    if canonical or not CACHING or reason not in _REMEMBERED_REASONS:
+        reduction = cp.reduce_function_by_value(state, func, canonical=canonical)
+        warn_about_large_captures(func, reduction[2])
+        return reduction
+    func.__annotations__  # noqa: B018  (made now: the reduction reads it, and the snapshot must see it)
+    names = cp.code_global_names(func.__code__)
+    snapshot = function_snapshot(func, names, _MISSING)
+    modules = modules_items() if _module_dependencies(snapshot, names) else None
+    reduction = cp.reduce_function_by_value(state, func)
+    if warn_about_large_captures(func, reduction[2]) and _built_from(
+        reduction, snapshot, names, modules
+    ):
         make, (code, _, _, _, closure), func_state, _, _, setstate = reduction
-        names = tuple(sorted(_global_names(func.__code__)))
-        snapshot = function_snapshot(func, names, _MISSING)
-        parts = (make, code, closure, func_state, setstate)
-        # The submodules cloudpickle lists depend on sys.modules, not only on
-        # the snapshot: with a package among the globals or cells, remember how
-        # many modules sys.modules had (see _same_submodules).
-        packages = [len(sys.modules)] if _captures_a_package(func, func_state[1]) else None
         # A recursive closure (its own cell) would be kept alive by its entry.
         if not refers_to((snapshot, func_state), func):
-            growable = _captures.growable_sizes(func, func_state)
-            extra = [_captures._generation, names, packages, growable, parts]
-            _remember(_functions, func, snapshot, extra)
+            entry = (
+                _weak_ref(func), snapshot, names, _modules_entry(snapshot, names, modules),
+                _captures.growable_sizes(func, func_state), _captures._generation,
+                (make, code, closure, func_state, setstate),
+            )  # fmt: skip
+            _remember(func, entry)
     return reduction
 
 
-def _captures_a_package(func: types.FunctionType, slotstate: dict[str, Any]) -> bool:
-    """Whether cloudpickle's submodule search looks at sys.modules for ``func``:
-    a module with a ``__package__`` among its globals or closure contents."""
-    for value in _dependencies(slotstate):
-        if isinstance(value, types.ModuleType) and getattr(value, "__package__", None):
-            return True
-    return False
+def _split(snapshot: tuple[Any, ...], names: tuple[str, ...]) -> tuple[Any, ...]:
+    """A snapshot's parts: its fixed fields (a dict), the globals' values, the
+    cells' contents, the attributes' keys and values (flat)."""
+    fixed = dict(zip(_snapshots.SNAPSHOT_FIELDS, snapshot, strict=False))
+    start = len(_snapshots.SNAPSHOT_FIELDS)
+    cells = start + len(names)
+    attributes = cells + len(fixed["closure"] or ())
+    return fixed, snapshot[start:cells], snapshot[cells:attributes], snapshot[attributes:]
 
 
-def _dependencies(slotstate: dict[str, Any]) -> list[Any]:
-    values = list(slotstate["__globals__"].values())
-    for cell in slotstate["__closure__"] or ():
-        with contextlib.suppress(ValueError):  # an empty cell
-            values.append(cell.cell_contents)
-    return values
+def _dependencies(snapshot: tuple[Any, ...], names: tuple[str, ...]) -> list[Any]:
+    """The globals and cell contents that cloudpickle's submodule search reads."""
+    _, values, cells, _ = _split(snapshot, names)
+    return [value for value in (*values, *cells) if value is not _MISSING]
 
 
-def _same_submodules(
-    func: types.FunctionType, slotstate: dict[str, Any], packages: list[int]
+def _module_dependencies(snapshot: tuple[Any, ...], names: tuple[str, ...]) -> list[Any]:
+    return [v for v in _dependencies(snapshot, names) if isinstance(v, types.ModuleType)]
+
+
+def _built_from(
+    reduction: Any, snapshot: tuple[Any, ...], names: tuple[str, ...], modules: Any
 ) -> bool:
-    """Whether the remembered list of submodules is still what cloudpickle would
-    find. Searching sys.modules costs about ten dumps of the function, so it is
-    searched again only once sys.modules has grown or shrunk; the remembered
-    submodules must still be there under their names in any case. (Not seen: a
-    submodule imported while an unrelated module is removed, between two
-    payloads, leaving sys.modules as long as before.)"""
-    submodules = slotstate["_cloudpickle_submodules"]
-    modules = sys.modules
-    for module in submodules:
-        if modules.get(module.__name__) is not module:
-            return False
-    if packages[0] == len(modules):
-        return True
-    count = len(modules)
-    found = cp.find_imported_submodules(func.__code__, _dependencies(slotstate))
-    if len(found) != len(submodules) or any(
-        a is not b for a, b in zip(found, submodules, strict=True)
+    """Whether ``reduction`` is exactly what cloudpickle builds from the objects
+    in ``snapshot`` (and, if its dependencies include modules, from
+    ``sys.modules`` as ``modules`` holds it): the same objects where it holds
+    them, equal copies where it copies (names, attribute keys). Anything of
+    another shape is not verified, and so not remembered."""
+    try:
+        _, newargs, (attributes, slots), _, _, _ = reduction
+        code, _, no_name, no_defaults, closure = newargs
+    except (TypeError, ValueError):
+        return False
+    fixed, values, _, attribute_items = _split(snapshot, names)
+    if type(slots) is not dict or slots.keys() != _SLOT_KEYS or type(attributes) is not dict:
+        return False
+    expected_globals = [(n, v) for n, v in zip(names, values, strict=True) if v is not _MISSING]
+    expected_attributes = list(zip(attribute_items[0::2], attribute_items[1::2], strict=True))
+    if not (
+        code is fixed["code"]
+        and no_name is None
+        and no_defaults is None
+        and (closure is None) == (fixed["closure"] is None)
+        and all(slots[f"__{field}__"] is fixed[field] for field in _SHARED_FIELDS)
+        and slots["__name__"] == fixed["name"]
+        and slots["__qualname__"] == fixed["qualname"]
+        and _same_pairs(slots["__globals__"], expected_globals)
+        and _same_pairs(attributes, expected_attributes)
     ):
         return False
-    packages[0] = count
+    submodules = slots["_cloudpickle_submodules"]
+    expected = (
+        [] if modules is None else cp.submodules_in(code, _dependencies(snapshot, names), modules)
+    )
+    return type(submodules) is list and _same_list(submodules, expected)
+
+
+# The fields cloudpickle's slot state holds as they are (not copies).
+_SHARED_FIELDS = ("closure", "defaults", "kwdefaults", "annotations", "module", "doc")
+
+
+def _same_pairs(made: dict[str, Any], expected: list[tuple[str, Any]]) -> bool:
+    """A dict cloudpickle made: equal keys, the same values, in order."""
+    return len(made) == len(expected) and all(
+        key == name and value is found
+        for (key, value), (name, found) in zip(made.items(), expected, strict=True)
+    )
+
+
+def _same_list(a: list[Any], b: list[Any]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _modules_entry(snapshot: tuple[Any, ...], names: tuple[str, ...], modules: Any) -> Any:
+    """What a remembered reduction's submodules depend on besides the snapshot:
+    ``sys.modules`` (its keys and values), and the names and packages of the
+    modules among the function's dependencies; ``None`` when there are none."""
+    if modules is None:
+        return None
+    return modules, _module_names(snapshot, names)
+
+
+def _module_names(snapshot: tuple[Any, ...], names: tuple[str, ...]) -> tuple[Any, ...]:
+    return tuple(
+        (getattr(m, "__name__", None), getattr(m, "__package__", None))
+        for m in _module_dependencies(snapshot, names)
+    )
+
+
+def _reuse(state: PicklerState, func: types.FunctionType) -> Any:
+    """The remembered reduction of ``func`` for this payload, if a new snapshot
+    (and, for one that depends on them, sys.modules) shows that a fresh
+    reduction would be the same; ``None`` otherwise. The C hook answers the
+    entries without modules or growable captures itself, as this does."""
+    entry = _recall(func)
+    if entry is None or entry[_GENERATION] != _captures._generation:
+        return None
+    names = entry[_NAMES]
+    if not same_objects(function_snapshot(func, names, _MISSING), entry[_SNAPSHOT]):
+        return None
+    make, code, closure, func_state, setstate = entry[_PARTS]
+    if entry[_MODULES] is not None and not _same_submodules(func, entry):
+        return None
+    state.by_value = True
+    growable = entry[_GROWABLE]
+    if growable is not None:  # a capture may have grown in place
+        sizes = _captures.growable_sizes(func, func_state)
+        # Checked again until a check finds them small (a fresh reduction
+        # warns in every payload).
+        if (sizes != growable or -1 in growable) and warn_about_large_captures(func, func_state):
+            _functions[id(func)] = (*entry[:_GROWABLE], sizes, *entry[_GROWABLE + 1 :])
+    return (
+        make,
+        (code, _base_globals(state, func), None, None, closure),
+        func_state,
+        None,
+        None,
+        setstate,
+    )
+
+
+def _same_submodules(func: types.FunctionType, entry: tuple[Any, ...]) -> bool:
+    """Whether cloudpickle's submodule search would find the remembered
+    submodules again: sys.modules holds the same keys and values (a check of
+    pointers), or, after a change, the same search over it finds the very same
+    modules (the entry then remembers the new sys.modules)."""
+    modules, module_names = entry[_MODULES]
+    snapshot, names = entry[_SNAPSHOT], entry[_NAMES]
+    if _module_names(snapshot, names) != module_names:
+        return False
+    if same_modules(modules):
+        return True
+    now = modules_items()
+    submodules = entry[_PARTS][3][1]["_cloudpickle_submodules"]
+    if not _same_list(
+        cp.submodules_in(func.__code__, _dependencies(snapshot, names), now), submodules
+    ):
+        return False
+    _functions[id(func)] = (*entry[:_MODULES], (now, module_names), *entry[_MODULES + 1 :])
     return True
-
-
-def _global_names(code: types.CodeType) -> set[str]:
-    """Every name the code (and code nested in it) may read as a global: a
-    superset (attribute names too), so a global defined later is seen."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _global_names(const)
-    return names
 
 
 def _base_globals(state: PicklerState, func: types.FunctionType) -> dict[str, Any]:
@@ -286,20 +365,12 @@ _builtin_type_reductions: dict[type, Any] = {}
 
 
 def _reduce_class(state: PicklerState, cls: type) -> Any:
+    # A class's reduction is not remembered between payloads: checking that a
+    # remembered one still holds reads what building it reads (its dict, and
+    # what its bases hold under the same names).
     builtin = _builtin_type_reductions.get(cls)
     if builtin is not None:
         return builtin
-    if state.deterministic is None:
-        entry = _recall(_classes, cls)
-        if entry is not None and same_objects(class_snapshot(cls), entry[1]):
-            state.by_value = True
-            reduction, fragments = entry[2]
-            if state.make_fragment_pickler is not None and state.protocol >= 5:
-                fragment = _fragment(cls, fragments, state)
-                if fragment is not None:
-                    state.fragments_used.append(fragment)
-                    return fragment.reduction(lambda g: _module_base_globals(state, g))
-            return reduction
     reason = class_reason(cls)
     if reason is None:
         remember_by_reference(cls)
@@ -309,52 +380,9 @@ def _reduce_class(state: PicklerState, cls: type) -> Any:
         return reduction
     state.by_value = True
     if state.deterministic is None:
-        reduction = cp.reduce_class_by_value(cls)
-        # Plain classes only: an ABC's registry or an enum's members live outside its dict.
-        if type(cls) is type and reason in _REMEMBERED_REASONS:
-            snapshot = class_snapshot(cls)
-            # A method using super() (its __class__ cell) would keep it alive.
-            if not refers_to((snapshot, reduction), cls):
-                # Its fragments, by (protocol, reducer lookup), made from its second payload on.
-                _remember(_classes, cls, snapshot, (reduction, {}))
-        return reduction
+        return cp.reduce_class_by_value(cls)
     class_id = state.deterministic.class_id(cls)
     return cp.reduce_class_by_value(cls, canonical=True, tracker_id=class_id)
-
-
-def _fragment(cls: type, fragments: dict[Any, Any], state: PicklerState) -> Any:
-    """The fragment of a remembered class for this payload, built if need be;
-    ``None`` if it has none (see ``fragments``)."""
-    key = (state.protocol, state.fragment_lookup)
-    fragment = fragments.get(key, _MISSING)
-    if fragment is None or (fragment is not _MISSING and fragment.conflicted):
-        return None
-    if fragment is not _MISSING and fragment.current():
-        return fragment
-    lookup = state.fragment_lookup
-
-    def has_reducer(kind: type) -> bool:
-        if any(base in _global_reducers for base in kind.__mro__):
-            return True
-        return lookup is not None and lookup(kind) is not None
-
-    assert state.make_fragment_pickler is not None
-    previous = None if fragment is _MISSING else fragment
-    fragments[key] = fragment = _fragments.build(
-        cls, state.protocol, state.make_fragment_pickler, previous, _remembered_names, has_reducer
-    )
-    return fragment
-
-
-def _remembered_names(func: types.FunctionType) -> tuple[tuple[str, ...], Any] | None:
-    """The global names of a remembered by-value function whose snapshot says it
-    all (no submodule search to repeat), and its remembered reduction's parts;
-    ``None`` otherwise."""
-    entry = _recall(_functions, func)
-    if entry is None or entry[2][2] is not None:
-        return None
-    names: tuple[str, ...] = entry[2][1]
-    return names, entry[2][4]
 
 
 def _reduce_set_subclass(state: PicklerState, members: set[Any] | frozenset[Any]) -> Any:
@@ -370,6 +398,8 @@ def _reduce_code(state: PicklerState, code: types.CodeType) -> Any:
     if entry is not None and entry[0] is code:
         return entry[1]
     reduction = cp.reduce_code(code)
+    if not CACHING:
+        return reduction
     if len(_codes) >= _MAX_REMEMBERED:
         _codes.clear()
     _codes[id(code)] = (code, reduction)
@@ -447,16 +477,29 @@ _BUILTIN_HANDLERS: dict[type, Handler] = {
     _canonical.Prologue: _canonical.reduce_prologue,
 }
 
+
+def _layouts_agree(module: Any) -> bool:
+    """Whether the C module reads entries and snapshots as this package lays them out."""
+    return bool(
+        module.ENTRY_FIELDS == ENTRY_FIELDS
+        and module.PARTS_FIELDS == PARTS_FIELDS
+        and module.SNAPSHOT_FIELDS == _snapshots.SNAPSHOT_FIELDS
+    )
+
+
 if _speedups is not None:
     _speedups.set_by_reference_policy(REGISTERED_BY_VALUE, _reduce_function, _reduce_class)
     # The C hook answers from these tables without calling the handlers (the
     # first thing each does is read them): every by-value function's payload
     # holds a code object and names types.CodeType, and a remembered function
-    # is _reduce_function's first branch (an entry with packages or growable
-    # captures to check again goes to Python).
-    _speedups.set_remembered(
-        _reduce_code, _builtin_type_reductions, _codes, _functions, vars(_captures), _MISSING
-    )
+    # is _reduce_function's first branch (an entry with modules or growable
+    # captures to check again goes to Python). A C module that lays them out
+    # otherwise (built from another version) is not handed them: the handlers
+    # then answer every object.
+    if _layouts_agree(_speedups):
+        _speedups.set_remembered(
+            _reduce_code, _builtin_type_reductions, _codes, _functions, vars(_captures), _MISSING
+        )
 
 _global_reducers: dict[type, Reducer] = {}
 _global_reducers_lock = threading.Lock()
@@ -548,15 +591,6 @@ def on_tables_changed(listener: Callable[[], None]) -> None:
 def _tables_changed() -> None:
     for listener in _change_listeners:
         listener()
-
-
-def _forget_fragments() -> None:
-    """A reducer table changed: a fragment may hold what an old reducer wrote."""
-    for entry in list(_classes.values()):
-        entry[2][1].clear()
-
-
-on_tables_changed(_forget_fragments)
 
 
 def forget_lookup(lookup: ReducerLookup) -> None:

@@ -1,24 +1,39 @@
 """Snapshots: the objects a remembered reduction was built from, by identity.
 
-A reduction remembered between payloads (``reducers``, ``fragments``) is reused
-only while a new snapshot holds the very same objects as the one taken when it
-was built. A snapshot is a tuple; ``same_objects`` compares two by identity,
-item by item, looking into nested tuples.
+A by-value function's reduction remembered between payloads (``reducers``) is
+reused only while a new snapshot holds the very same objects as the one its
+reduction was verified against. A snapshot is one flat tuple, taken with no
+Python code running in between (in C), and ``same_objects`` compares two by
+identity, position by position. The layout (``SNAPSHOT_FIELDS``, then the
+globals, the cells' contents and the attributes) is the C module's too: it
+exports its own, and ``reducers`` checks that the two agree before it lets the
+C hook answer.
 """
 
 from __future__ import annotations
 
 import gc
+import itertools
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
 
 from .native import speedups as _speedups
 
+SNAPSHOT_FIELDS = (
+    "code", "defaults", "kwdefaults", "name", "qualname", "module", "doc", "annotations", "closure",
+)  # fmt: skip
+
 
 def function_snapshot_in_python(
     func: types.FunctionType, names: tuple[str, ...], missing: Any
 ) -> tuple[Any, ...]:
+    """What ``func``'s by-value reduction is built from: ``SNAPSHOT_FIELDS``,
+    the value of each global in ``names``, each closure cell's contents, and
+    the keys and values of its ``__dict__`` (``missing`` for a global or a
+    cell without a value). Its annotations are read as they are: call it once
+    ``func.__annotations__`` has been made (reading it makes the dict)."""
     cells = []
     for cell in func.__closure__ or ():
         try:
@@ -26,62 +41,56 @@ def function_snapshot_in_python(
         except ValueError:  # an empty cell
             cells.append(missing)
     found = func.__globals__
-    fields = (
-        func.__code__, func.__defaults__, func.__kwdefaults__, func.__dict__, func.__name__,
-        func.__qualname__, func.__module__, func.__doc__, func.__annotations__,
+    fixed = (
+        func.__code__, func.__defaults__, func.__kwdefaults__, func.__name__, func.__qualname__,
+        func.__module__, func.__doc__, func.__annotations__, func.__closure__,
     )  # fmt: skip
-    attributes = tuple(x for item in func.__dict__.items() for x in item)
-    return (*fields, attributes, *(found.get(name, missing) for name in names), *cells)
+    return (
+        *fixed,
+        *(found.get(name, missing) for name in names),
+        *cells,
+        *itertools.chain.from_iterable(func.__dict__.items()),
+    )
 
 
-def same_objects_in_python(a: Any, b: Any) -> bool:
-    """The same objects, position by position, looking into nested tuples; exact
-    ints compare by value (pickle writes an int by value, never as a memo
+def same_objects_in_python(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Two flat tuples of the same objects, position by position; exact ints
+    compare by value (pickle writes an int by value, never as a memo
     reference: equal ints make the same payload)."""
     if a is b:
         return True
-    if type(a) is int and type(b) is int:
-        return bool(a == b)
-    if type(a) is not tuple or type(b) is not tuple or len(a) != len(b):
+    if len(a) != len(b):
         return False
-    return all(same_objects_in_python(x, y) for x, y in zip(a, b, strict=True))
+    return all(
+        x is y or (type(x) is int and type(y) is int and x == y) for x, y in zip(a, b, strict=True)
+    )
+
+
+def modules_items() -> tuple[Any, ...]:
+    """``sys.modules``'s keys and values, flat, in order: what cloudpickle's
+    submodule search reads."""
+    return tuple(itertools.chain.from_iterable(sys.modules.copy().items()))
+
+
+def same_modules_in_python(items: tuple[Any, ...]) -> bool:
+    """Whether ``sys.modules`` holds the very keys and values of ``items``."""
+    return same_objects_in_python(modules_items(), items)
 
 
 function_snapshot: Callable[[types.FunctionType, tuple[str, ...], Any], tuple[Any, ...]] = (
     function_snapshot_in_python if _speedups is None else _speedups.function_snapshot
 )
-same_objects: Callable[[Any, Any], bool] = (
+same_objects: Callable[[tuple[Any, ...], tuple[Any, ...]], bool] = (
     same_objects_in_python if _speedups is None else _speedups.same_objects
+)
+same_modules: Callable[[tuple[Any, ...]], bool] = (
+    same_modules_in_python if _speedups is None else _speedups.same_modules
 )
 
 
-# The __dict__, __weakref__ and slot descriptors of a class refer to it; cloudpickle
-# leaves them out of its reduction, and the snapshot does too (they would keep
-# the class alive: see _refers_to).
+# The __dict__, __weakref__ and slot descriptors of a class refer to it: not
+# followed (see refers_to).
 OWN_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
-
-
-def class_snapshot(cls: type) -> tuple[Any, ...]:
-    """Its metaclass, bases, names and ``__dict__`` entries, and what its direct
-    bases hold under those names (cloudpickle leaves out an entry that is the
-    very object a base holds: a base rebinding it changes the reduction)."""
-    entries = cls.__dict__.copy()
-    entries.pop("__dict__", None)  # (cloudpickle leaves both out whatever they hold)
-    entries.pop("__weakref__", None)
-    if "__slots__" in entries:
-        entries = {k: v for k, v in entries.items() if type(v) not in OWN_DESCRIPTORS}
-    bases = cls.__bases__
-    if len(bases) == 1:
-        inherited = bases[0].__dict__
-        in_bases = tuple([inherited.get(name, _ABSENT) for name in entries])
-    else:  # the first base holding a name wins, as in cloudpickle's merged dict
-        in_bases = tuple(
-            [next((b.__dict__[n] for b in bases if n in b.__dict__), _ABSENT) for n in entries]
-        )
-    return (type(cls), bases, cls.__name__, cls.__qualname__, tuple(entries.items()), in_bases)
-
-
-_ABSENT = object()
 
 
 # Types whose instances refer to nothing else: not looked into.

@@ -174,10 +174,6 @@ class _Applied:
     args: Any
     start: int
     by_value: _ByValueInProgress | None = None
-    # functools.partial(_pickle.loads): graphpickle's class fragment loader
-    # (built: its BUILD gave it buffers=, the one keyword it may have)
-    loader: bool = False
-    built: bool = False
 
     def __repr__(self) -> str:  # args may nest exponentially: never show them
         return f"_Applied({_show(self.func)})"
@@ -207,20 +203,12 @@ _STRING_OPS = {
     "BINUNICODE8",
 }
 _INT_OPS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4"}
-_BYTES_OPS = {"SHORT_BINBYTES", "BINBYTES", "BINBYTES8"}
 _CHANGES = {"BUILD", "SETITEM", "SETITEMS", "APPEND", "APPENDS", "ADDITEMS"}
 _DATA_ONLY: AllowList | None = None
 # Globals restricted loading replaces by a narrower stand-in (or, for getattr,
 # resolves as a dotted global): their only data use is the modelled call.
 _GETATTR = "builtins.getattr"
 _GUARDED = {"operator.itemgetter", "_codecs.encode", _GETATTR}
-# A class graphpickle sends as a fragment (core/fragments.py) is
-# functools.partial(_pickle.loads, buffers=<globals dicts>)(<the class's pickle>):
-# the nested pickle is read as the payload is, and the two globals are judged by
-# what it holds, if every use of them (and of what they make) is that one.
-_PARTIAL = ("functools", "partial")
-_NESTED_LOADS = ("_pickle", "loads")
-_MAX_FRAGMENT_DEPTH = 4
 
 
 def _data_only() -> AllowList:
@@ -244,21 +232,14 @@ def inspect(
     :class:`graphpickle.UnpicklingError` is raised only when not one opcode
     could be read (empty data, or not a pickle at all).
     """
-    scan, dry = _read(bytes(data))
+    raw = bytes(data)
+    scan = _Scan(raw)
+    scan.run()
+    dry = dry_load(raw)
     if scan.opcodes == 0 and dry.pickles == 0 and not dry.events:
         raise UnpicklingError(f"not a readable pickle: {scan.error or 'no data'}")
-    return scan.report(buffers)
-
-
-def _read(data: bytes, depth: int = 0) -> tuple[_Scan, DryRun]:
-    """Both readings of ``data`` set side by side, fragments (``depth`` deep
-    already) read as payloads of their own."""
-    scan = _Scan(data)
-    scan.run()
-    dry = dry_load(data)
     scan.compare(dry)
-    scan.settle_fragments(depth)
-    return scan, dry
+    return scan.report(buffers)
 
 
 class _Scan:
@@ -285,12 +266,6 @@ class _Scan:
         self.opcodes = self.pickles = 0
         self.error: str | None = None
         self.frame_end: int | None = None
-        # Fragments: (offset, their pickle); for each value the loader shape is
-        # made of, its pushes minus its uses in that shape (all 0 if only so used).
-        self.fragments: list[tuple[int, bytes]] = []
-        self.balance: dict[int, int] = {}
-        self.tracked: dict[int, Any] = {}  # what balance counts, kept alive for its id
-        self.loader_flags: list[tuple[str, Finding]] = []
 
     # -- reading -------------------------------------------------------------------
 
@@ -353,103 +328,7 @@ class _Scan:
     # -- the stack model --------------------------------------------------------------
 
     def push(self, value: Any, pos: int) -> None:
-        if self.is_tracked(value):
-            self.balance[id(value)] = self.balance.get(id(value), 0) + 1
         self.stack.append((value, pos))
-
-    # -- the fragment loader's shape -------------------------------------------------
-
-    def is_tracked(self, value: Any) -> bool:
-        """A value the fragment loader is made of: its two globals, the partial
-        object, or a tuple holding one of them."""
-        if id(value) in self.tracked:
-            return True
-        if isinstance(value, _Global):
-            tracked = not value.depth and (value.module, value.name) in (_PARTIAL, _NESTED_LOADS)
-        else:
-            tracked = isinstance(value, _Applied) and value.loader
-        if tracked:
-            self.tracked[id(value)] = value
-        return tracked
-
-    def explain(self, value: Any) -> None:
-        """A use of a tracked value in the loader's shape."""
-        if self.is_tracked(value):
-            self.balance[id(value)] -= 1
-
-    def tuple_of(self, items: list[tuple[Any, int]]) -> tuple[Any, ...]:
-        """TUPLE*: a tuple of tracked values is tracked in their place."""
-        made = tuple(value for value, _ in items)
-        held = [value for value in made if self.is_tracked(value)]
-        for value in held:
-            self.explain(value)
-        if held:
-            self.tracked[id(made)] = made
-        return made
-
-    def loader_call(self, loader: _Applied, args: Any, start: int) -> None:
-        """The loader applied to a class's pickle."""
-        if loader.built and isinstance(args, tuple) and len(args) == 1 and type(args[0]) is bytes:
-            self.explain(loader)
-            self.fragments.append((self.data.find(args[0], start), args[0]))
-            return
-        self.flag(CODE, "functools.partial(_pickle.loads) is called other than on a "
-                  "pickle, after its buffers were given")  # fmt: skip
-
-    def build_loader(self, loader: _Applied, state: Any) -> None:
-        """BUILD of the loader: partial's state, (func, args, keywords, dict)."""
-        if (
-            isinstance(state, tuple)
-            and len(state) == 4
-            and _is(state[0], *_NESTED_LOADS)
-            and state[1] == ()
-            and isinstance(state[2], dict)
-            and list(state[2]) == ["buffers"]
-            and isinstance(state[2]["buffers"], tuple)
-            and not any(self.is_tracked(v) for v in state[2]["buffers"])
-            and not self.is_tracked(state[3])  # None (the scan does not track None)
-            and not loader.built
-        ):
-            self.explain(state)
-            loader.built = True
-
-    def settle_fragments(self, depth: int = 0) -> None:
-        """Read each fragment's pickle as a payload of its own, and judge the
-        loader's globals by it if every use of them was the loader's shape."""
-        if not self.fragments:
-            return
-        if all(count == 0 for count in self.balance.values()):
-            for name, finding in self.loader_flags:
-                self.findings.pop(finding, None)
-                self.dangerous.pop(name, None)
-        else:
-            self.flag(CODE, "functools.partial or _pickle.loads is used other than as "
-                      "graphpickle's class fragment (a nested pickle)")  # fmt: skip
-        for offset, data in self.fragments:
-            if depth >= _MAX_FRAGMENT_DEPTH:
-                self.flag(CODE, f"at byte {offset}: fragments nested more than "
-                          f"{_MAX_FRAGMENT_DEPTH} deep are not read")  # fmt: skip
-                continue
-            self.flag(IMPORTS, f"at byte {offset}: a class pickled by value as a fragment "
-                      f"of {len(data):,} bytes (a nested pickle, read below)")  # fmt: skip
-            self.absorb(_read(data, depth + 1)[0], offset)
-
-    def absorb(self, inner: _Scan, offset: int) -> None:
-        """What a fragment's pickle holds, as part of this payload."""
-        where = f"in the fragment at byte {offset}"
-        self.globals.update(inner.globals)
-        self.modules |= inner.modules
-        self.dangerous.update(inner.dangerous)
-        for finding in inner.findings:
-            self.flag(finding.level, f"{where}: {finding.what}")
-        for obj in inner.objects:
-            self.objects.append(
-                _ByValueInProgress(obj.kind, obj.name, obj.start + offset, obj.end + offset)
-            )
-        self.persistent += inner.persistent
-        self.protocol = max(self.protocol, inner.protocol)
-        if inner.error is not None:
-            self.flag(CODE, f"{where}: malformed: {inner.error}")
 
     def pop(self, pos: int) -> tuple[Any, int]:
         """Pop a value that the opcode at ``pos`` uses (not calls)."""
@@ -510,8 +389,6 @@ class _Scan:
             self.push(arg if isinstance(arg, str) else _OTHER, pos)
         elif name in _INT_OPS:
             self.push(arg if type(arg) is int else _OTHER, pos)
-        elif name in _BYTES_OPS:
-            self.push(arg if type(arg) is bytes else _OTHER, pos)
         elif name == "GLOBAL":
             module, _, attr = arg.partition(" ")
             self.push(self.record_global(module, attr, pos), pos)
@@ -564,10 +441,10 @@ class _Scan:
             self.pop_mark()
         elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
             items = [self.pop(pos) for _ in range(int(name[-1]))][::-1]
-            self.push(self.tuple_of(items), items[0][1])
+            self.push(tuple(v for v, _ in items), items[0][1])
         elif name == "TUPLE":
             items = self.pop_mark(pos)
-            self.push(self.tuple_of(items), pos)
+            self.push(tuple(v for v, _ in items), pos)
         elif name == "EMPTY_TUPLE":
             self.push((), pos)
         elif name == "EMPTY_DICT":
@@ -598,7 +475,7 @@ class _Scan:
                       "persistent_load resolves (restricted loading refuses it)")  # fmt: skip
             self.push(_OTHER, pos)
         elif name == "DUP":
-            self.push(*self.top(name))
+            self.stack.append(self.top(name))
         elif name == "STOP":
             self.pop(pos)
         elif name != "FRAME":
@@ -632,8 +509,6 @@ class _Scan:
             target, _ = self.top(name)
             if name == "SETITEM" and isinstance(target, dict) and isinstance(pairs[0][0], str):
                 target[pairs[0][0]] = pairs[1][0]
-            elif name == "BUILD" and isinstance(target, _Applied) and target.loader:
-                self.build_loader(target, pairs[0][0])
         if isinstance(target, _Global):
             self.flag(CODE, f"at byte {pos}: {name} changes the global "
                       f"{target.module}.{target.name} while loading")  # fmt: skip
@@ -671,10 +546,7 @@ class _Scan:
             why = danger_of(module, attr)
             if why is not None:
                 self.dangerous[full] = why
-                what = f"{_cut(full)}: {why}"
-                self.flag(CODE, what)
-                if (module, attr) in (_PARTIAL, _NESTED_LOADS):  # judged again by settle_fragments
-                    self.loader_flags.append((full, Finding(CODE, what)))
+                self.flag(CODE, f"{_cut(full)}: {why}")
             elif not all(part.isidentifier() for part in (*module.split("."), *attr.split("."))):
                 self.flag(CODE, f"{_cut(full)!r}: not a Python name (crafted for a parser)")
             else:
@@ -693,21 +565,6 @@ class _Scan:
         key = _call_key(func)
         if key is not None:
             self.guarded_calls[key] = self.guarded_calls.get(key, 0) + 1
-        if isinstance(func, _Applied) and func.loader:
-            self.loader_call(func, args, start)
-            # A class (read with its fragment): what NEWOBJ of it makes is known.
-            return _Applied(func, args, start, _ByValueInProgress("class", "", start, pos + 1))
-        if (
-            _is(func, *_PARTIAL)
-            and not func.depth
-            and isinstance(args, tuple)
-            and len(args) == 1
-            and _is(args[0], *_NESTED_LOADS)
-            and not args[0].depth
-        ):
-            self.explain(func)
-            self.explain(args)
-            return _Applied(func, args, start, loader=True)
         if isinstance(func, _Applied):
             inner = func.func
             if func.by_value is not None and func.by_value.kind == "function":

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import _pickle
 import importlib
+import io
 import pickle
 import sys
 from collections.abc import Callable
@@ -38,10 +39,10 @@ from typing import Any
 
 from ..core.pickler import (
     DEFAULT_PROTOCOL,
+    Pickler,
     _loads_failed,
     accelerated_dumps,
     accelerated_loads,
-    dump_to_bytes,
 )
 from ..core.reducers import Reducer, forget_lookup
 
@@ -157,7 +158,9 @@ def dumps(
     ignored), protocol 5 hands them to ``buffer_callback``."""
     protocol = protocol or HIGHEST_PROTOCOL
     callback = buffer_callback if protocol >= 5 else None
-    return dump_to_bytes(x, protocol, callback, _dask_serialize_lookup)
+    out = io.BytesIO()
+    Pickler(out, protocol, buffer_callback=callback, reducer_lookup=_dask_serialize_lookup).dump(x)
+    return out.getvalue()
 
 
 def loads(x: Any, *, buffers: Any = ()) -> Any:
