@@ -309,3 +309,39 @@ def test_the_c_hook_answers_a_remembered_function_as_the_python_handler_does(mon
     assert calls == []  # no Python call: the C hook answered from the table
     monkeypatch.setattr(_pickler, "_speedups", None)
     assert graphpickle.dumps(square) == answered_in_c  # what the Python handler writes
+
+
+def test_the_c_module_reads_the_layouts_this_package_writes():
+    from graphpickle.core import snapshots
+    from graphpickle.core.native import speedups
+
+    if speedups is None:
+        pytest.skip("graphpickle.core._speedups is not built")
+    assert speedups.ENTRY_FIELDS == _reducers.ENTRY_FIELDS
+    assert speedups.PARTS_FIELDS == _reducers.PARTS_FIELDS
+    assert speedups.SNAPSHOT_FIELDS == snapshots.SNAPSHOT_FIELDS
+    assert _reducers._layouts_agree(speedups)
+
+
+def test_c_and_python_snapshots_and_comparisons_agree(cell):
+    from graphpickle.core import snapshots
+    from graphpickle.core.native import speedups
+
+    if speedups is None:
+        pytest.skip("graphpickle.core._speedups is not built")
+    get, _ = cell["make"](1)
+    f = cell["f"]
+    f.tag = ["attribute"]
+    for func in (f, get, lambda: None):
+        func.__annotations__  # noqa: B018  (made, as the reducer makes it first)
+        names = ("G", "LATER", "nowhere")
+        in_c = speedups.function_snapshot(func, names, _reducers._MISSING)
+        in_python = snapshots.function_snapshot_in_python(func, names, _reducers._MISSING)
+        assert snapshots.same_objects_in_python(in_c, in_python)
+        assert speedups.same_objects(in_c, in_python)
+    assert not speedups.same_objects((1, tuple([2])), (1, tuple([2])))  # tuples inside: by identity
+    assert speedups.same_objects((10**30,), (10**30 + 0,))  # exact ints: by value
+    assert not speedups.same_objects((float("1.5"),), (float("1.5"),))  # floats: by identity
+    items = snapshots.modules_items()
+    assert speedups.same_modules(items) and snapshots.same_modules_in_python(items)
+    assert not speedups.same_modules(items[:-2])

@@ -143,3 +143,38 @@ def test_class_tracking_finds_the_class_by_its_id():
     internals.track_class("graphpickle-test-id", Tracked)
     skeleton = cp._make_skeleton_class(type, "Tracked", (object,), {}, "graphpickle-test-id", None)
     assert skeleton is Tracked
+
+
+def test_the_submodule_search_over_a_snapshot_is_cloudpickles():
+    # A remembered reduction's submodules are checked with submodules_in, over a
+    # snapshot of sys.modules: it must find what cloudpickle's own search finds.
+    import email.mime.text
+    import sys
+    import xml.dom.minidom
+
+    from graphpickle.core.snapshots import modules_items
+
+    def parse():
+        return xml.dom.minidom, email.mime.text, xml.sax
+
+    cases = [
+        (parse.__code__, [xml, email, sys]),
+        (parse.__code__, [xml.dom, email.mime]),
+        (parse.__code__, [1, "xml", None]),
+        ((lambda: os.path.join).__code__, [inspect, tomllib]),  # noqa: F821
+    ]
+    for code, dependencies in cases:
+        expected = cp._find_imported_submodules(code, dependencies)
+        found = internals.submodules_in(code, dependencies, modules_items())
+        assert found == expected and all(a is b for a, b in zip(found, expected, strict=True))
+    assert internals.submodules_in(parse.__code__, [xml], modules_items())  # not vacuous
+
+
+def test_code_global_names_are_what_the_function_state_holds():
+    def f():
+        return G_ONE, G_TWO  # noqa: F821
+
+    namespace = {"G_ONE": 1, "G_TWO": 2}
+    g = type(f)(f.__code__, namespace)
+    _state, slotstate = cp._function_getstate(g)
+    assert tuple(slotstate["__globals__"]) == internals.code_global_names(f.__code__)

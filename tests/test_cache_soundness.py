@@ -1,0 +1,359 @@
+"""Remembered reductions never send stale code (graphpickle.core.reducers).
+
+Each scenario runs a sender as ``__main__`` that changes state between
+payloads, and loads every payload in a fresh interpreter with plain pickle:
+what ``graphpickle.dumps`` and the dask integration's ``dumps`` send must behave
+there exactly as a fresh ``cloudpickle.dumps`` of the same objects, at the same
+moment, does. Each payload is written twice in a row, so that the second one is
+the remembered reduction's (the sender checks that it was remembered).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import run_python
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+_SENDER_PRELUDE = """
+import os, pickle, sys, threading, types, collections, cloudpickle, graphpickle
+import graphpickle.dask_distributed as gpd
+from graphpickle.core import reducers as _reducers
+
+_payloads = []
+
+def send(label, obj):
+    # Twice each: the second payload reuses what the first remembered.
+    _payloads.append((label, [graphpickle.dumps(obj), graphpickle.dumps(obj),
+                              gpd.dumps(obj), gpd.dumps(obj), cloudpickle.dumps(obj)]))
+
+def remembered(func):
+    if not os.environ.get("GRAPHPICKLE_NO_CACHE"):
+        assert id(func) in _reducers._functions, func
+"""
+
+_SENDER_END = """
+with open(sys.argv[1], "wb") as _out:
+    pickle.dump(_payloads, _out)
+"""
+
+# Loads every payload with plain pickle (graphpickle blocked) and prints what
+# observe(obj) says of each, as JSON.
+_RECEIVER = """
+import json, pickle, sys
+sys.modules["graphpickle"] = None
+with open(sys.argv[1], "rb") as f:
+    payloads = pickle.load(f)
+{observe}
+seen = []
+for label, datas in payloads:
+    row = []
+    for data in datas:
+        try:
+            row.append(repr(observe(pickle.loads(data))))
+        except Exception as exc:
+            row.append(f"raised {{type(exc).__name__}}")
+    seen.append((label, row))
+print(json.dumps(seen))
+"""
+
+
+def exchange(tmp_path: Path, body: str, observe: str, env: dict[str, str] | None = None):
+    """Run ``body`` as a sender's ``__main__``, load what it sent elsewhere;
+    return ``[(label, [what each payload does])]``: graphpickle.dumps twice,
+    the dask integration's dumps twice, cloudpickle.dumps last."""
+    sender_dir = tmp_path / "sender"
+    sender_dir.mkdir()
+    payloads = sender_dir / "payloads.pkl"
+    code = _SENDER_PRELUDE + textwrap.dedent(body) + _SENDER_END
+    run_python(code, str(payloads), cwd=sender_dir, env=env)
+    return receive(tmp_path, payloads, observe)
+
+
+def receive(tmp_path: Path, payloads: Path, observe: str) -> list[tuple[str, list[str]]]:
+    where = tmp_path / "receiver"
+    where.mkdir(exist_ok=True)
+    code = _RECEIVER.format(observe=textwrap.dedent(observe))
+    out = run_python(code, str(payloads), cwd=where)
+    return [(label, row) for label, row in json.loads(out)]
+
+
+def assert_as_cloudpickle(seen: list[tuple[str, list[str]]]) -> None:
+    for label, row in seen:
+        *ours, theirs = row
+        assert ours == [theirs] * len(ours), (label, row)
+
+
+CALL = """
+def observe(obj):
+    return obj()
+"""
+
+SCENARIOS = {
+    "items of dict and list subclasses": (
+        """
+        class Items(list):
+            pass
+        CONFIG = collections.OrderedDict(a=1)
+        ITEMS = Items([1])
+        class Holder:
+            table = collections.OrderedDict(k=1)
+        INSTANCE = types.SimpleNamespace(mapping=collections.defaultdict(int, z=1))
+        def f(d=collections.OrderedDict(x=1)):
+            return (dict(CONFIG), list(ITEMS), dict(d), dict(Holder.table),
+                    dict(INSTANCE.mapping))
+        send("before", (f, Holder, INSTANCE, ITEMS))
+        remembered(f)
+        CONFIG["a"] = 2
+        ITEMS.append(2)
+        f.__defaults__[0]["x"] = 2
+        Holder.table["k"] = 2
+        INSTANCE.mapping["z"] = 2
+        send("after", (f, Holder, INSTANCE, ITEMS))
+        """,
+        """
+        def observe(obj):
+            f, holder, instance, items = obj
+            return f(), dict(holder.table), dict(instance.mapping), list(items)
+        """,
+    ),
+    "a submodule imported while sys.modules keeps its size": (
+        """
+        import xml
+        for name in [n for n in sys.modules if n.startswith("xml.dom")]:
+            del sys.modules[name]
+        spare = ["colorsys", "fnmatch", "glob", "gettext", "shlex", "sched", "bisect",
+                 "heapq", "numbers", "getopt", "quopri", "codeop", "tabnanny", "netrc"]
+        for name in spare:
+            __import__(name)
+        def parse():
+            return xml.dom.minidom.parseString("<tag/>").documentElement.tagName
+        send("before", parse)
+        remembered(parse)
+        size = len(sys.modules)
+        import xml.dom.minidom
+        for name in spare[: len(sys.modules) - size]:
+            del sys.modules[name]
+        assert len(sys.modules) == size
+        send("after", parse)
+        """,
+        """
+        def observe(obj):
+            return obj()
+        """,
+    ),
+    "a change and its reversal between payloads (A, B, A)": (
+        """
+        A, B = ("a",), ("b",)
+        G = A
+        SHARED = [1]
+        class K:
+            attr = A
+        def f():
+            return (G, list(SHARED), K.attr)
+        send("A", f)
+        remembered(f)
+        G, SHARED[0], K.attr = B, 2, B
+        send("B", f)
+        G, SHARED[0], K.attr = A, 1, A
+        send("A again", f)
+        """,
+        CALL,
+    ),
+    "a rebinding while the reduction is built (A, B, A)": (
+        # What another thread can do between the snapshot and the reduction,
+        # made to happen there every time.
+        """
+        from graphpickle import _cloudpickle_internals as _cp
+        A, B = "a", "b"
+        G = A
+        def f():
+            return G
+        real = _cp.reduce_function_by_value
+        def meanwhile(*args, **kwargs):
+            global G
+            G = B
+            try:
+                return real(*args, **kwargs)
+            finally:
+                G = A
+        _cp.reduce_function_by_value = meanwhile
+        graphpickle.dumps(f)
+        gpd.dumps(f)
+        _cp.reduce_function_by_value = real
+        send("after", f)
+        """,
+        CALL,
+    ),
+    "a rebinding after the reduction is built": (
+        """
+        from graphpickle import _cloudpickle_internals as _cp
+        G = "old"
+        def f():
+            return G
+        real = _cp.reduce_function_by_value
+        def then(*args, **kwargs):
+            global G
+            reduction = real(*args, **kwargs)
+            G = "new"
+            return reduction
+        _cp.reduce_function_by_value = then
+        graphpickle.dumps(f)
+        _cp.reduce_function_by_value = real
+        send("after", f)
+        """,
+        CALL,
+    ),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_a_change_between_payloads_reaches_the_receiver(tmp_path, scenario):
+    body, observe = SCENARIOS[scenario]
+    seen = exchange(tmp_path, body, observe)
+    assert len(seen) >= 1
+    assert_as_cloudpickle(seen)
+
+
+def test_the_cache_switch_turns_remembering_off(tmp_path):
+    body = """
+    def f():
+        return 1
+    send("one", f)
+    assert not _reducers._functions and not _reducers._codes
+    """
+    seen = exchange(tmp_path, body, CALL, env={"GRAPHPICKLE_NO_CACHE": "1"})
+    assert_as_cloudpickle(seen)
+
+
+IDENTITY = """
+T = tuple([1, 2])
+def f(x=tuple([3])):
+    return T, x
+class C:
+    number = complex(1, 2)
+    span = range(3)
+    empty = frozenset()
+    def method(self):
+        return (1.5, "constant")
+send("first", [f, T, f.__defaults__, C, C.number, C.span, C.empty, C.method.__code__])
+remembered(f)
+T = tuple([1, 2])  # equal, not the same
+f.__defaults__ = (tuple([3]),)
+send("equal but new", [f, T, f.__defaults__, C, C.number, C.span, C.empty, C.method.__code__])
+"""
+
+IDENTITY_OBSERVE = """
+def observe(obj):
+    f, T, defaults, C, number, span, empty, code = obj
+    return (f.__globals__["T"] is T, f.__defaults__ is defaults, C.number is number,
+            C.span is span, C.empty is empty, C.method.__code__ is code,
+            C.method.__code__.co_consts == code.co_consts, f())
+"""
+
+
+def test_identity_on_the_receiver_is_the_senders(tmp_path):
+    seen = exchange(tmp_path, IDENTITY, IDENTITY_OBSERVE)
+    assert_as_cloudpickle(seen)
+    assert all("True, True, True, True, True, True" in row[-1] for _, row in seen)
+
+
+THREADS = """
+import random, time
+sys.setswitchinterval(1e-6)
+random.seed(0)
+for i in range(40):
+    namespace = {"__name__": "__main__", "G": "old"}
+    exec("def f():\\n    return G\\n", namespace)
+    f = namespace["f"]
+    def rebind(namespace=namespace, delay=random.random() * 2e-4):
+        time.sleep(delay)
+        namespace["G"] = "new"  # once, at a moment the sender does not choose
+    thread = threading.Thread(target=rebind)
+    thread.start()
+    while thread.is_alive():
+        _reducers.forget_by_value()  # each dump reduces and remembers afresh
+        graphpickle.dumps(f)
+    thread.join()
+    send(f"function {i}", f)
+"""
+
+
+def test_rebinding_threads_never_leave_a_stale_reduction(tmp_path):
+    seen = exchange(tmp_path, THREADS, CALL)
+    assert len(seen) == 40
+    assert_as_cloudpickle(seen)
+
+
+# --- random changes between payloads -------------------------------------------
+
+_STATE = """
+class Items(list):
+    pass
+A, B = ("a",), ("b",)
+G = A
+SEQUENCE = Items([1])
+MAPPING = collections.OrderedDict(k=1)
+def make(value):
+    def get():
+        return value
+    def set_(new):
+        nonlocal value
+        value = new
+    return get, set_
+get, set_cell = make(A)
+class Holder:
+    attr = A
+def f(d=collections.OrderedDict(x=1)):
+    return (G, list(SEQUENCE), dict(MAPPING), dict(d), get(), Holder.attr,
+            getattr(f, "tag", None), f.__kwdefaults__)
+"""
+
+_ACTIONS = {
+    "rebind to B": "G = B",
+    "rebind to A": "G = A",
+    "rebind to an equal new tuple": "G = tuple(list(G))",
+    "append in place": "SEQUENCE.append(len(SEQUENCE))",
+    "set a mapping item": "MAPPING['k'] = MAPPING['k'] + 1",
+    "change a default in place": "f.__defaults__[0]['x'] = f.__defaults__[0]['x'] + 1",
+    "new defaults": "f.__defaults__ = (collections.OrderedDict(x=-1),)",
+    "set a cell": "set_cell(B if get() == A else A)",
+    "set a function attribute": "f.tag = len(getattr(f, 'tag', '') or '') * 'x' + 'x'",
+    "keyword defaults": "f.__kwdefaults__ = {'k': G}",
+    "set a class attribute": "Holder.attr = B if Holder.attr == A else A",
+    "new code": "f.__code__ = (lambda d=None: ('new code', G)).__code__",
+}
+
+
+@settings(
+    max_examples=int(os.environ.get("GP_CACHE_EXAMPLES", "12")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(st.sampled_from(sorted(_ACTIONS)), min_size=1, max_size=8))
+def test_random_changes_between_payloads(tmp_path_factory, actions):
+    # Every payload, sent after each change, does what cloudpickle's does.
+    import cloudpickle
+
+    import graphpickle
+    import graphpickle.dask_distributed as gpd
+
+    namespace: dict = {"__name__": "__main__", "collections": __import__("collections")}
+    exec(_STATE, namespace)
+    f = namespace["f"]
+    payloads = []
+    for step, action in enumerate(["send first", *actions]):
+        if step:
+            exec(_ACTIONS[action], namespace)
+        datas = [graphpickle.dumps(f), graphpickle.dumps(f), gpd.dumps(f), gpd.dumps(f)]
+        payloads.append((action, [*datas, cloudpickle.dumps(f)]))
+    tmp_path = tmp_path_factory.mktemp("random")
+    sent = tmp_path / "payloads.pkl"
+    sent.write_bytes(pickle.dumps(payloads))
+    assert_as_cloudpickle(receive(tmp_path, sent, CALL))
