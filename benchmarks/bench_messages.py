@@ -7,8 +7,10 @@
 Tuples, distributed's message dicts, dask Task/DataNode/Alias objects, small
 numpy arrays, datetimes and Decimals, lists of dicts (by reference), and tasks
 holding a __main__ function, a lambda or a __main__ dataclass instance, sent again
-and again, next to their importable twins. Every serializer is timed in turns
-(medians of interleaved runs). Writes benchmarks/results/messages.md (or
+and again, next to their importable twins (compared through graphpickle.dumps and
+through the dask integration's dumps; the dataclass one has no target: its class
+is pickled whole in every payload). Every serializer is timed in turns (medians
+of interleaved runs). Writes benchmarks/results/messages.md (or
 messages-instructions.md); the exit status is 0 when every target holds, 1
 otherwise.
 

@@ -20,7 +20,7 @@ SOURCE = Path(__file__).resolve().parent.parent / "src" / "graphpickle"
 # part and of lower layers, never of a higher one. Parts on one layer do not
 # import each other.
 LAYERS: list[dict[str, tuple[str, ...]]] = [
-    {"foundation": ("errors", "_version", "_native", "_cloudpickle_internals")},
+    {"foundation": ("errors", "_version", "_native", "_switches", "_cloudpickle_internals")},
     {"determinism": ("determinism",), "restricted": ("restricted",)},
     {"core": ("core",)},
     {"wire": ("wire",), "diagnostics": ("diagnostics",)},

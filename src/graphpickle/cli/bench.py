@@ -477,9 +477,11 @@ def summarize_messages(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "dask_dumps_max": max(r["dask_dumps"] for r in rows),
         "dask_loads_max": max(r["dask_loads"] for r in rows),
     }
-    # Sent again, as a scheduler sends it: the dask integration's dumps, whose
-    # payloads embed a class sent before as a fragment (graphpickle.dumps keeps
-    # cloudpickle's payloads, which do not depend on what was sent before).
+    # Sent again, as a scheduler sends it, each to its importable twin through
+    # the same dumps. graphpickle.dumps and the dask integration's dumps pickle a
+    # by-value object the same way (no payload depends on what was sent before;
+    # both reuse the same remembered function reductions), so a target holds
+    # for both. A message without a target is measured all the same.
     baselines = {r["message"]: r for r in rows if r["kind"] == "baseline"}
     repeated = []
     for r in rows:
@@ -490,7 +492,7 @@ def summarize_messages(rows: list[dict[str, Any]]) -> dict[str, Any]:
             repeated.append((r["message"], ratio, r["limit"], plain))
     summary["repeated"] = repeated
     summary["met"] = all(summary[k] <= limit for k, limit in MESSAGE_TARGETS.items()) and all(
-        ratio <= limit for _, ratio, limit, _ in repeated
+        limit is None or max(ratio, plain) <= limit for _, ratio, limit, plain in repeated
     )
     return summary
 
@@ -545,9 +547,12 @@ def render_messages(
             f"{'met' if value <= limit else 'MISSED'})"
         )
     for name, value, limit, plain in summary["repeated"]:
+        if limit is None:
+            target = "no target"
+        else:
+            target = f"target {limit:.1f}x, {'met' if max(value, plain) <= limit else 'MISSED'}"
         lines.append(
-            f"- {name}, sent again: {value:.2f}x graphpickle's dask dumps of its importable "
-            f"twin (target {limit:.1f}x, {'met' if value <= limit else 'MISSED'}); "
-            f"graphpickle.dumps: {plain:.2f}x"
+            f"- {name}, sent again, to its importable twin: graphpickle.dumps {plain:.2f}x, "
+            f"graphpickle's dask dumps {value:.2f}x ({target})"
         )
     return "\n".join(lines)

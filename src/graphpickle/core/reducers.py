@@ -9,7 +9,6 @@ imported is what keeps graphpickle's output byte-identical to ``pickle``'s.
 
 from __future__ import annotations
 
-import os
 import threading
 import types
 import typing
@@ -20,6 +19,7 @@ from typing import Any
 
 from .. import _cloudpickle_internals as cp
 from .._cloudpickle_internals import REGISTERED_BY_VALUE
+from .._switches import CACHING
 from ..determinism import canonical as _canonical
 from ..determinism.canonical import DeterministicState
 from ..errors import PicklingError
@@ -84,11 +84,6 @@ Handler = Callable[[PicklerState, Any], Any]
 def _remember_nothing(obj: Any) -> None:
     pass
 
-
-#: ``GRAPHPICKLE_NO_CACHE=1`` turns off every cache that lasts from one payload
-#: to the next: remembered by-value reductions, code reductions, and the C
-#: hook's answers for functions and classes found importable before.
-CACHING = not os.environ.get("GRAPHPICKLE_NO_CACHE")
 
 # The C hook remembers the functions and classes the policy sent by reference
 # and answers for them again, checking in C that they are still importable

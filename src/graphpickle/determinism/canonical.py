@@ -37,6 +37,7 @@ from pickle import PickleBuffer
 from typing import IO, Any, cast
 
 from .. import _cloudpickle_internals as cp
+from .._switches import CACHING
 from ..errors import PicklingError
 
 AnySet = set[Any] | frozenset[Any]
@@ -251,6 +252,8 @@ _code_cache = CodeCache()
 
 def _current_code_cache() -> CodeCache:
     global _code_cache
+    if not CACHING:  # (GRAPHPICKLE_NO_CACHE=1) one cache per dump
+        return CodeCache()
     if len(_code_cache.reductions) > _MAX_CACHED_CODE:
         _code_cache = CodeCache()
     return _code_cache
