@@ -72,6 +72,11 @@ SAMPLE_TIMEOUT = 30  # seconds; a sample still loading then is reported as "time
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
+#: The effect of an attack that plain pickle itself refuses on this Python (a
+#: sample's effect may differ between versions: see security_corpus).
+REFUSED = "refused by pickle itself"
+
+
 @dataclass
 class Outcome:
     """What loading one sample did, in one mode."""
@@ -92,16 +97,17 @@ class Outcome:
         return {*self.stopped, *(f"import:{m}" for m in self.imported), *self.changed}
 
     def shows(self, effect: str) -> bool:
+        if effect == REFUSED:  # what plain pickle does with it: refuse it, unharmed
+            return self.refused()
         return effect in self.effects()
+
+    def refused(self) -> bool:
+        """Raised before any effect, nothing stopped, nothing changed."""
+        return self.outcome == "raised" and not self.stopped and not self.changed
 
     def blocked(self, effect: str) -> bool:
         """Refused before the effect, nothing stopped, nothing changed."""
-        return (
-            self.outcome == "raised"
-            and not self.stopped
-            and not self.changed
-            and not self.shows(effect)
-        )
+        return self.refused() and (effect == REFUSED or not self.shows(effect))
 
 
 def run(samples: Sequence[Any], mode: str, *, workers: int = 2) -> dict[str, Outcome]:

@@ -5,6 +5,7 @@
 #
 #   PYTHON=3.12 scripts/test      # another interpreter (a version or a path): .venv-3.12
 #   GP_FLOOR=1 scripts/test       # every declared dependency at its floor: .venv-3.11-floor
+#   PYTHON=3.14 scripts/test      # in Debian unstable's chroot (scripts/debian-python)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -27,6 +28,17 @@ resolve_python() {
     esac
 }
 
+# A version the machine lacks (3.14, 3.15) runs the calling script again inside
+# Debian unstable's chroot (scripts/debian-python), which has it.
+if [[ "${PYTHON:-}" == [0-9]* && -z "${GP_IN_CHROOT:-}" ]] && ! resolve_python "$PYTHON" >/dev/null 2>&1; then
+    case "$PYTHON" in
+        3.14 | 3.15)
+            echo "Python $PYTHON: running $(basename "$0") in Debian unstable's chroot" >&2
+            cd "$repo"
+            exec "$repo/scripts/debian-python" run env GP_IN_CHROOT=1 "$repo/scripts/$(basename "$0")" "$@"
+            ;;
+    esac
+fi
 python=$(resolve_python "${PYTHON:-python3}")
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
     echo "graphpickle needs Python >= 3.11; set PYTHON=3.11 (or a path to python3.11+)" >&2

@@ -80,7 +80,7 @@ def test_restricted_loading_refuses_before_any_effect(sample, restricted):
     assert outcome.unpickling_error, outcome  # a refusal, not the payload failing on its own
     assert outcome.stopped == [], outcome
     assert outcome.changed == [], outcome
-    assert not outcome.shows(sample.effect), outcome
+    assert outcome.blocked(sample.effect), outcome
 
 
 @pytest.mark.parametrize("sample", BENIGN, ids=_ids(BENIGN))

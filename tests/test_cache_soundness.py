@@ -357,3 +357,77 @@ def test_random_changes_between_payloads(tmp_path_factory, actions):
     sent = tmp_path / "payloads.pkl"
     sent.write_bytes(pickle.dumps(payloads))
     assert_as_cloudpickle(receive(tmp_path, sent, CALL))
+
+
+# --- the fast path engages on every declared Python -----------------------------
+
+ENGAGED = """
+import dataclasses, sys, types
+import graphpickle
+import graphpickle.dask_distributed as gpd
+from graphpickle.core import reducers as _reducers
+from graphpickle.core.native import speedups
+
+SCALE: int = 3
+
+def scaled(x: int, factor: float = 1.0) -> float:
+    return x * SCALE * factor
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: float = 0.0
+    def norm(self) -> float:
+        return abs(self.x) + abs(self.y)
+
+square = lambda x: x * x  # noqa: E731
+
+message = [scaled, square, Point(1, 2.0), Point]
+for dumps in (graphpickle.dumps, gpd.dumps, graphpickle.dumps):
+    dumps(message)
+from graphpickle.core.policy import function_reason
+# The class's methods that go by value (3.13+ dataclasses also hold the importable
+# dataclasses._replace). From 3.14 a class's __annotate__ holds the class namespace,
+# which holds the function itself: an entry would keep it alive, so it is reduced
+# in every payload.
+methods = [v for v in vars(Point).values() if isinstance(v, types.FunctionType)
+           and function_reason(v) is not None]
+if sys.version_info >= (3, 14) and "annotations" not in globals():
+    annotate = [f for f in methods if f.__name__ == "__annotate__"]
+    assert len(annotate) == 1 and id(annotate[0]) not in _reducers._functions
+    methods.remove(annotate[0])
+missing = [f.__qualname__ for f in (scaled, square, *methods) if id(f) not in _reducers._functions]
+assert not missing, f"not remembered: {missing}"
+
+# Sent again, every function is answered from its entry, none reduced again:
+# by the C hook itself where it is built, unless the entry has submodules or
+# growable captures to check (the Python handler checks those).
+calls, rebuilt = [], []
+def profile(frame, event, arg):
+    if event == "call" and frame.f_code is _reducers._reduce_function.__code__:
+        calls.append(frame.f_locals.get("func"))
+remember = _reducers._remember
+_reducers._remember = lambda func, entry: rebuilt.append(func)
+sys.setprofile(profile)
+try:
+    for dumps in (graphpickle.dumps, gpd.dumps):
+        dumps(message)
+finally:
+    sys.setprofile(None)
+    _reducers._remember = remember
+assert not rebuilt, f"reduced again: {rebuilt}"
+checked = lambda f: any(_reducers._functions[id(f)][i] is not None
+                        for i in (_reducers._MODULES, _reducers._GROWABLE))
+if speedups is not None:
+    assert not [f for f in calls if not checked(f)], f"answered in Python: {calls}"
+print("engaged", len(methods))
+"""
+
+
+@pytest.mark.skipif(bool(os.environ.get("GRAPHPICKLE_NO_CACHE")), reason="the caches are off")
+@pytest.mark.parametrize("future", ["", "from __future__ import annotations\n"])
+def test_remembered_reductions_are_used_on_this_python(tmp_path, future):
+    # Run as a script's __main__, as a notebook's or a script's code is; once
+    # with postponed annotations, once without (3.14 builds __annotate__ then).
+    out = run_python(future + ENGAGED, cwd=tmp_path)
+    assert out.split()[0] == "engaged" and int(out.split()[1]) >= 3

@@ -102,7 +102,8 @@ def test_plain_pickle_payload_fails_where_graphpickle_loads(sender, receiver):
     try:
         receiver(payload)
     except AssertionError as exc:
-        assert "Can't get attribute 'f'" in str(exc)
+        # 3.14 words it "module '__main__' has no attribute 'f'"
+        assert "Can't get attribute 'f'" in str(exc) or "has no attribute 'f'" in str(exc)
     else:  # pragma: no cover - would mean the test does not test anything
         raise AssertionError("plain pickle's payload unexpectedly loaded")
 

@@ -26,16 +26,28 @@ import sys
 from typing import Any
 
 from ..errors import PicklingError
+from .policy import found_by_name
 from .walk import WalkFailure, render_path, safe_repr, type_name, walk, walk_with_depth
 
 _NOTE_PREFIX = "when pickling "
 _ADVICE_PREFIX = "  to make it travel, give its type a reducer: "
+# Python 3.14+ notes where the pickler was, one level a note, innermost first
+# ("when serializing dict item 'x'", "when serializing tuple item 1").
+_CPYTHON_PREFIX = "when serializing "
 _DEEP_RECURSION = "Could not pickle object as excessively deep recursion required"
 _FLATTEN = "flatten long chains (linked lists, deeply nested containers)"
 
 
 def _deep_advice(pickler: Any) -> str:
     """What helps with a graph too deep to pickle, on this Python."""
+    if sys.version_info >= (3, 14):
+        # The C pickler recurses until the thread's C stack is nearly used up
+        # (tens of thousands of levels on a default 8 MiB stack).
+        return (
+            f"{_FLATTEN} (from Python 3.14 the C pickler stops where the thread's C "
+            "stack runs out: raising the recursion limit does not change it; pickling "
+            "on a thread started after threading.stack_size() was raised goes deeper)"
+        )
     if sys.version_info >= (3, 12):
         # The C pickler's depth is bounded by the interpreter's C recursion limit,
         # fixed when it is built, which sys.setrecursionlimit() does not change;
@@ -83,22 +95,49 @@ def _located_refusal(root: Any, exc: PicklingError, found: tuple[str, Any] | Non
 
 
 def _add_location(exc: Exception, root: Any, found: tuple[str, Any] | None) -> None:
-    """Notes for people, attributes for code; the type and message stay."""
-    # An exception object raised again (a cached one) keeps only the latest notes.
+    """Notes for people, attributes for code; the type and message stay.
+
+    One path: where Python 3.14+ noted the levels the pickler went through,
+    graphpickle's note, the same levels written from the root as one
+    expression, with the object and what to do about it, takes their place.
+    An object graphpickle cannot find again keeps CPython's notes alone."""
     notes = getattr(exc, "__notes__", None)
-    if isinstance(notes, list) and hasattr(exc, "graphpickle_path"):
-        notes[:] = [note for note in notes if not note.startswith((_NOTE_PREFIX, _ADVICE_PREFIX))]
+    if not isinstance(notes, list):
+        notes = []
+    own = (_NOTE_PREFIX, _ADVICE_PREFIX)
+    # An exception object raised again (a cached one) keeps only the latest notes.
+    if hasattr(exc, "graphpickle_path"):
+        notes[:] = [note for note in notes if not note.startswith(own)]
     path, obj = found if found is not None else (None, root)
-    if path is None:
+    if path is not None:
+        notes[:] = [note for note in notes if not note.startswith(_CPYTHON_PREFIX)]
+        exc.add_note(f"{_NOTE_PREFIX}the {type_name(obj)!r} object at {path}: {safe_repr(obj)}")
+        exc.add_note(
+            f"{_ADVICE_PREFIX}graphpickle.register_reducer({_type_expression(obj)}, reducer)"
+        )
+    elif not any(note.startswith(_CPYTHON_PREFIX) for note in notes):
         exc.add_note(
             f"{_NOTE_PREFIX}{_describe(root)}: the object that failed could not be "
             "located (it failed only once, or outside a reduction)"
         )
-    else:
-        exc.add_note(f"{_NOTE_PREFIX}the {type_name(obj)!r} object at {path}: {safe_repr(obj)}")
-        exc.add_note(f"{_ADVICE_PREFIX}graphpickle.register_reducer({type_name(obj)}, reducer)")
     exc.graphpickle_path = path  # type: ignore[attr-defined]
     exc.graphpickle_type_name = type_name(obj)  # type: ignore[attr-defined]
+
+
+def _type_expression(obj: Any) -> str:
+    """An expression that names ``type(obj)`` and runs as written: its module's
+    name for it (``_thread.LockType``: the type calls itself ``_thread.lock``,
+    which is not an attribute), else ``type(x)``."""
+    cls = type(obj)
+    module_name = getattr(cls, "__module__", None)
+    module = sys.modules.get(module_name) if isinstance(module_name, str) else None
+    if module is not None:
+        if found_by_name(cls, module.__name__, cls.__qualname__):
+            return f"{module.__name__}.{cls.__qualname__}"
+        for name, value in sorted(vars(module).items()):
+            if value is cls and name.isidentifier():
+                return f"{module.__name__}.{name}"
+    return f"type(x)  # x: the {type_name(obj)!r} object"
 
 
 def _recursion_error(pickler: Any, root: Any) -> PicklingError:

@@ -306,7 +306,10 @@ def load_failure(exc: Exception) -> str:
             f"it references module {exc.name!r}, which this interpreter cannot import "
             "(install it here, or register it for pickling by value on the sender)"
         )
-    if isinstance(exc, AttributeError) and "Can't get attribute" in str(exc):
+    # (3.14 words it "module '__main__' has no attribute 'f'")
+    if isinstance(exc, AttributeError) and (
+        "Can't get attribute" in str(exc) or "has no attribute" in str(exc)
+    ):
         return (
             "it references a global this interpreter does not have (was it pickled by "
             "reference from the sender's __main__ with plain pickle?)"

@@ -309,7 +309,7 @@ class _Scan:
         whose frames the two read differently was made to confuse parsers."""
         if self.frame_end is not None and pos > self.frame_end:
             self.flag(CODE, f"at byte {pos}: an opcode runs past the end of its frame "
-                      "(the C and the Python unpicklers read this payload differently)")  # fmt: skip
+                      "(unpicklers that check frames and ones that do not read this payload differently)")  # fmt: skip
             self.frame_end = None
         if name != "FRAME":
             if self.frame_end is not None and pos == self.frame_end:
@@ -317,7 +317,7 @@ class _Scan:
             return
         if self.frame_end is not None and pos != self.frame_end:
             self.flag(CODE, f"at byte {pos}: a frame starts inside another frame "
-                      "(the C and the Python unpicklers read this payload differently)")  # fmt: skip
+                      "(unpicklers that check frames and ones that do not read this payload differently)")  # fmt: skip
         end = pos + 9 + arg
         if end > len(self.data):
             raise _Malformed(
