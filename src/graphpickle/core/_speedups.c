@@ -1563,24 +1563,23 @@ static PyMethodDef speedups_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef speedups_module = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "graphpickle.core._speedups",
-    .m_doc = "The pickler's per-object hook, dumps and loads for small messages, in C.",
-    .m_size = -1,
-    .m_methods = speedups_methods,
-};
-
-PyMODINIT_FUNC
-PyInit__speedups(void)
+static int
+init_state(void)
 {
     if (PyType_Ready(&DispatchType) < 0 || init_fast_calls() < 0) {
-        return NULL;
+        return -1;
     }
     init_opcode_args();
-    PyObject *module = create_module(&speedups_module, 9); /* VERSION: checked by native.py */
-    if (module == NULL) {
-        return NULL;
+    return 0;
+}
+
+static int state_ready;
+
+static int
+speedups_exec(PyObject *module)
+{
+    if (once(&state_ready, init_state) < 0 || add_version(module, 9) < 0) { /* VERSION: native.py */
+        return -1;
     }
     if (PyModule_AddObjectRef(module, "Dispatch", (PyObject *)&DispatchType) < 0
         || PyModule_AddObjectRef(module, "Sink", (PyObject *)&SinkType) < 0
@@ -1589,8 +1588,25 @@ PyInit__speedups(void)
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {
-        Py_DECREF(module);
-        return NULL;
+        return -1;
     }
-    return module;
+    return 0;
 }
+
+GRAPHPICKLE_MODULE_SLOTS(speedups_slots, speedups_exec);
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "graphpickle.core._speedups",
+    .m_doc = "The pickler's per-object hook, dumps and loads for small messages, in C.",
+    .m_size = 0,
+    .m_methods = speedups_methods,
+    .m_slots = speedups_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModuleDef_Init(&speedups_module);
+}
+

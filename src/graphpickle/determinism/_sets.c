@@ -169,18 +169,38 @@ static PyMethodDef sets_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static int
+init_tables(void)
+{
+    init_opcode_args();
+    init_opcode_stack();
+    return 0;
+}
+
+static int tables_ready;
+
+static int
+sets_exec(PyObject *module)
+{
+    if (once(&tables_ready, init_tables) < 0) {
+        return -1;
+    }
+    return add_version(module, 1); /* VERSION: checked by sets.py */
+}
+
+GRAPHPICKLE_MODULE_SLOTS(sets_slots, sets_exec);
+
 static struct PyModuleDef sets_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "graphpickle.determinism._sets",
     .m_doc = "The set detection of deterministic dumps, in C.",
-    .m_size = -1,
+    .m_size = 0,
     .m_methods = sets_methods,
+    .m_slots = sets_slots,
 };
 
 PyMODINIT_FUNC
 PyInit__sets(void)
 {
-    init_opcode_args();
-    init_opcode_stack();
-    return create_module(&sets_module, 1); /* VERSION: checked by sets.py */
+    return PyModuleDef_Init(&sets_module);
 }

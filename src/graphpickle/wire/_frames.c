@@ -238,16 +238,25 @@ static PyMethodDef frames_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static int
+frames_exec(PyObject *module)
+{
+    return add_version(module, 1); /* VERSION: checked by frames.py */
+}
+
+GRAPHPICKLE_MODULE_SLOTS(frames_slots, frames_exec);
+
 static struct PyModuleDef frames_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "graphpickle.wire._frames",
     .m_doc = "The wire's frame sizes, in C.",
-    .m_size = -1,
+    .m_size = 0,
     .m_methods = frames_methods,
+    .m_slots = frames_slots,
 };
 
 PyMODINIT_FUNC
 PyInit__frames(void)
 {
-    return create_module(&frames_module, 1); /* VERSION: checked by frames.py */
+    return PyModuleDef_Init(&frames_module);
 }
