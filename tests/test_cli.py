@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import shlex
 import subprocess
 import sys
 
@@ -90,3 +91,109 @@ def test_bench_quick_writes_json_and_plot(tmp_path):
 def test_bench_unknown_workload_is_an_error():
     result = _run("bench", "--quick", "--only", "no such workload")
     assert result.returncode == 2 and "no workload matches" in result.stderr
+
+
+# -- what a newcomer meets: a missing extra, a closed pipe, --version ---------------------
+
+# Runs the command line with these modules unimportable, as in a plain install.
+WITHOUT = (
+    "import sys\n"
+    "for name in sys.argv[1].split(','):\n"
+    "    sys.modules[name] = None\n"
+    "from graphpickle.cli.main import main\n"
+    "sys.exit(main(sys.argv[2:]))\n"
+)
+
+
+def _run_without(modules: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT, modules, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_demo_and_bench_without_their_extra_say_which_to_install(tmp_path):
+    cases = [
+        ("numpy", ("demo",), "needs numpy, which is not installed"),
+        ("numpy", ("bench", "--quick"), "needs numpy, which is not installed"),
+        ("dask", ("bench", "--quick"), "needs dask, which is not installed"),
+        ("distributed", ("demo", "--engine", "dask"), "needs distributed, which"),
+        ("matplotlib", ("bench", "--plot", str(tmp_path / "b.png")), "needs matplotlib"),
+    ]
+    for modules, args, says in cases:
+        result = _run_without(modules, *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stdout == ""
+        line = result.stderr.strip()
+        assert len(line.splitlines()) == 1 and "Traceback" not in line, line
+        assert line.startswith(f"graphpickle {args[0]}: {says}"), line
+        assert line.endswith('pip install "graphpickle[bench]"'), line
+
+
+def test_the_extra_named_installs_what_the_commands_need():
+    import tomllib
+    from pathlib import Path
+
+    from graphpickle.cli import main
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+    installs = {re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in extras[main.EXTRA]}
+    needed = {name for names in main.NEEDS.values() for name in names}
+    assert needed <= set(main.EXTRA_MODULES) <= installs
+
+
+def _with_closed_stdout(*args: str) -> subprocess.CompletedProcess[bytes]:
+    """Run with a standard output whose reader has gone before anything is written
+    (what `| head -1` does to the rest of a long output)."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "graphpickle", *args],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+
+
+def test_a_closed_standard_output_ends_quietly(tmp_path):
+    import pickle
+
+    path = tmp_path / "big.pkl"
+    path.write_bytes(pickle.dumps([{"a": i} for i in range(1000)], 5))
+    for args in (("inspect", str(path)), ("inspect", "--json", str(path)), ("--version",)):
+        result = _with_closed_stdout(*args)
+        assert result.stderr == b"", result.stderr.decode()
+        assert result.returncode == 141, args  # 128 + SIGPIPE, as a shell reports it
+    # Documented, and none of inspect's own statuses (0-3).
+    assert "141" in _run("inspect", "--help").stdout and "141" in _run("--help").stdout
+    # A pipe closed after the first line, as a shell runs it.
+    shell = subprocess.run(
+        f"{shlex.quote(sys.executable)} -m graphpickle inspect --json {shlex.quote(str(path))} | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shell.stdout == "{\n" and shell.stderr == "", shell.stderr
+
+
+def test_version_shows_the_version_and_the_native_parts():
+    import graphpickle
+
+    result = _run("--version")
+    assert result.returncode == 0, result.stderr
+    first, parts = result.stdout.splitlines()
+    assert first.startswith(f"graphpickle {graphpickle.__version__} (Python ")
+    status = graphpickle.native_parts()
+    active = sum(s == "active" for s in status.values())
+    assert parts == f"native parts ({active} of {len(status)} active): " + ", ".join(
+        f"{part} {s}" for part, s in status.items()
+    )

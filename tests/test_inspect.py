@@ -99,6 +99,76 @@ def test_malformed_pickle_is_reported_up_to_where_loading_stops(data):
     assert report.verdict == "data", report.findings
 
 
+# Text a scan must not judge: each starts with bytes that are pickle opcodes
+# ('h' BINGET, 'a' APPEND, 'c' GLOBAL, 'N' NONE then '.' STOP, 'I' INT).
+TEXTS = {
+    "hello.txt": b"hello world\n",
+    "table.csv": b"a,b,c\n1,2,3\n",
+    "created.txt": b"created by graphpickle\nversion 1\n",
+    "initials.txt": b"N. Smith wrote this\n",
+    "number.txt": b"I1\n.\nthe rest\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_text_is_not_a_pickle(name, tmp_path):
+    # Not a protocol header, and the loader does not read it to the end as pickles.
+    with pytest.raises(graphpickle.UnpicklingError, match="not a readable pickle: no protocol"):
+        graphpickle.inspect(TEXTS[name])
+    path = tmp_path / name
+    path.write_bytes(TEXTS[name])
+    result = _cli("inspect", str(path))
+    assert result.returncode == 2, result.stdout
+    assert result.stdout == b""
+    assert len(result.stderr.strip().splitlines()) == 1 and b"Traceback" not in result.stderr
+    assert result.stderr.startswith(f"graphpickle inspect: {path}: not a readable pickle".encode())
+
+
+def test_what_the_loader_reads_as_pickles_is_judged():
+    objects = [{"a": [1, 2.5]}, "text", Plain(), (1, b"x")]
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        for obj in objects:
+            data = pickle.dumps(obj, protocol)
+            assert graphpickle.inspect(data).pickles == 1, (protocol, obj)
+            # Several in one file, as pickle.dump in a loop writes them.
+            assert graphpickle.inspect(data * 3).pickles == 3, (protocol, obj)
+    # Complete protocol 0 pickles up to one with a header: that one may be malformed.
+    report = graphpickle.inspect(pickle.dumps(1, 0) + pickle.dumps([1, 2], 5)[:-3])
+    assert report.pickles == 1 and report.error is not None
+    # A header, then what is not a pickle: the loader reads the first, so it is judged.
+    report = graphpickle.inspect(SHELL + b"trailing text\n")
+    assert report.verdict == "code" and report.pickles == 1 and report.error is not None
+
+
+def test_a_pickle_without_header_that_stops_early_is_not_judged_but_named():
+    # Protocol 0 with no STOP: the loader would look up os.system before it stops,
+    # and the one-line error says so.
+    data = b"cos\nsystem\n(S'echo hi'\ntR"
+    with pytest.raises(graphpickle.UnpicklingError, match=r"it would look up os\.system"):
+        graphpickle.inspect(data)
+
+
+def test_inspect_takes_a_path(tmp_path):
+    data = pickle.dumps(RunsCommand())
+    path = tmp_path / "evil.pkl"
+    path.write_bytes(data)
+    expected = graphpickle.inspect(data)
+    assert graphpickle.inspect(str(path)) == expected
+    assert graphpickle.inspect(path) == expected
+    assert graphpickle.inspect(bytearray(data)) == graphpickle.inspect(memoryview(data)) == expected
+    with pytest.raises(FileNotFoundError):
+        graphpickle.inspect(tmp_path / "missing.pkl")
+    (tmp_path / "hello.txt").write_bytes(TEXTS["hello.txt"])
+    with pytest.raises(graphpickle.UnpicklingError, match="not a readable pickle"):
+        graphpickle.inspect(tmp_path / "hello.txt")
+
+
+@pytest.mark.parametrize("wrong", [5, None, [128, 5, 78, 46], object()])
+def test_inspect_says_what_it_takes(wrong):
+    with pytest.raises(TypeError, match=r"bytes, bytearray, memoryview\) or the path"):
+        graphpickle.inspect(wrong)
+
+
 def _cli(*args, stdin=None):
     return subprocess.run(
         [sys.executable, "-m", "graphpickle", *args],
@@ -480,7 +550,7 @@ def test_the_dry_run_reuses_its_stand_ins():
 
 
 def test_a_persistent_id_is_not_data():
-    data = b"X\x01\x00\x00\x00aQ0."
+    data = b"NX\x01\x00\x00\x00aQ0."  # the id is discarded: None is the result
     assert graphpickle.inspect(data).verdict != "data"
     with pytest.raises(pickle.UnpicklingError):
         graphpickle.loads(data, allowed=graphpickle.DATA_ONLY)

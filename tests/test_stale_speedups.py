@@ -95,3 +95,121 @@ def test_each_extension_imports_again_as_a_new_module():
         pytest.skip("the C parts are switched off")
     done = subprocess.run([sys.executable, "-c", REIMPORT], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+# -- which parts are active, and an install that built none ------------------------------
+
+
+def test_native_parts_says_what_each_part_runs():
+    import graphpickle
+    from graphpickle.determinism import sets
+    from graphpickle.wire import frames
+
+    parts = graphpickle.native_parts()
+    assert list(parts) == list(_native.PARTS) == ["core", "wire", "determinism"]
+    loaded = {"core": native.speedups, "wire": frames._frames, "determinism": sets._sets}
+    expected = "off" if os.environ.get("GRAPHPICKLE_NO_SPEEDUPS") else "active"
+    assert parts == dict.fromkeys(parts, expected)
+    assert all((status == "active") == (loaded[p] is not None) for p, status in parts.items())
+
+
+def test_a_stale_extension_is_reported_stale():
+    code = STALE_IMPORT.format(setup="stale.Dispatch = object") + (
+        "print(graphpickle.native_parts())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GRAPHPICKLE_NO_SPEEDUPS"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "{'core': 'stale', 'wire': 'active', 'determinism': 'active'}" in done.stdout
+
+
+WITHOUT_C = """
+import json, sys, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import graphpickle, graphpickle.wire
+    assert graphpickle.loads(graphpickle.dumps(lambda: 1))() == 1
+    assert graphpickle.dumps({1, 2}, deterministic=True)
+    assert graphpickle.wire.unpack(graphpickle.wire.pack([1])) == [1]
+assert graphpickle.__file__.startswith(sys.argv[1]), graphpickle.__file__
+print(json.dumps({
+    "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)],
+    "parts": graphpickle.native_parts(),
+}))
+"""
+
+
+def _copy_without_extensions(tmp_path):
+    """graphpickle as an install without a C compiler leaves it: no extension files."""
+    import shutil
+
+    import graphpickle
+
+    source = os.path.dirname(graphpickle.__file__)
+    ignore = shutil.ignore_patterns("*.so", "*.pyd", "__pycache__")
+    shutil.copytree(source, tmp_path / "graphpickle", ignore=ignore)
+    return {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+
+def test_an_install_without_c_parts_warns_once_at_import(tmp_path):
+    import json
+
+    env = _copy_without_extensions(tmp_path)
+    env.pop("GRAPHPICKLE_NO_SPEEDUPS", None)
+    run = [sys.executable, "-c", WITHOUT_C, str(tmp_path)]
+    done = subprocess.run(run, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["parts"] == dict.fromkeys(["core", "wire", "determinism"], "not built")
+    [warning] = report["warnings"]  # one, naming every part, and how to get them
+    assert "compiled parts core, wire, determinism are not built" in warning
+    assert "install a C compiler" in warning and "--force-reinstall --no-cache-dir" in warning
+    assert "graphpickle.native_parts()" in warning
+    # --version says so too.
+    version = subprocess.run(
+        [sys.executable, "-m", "graphpickle", "--version"],
+        capture_output=True, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert "native parts (0 of 3 active): core not built, wire not built" in version.stdout
+    # Switched off by the user: no warning.
+    env["GRAPHPICKLE_NO_SPEEDUPS"] = "1"
+    done = subprocess.run(run, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report == {"warnings": [], "parts": dict.fromkeys(report["parts"], "off")}
+
+
+def test_a_built_install_does_not_warn():
+    if os.environ.get("GRAPHPICKLE_NO_SPEEDUPS"):
+        pytest.skip("the C parts are switched off")
+    code = "import graphpickle, graphpickle.wire; print(graphpickle.native_parts())"
+    done = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-c", code], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(dict.fromkeys(_native.PARTS, "active"))
+
+
+BROKEN = """
+import importlib.abc, sys, warnings
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "graphpickle.wire._frames":
+            raise ImportError("undefined symbol: PyFoo")
+sys.meta_path.insert(0, Refuse())
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import graphpickle, graphpickle.wire
+print([str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)])
+print(graphpickle.native_parts())
+"""
+
+
+def test_a_built_part_that_fails_to_import_warns_and_is_reported_broken():
+    if os.environ.get("GRAPHPICKLE_NO_SPEEDUPS"):
+        pytest.skip("the C parts are switched off")
+    done = subprocess.run([sys.executable, "-c", BROKEN], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    warnings, parts = done.stdout.strip().splitlines()
+    assert "graphpickle.wire._frames fails to import (ImportError: undefined symbol" in warnings
+    assert "'wire': 'broken'" in parts and "'core': 'active'" in parts

@@ -6,6 +6,7 @@ classes of ``__main__``, lambdas, closures, dynamic classes, modules registered
 for pickling by value) is pickled by value, through cloudpickle.
 """
 
+from ._native import native_parts
 from ._version import __version__
 from .core.captures import get_large_capture_threshold, set_large_capture_threshold
 from .core.fingerprint import fingerprint
@@ -54,6 +55,7 @@ __all__ = [
     "list_registry_pickle_by_value",
     "load",
     "loads",
+    "native_parts",
     "register_pickle_by_value",
     "register_reducer",
     "set_large_capture_threshold",

@@ -27,4 +27,4 @@ def _import() -> types.ModuleType:
     return _speedups
 
 
-speedups = _native.load(_import, VERSION, NAMES)
+speedups = _native.load("core", _import, VERSION, NAMES)

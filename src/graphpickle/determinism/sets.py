@@ -24,7 +24,7 @@ def _import() -> types.ModuleType:
     return _sets
 
 
-_sets = _native.load(_import, VERSION, NAMES)
+_sets = _native.load("determinism", _import, VERSION, NAMES)
 
 
 def sets_to_sort(data: bytes) -> bool:

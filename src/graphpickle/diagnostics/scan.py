@@ -31,6 +31,8 @@ parsers that disagree).
 from __future__ import annotations
 
 import io
+import os
+import pickle
 import pickletools
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -221,25 +223,89 @@ def _data_only() -> AllowList:
 
 
 def inspect(
-    data: bytes | bytearray | memoryview, *, buffers: Iterable[Any] | None = None
+    data: bytes | bytearray | memoryview | str | os.PathLike[str],
+    *,
+    buffers: Iterable[Any] | None = None,
 ) -> InspectReport:
     """Report what loading the pickle ``data`` would import, build and do,
     without loading it, with a verdict: ``"data"``, ``"imports"`` or ``"code"``.
-    ``buffers``, if given, are the out-of-band buffers (for sizes).
+    ``data`` is the pickle's bytes (any bytes-like object), or the path of a
+    file that holds it (``str`` or ``os.PathLike``: the file is read, as
+    ``graphpickle inspect FILE`` reads it). ``buffers``, if given, are the
+    out-of-band buffers (for sizes).
 
     Every pickle in ``data`` is read. A malformed payload is reported up to the
-    point where the loader would stop (``report.error`` says where and why);
-    :class:`graphpickle.UnpicklingError` is raised only when not one opcode
-    could be read (empty data, or not a pickle at all).
+    point where the loader would stop (``report.error`` says where and why).
+    :class:`graphpickle.UnpicklingError` is raised for bytes that are not a
+    pickle at all (empty, or text): a verdict is given only for bytes that start
+    with a protocol header (PROTO 2 or later), or that the loader reads to the
+    end as complete pickles, each to its STOP (protocols 0 and 1 have no
+    header), where only the last may stop early, and only if it starts with a
+    protocol header. ``OSError`` is raised if a path cannot be read, and
+    ``TypeError`` for anything else than bytes or a path.
     """
-    raw = bytes(data)
+    raw = _read(data)
     scan = _Scan(raw)
     scan.run()
     dry = dry_load(raw)
-    if scan.opcodes == 0 and dry.pickles == 0 and not dry.events:
-        raise UnpicklingError(f"not a readable pickle: {scan.error or 'no data'}")
+    why = _not_a_pickle(raw, scan, dry)
+    if why is not None:
+        raise UnpicklingError(f"not a readable pickle: {why}")
     scan.compare(dry)
     return scan.report(buffers)
+
+
+def _read(data: object) -> bytes:
+    """The bytes to inspect: ``data``'s own, or those of the file it names."""
+    if isinstance(data, (str, os.PathLike)):
+        with open(data, "rb") as f:
+            return f.read()
+    try:
+        with memoryview(data) as view:  # type: ignore[arg-type]
+            return view.tobytes()
+    except TypeError:
+        raise TypeError(
+            "inspect() takes a pickle's bytes (bytes, bytearray, memoryview) or the path "
+            f"of a file holding one (str or os.PathLike), not {type(data).__name__}"
+        ) from None
+
+
+def _has_protocol_header(data: bytes, at: int) -> bool:
+    """Whether a pickle starts at ``at`` with PROTO 2 or later: every pickle of
+    protocol 2 or later starts so, and text never does (0x80 is no ASCII
+    character, nor the first byte of a UTF-8 one)."""
+    header = data[at : at + 2]
+    return (
+        len(header) == 2
+        and header[:1] == pickle.PROTO
+        and 2 <= header[1] <= pickle.HIGHEST_PROTOCOL
+    )
+
+
+def _not_a_pickle(data: bytes, scan: _Scan, dry: DryRun) -> str | None:
+    """Why ``data`` is not a pickle, or ``None`` if it is one: it starts with a
+    protocol header, or the loader (the C unpickler's dry run; the scan's
+    reading where no dry run was made) reads it to the end as complete
+    pickles, where only the last may stop early, and only if it starts with a
+    protocol header."""
+    if not data:
+        return "no data"
+    if _has_protocol_header(data, 0):
+        return None
+    if dry.skipped is None:
+        pickles, end, error = dry.pickles, dry.end, dry.error
+    else:
+        pickles, end, error = scan.pickles, scan.end, scan.error
+    if error is None or _has_protocol_header(data, end):
+        return None
+    read = f"after {pickles} complete pickle(s), to byte {end}, " if pickles else ""
+    why = f"no protocol header, and {read}the loader stops: {_cut(error, 120)}"
+    names = [f"{module}.{name}" for module, name in dry.names]
+    if names:  # what an unpickler would still try before it stops
+        shown = ", ".join(_cut(name, 60) for name in names[:3])
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        why += f" (before it stops, it would look up {shown}{more})"
+    return why
 
 
 class _Scan:
@@ -264,6 +330,7 @@ class _Scan:
         self.guarded_calls: dict[tuple[str, int], int] = {}
         self.buffers = self.readonly = self.persistent = 0
         self.opcodes = self.pickles = 0
+        self.end = 0  # where the last complete pickle ends
         self.error: str | None = None
         self.frame_end: int | None = None
 
@@ -278,6 +345,7 @@ class _Scan:
                 self.error = str(exc)
                 return
             self.pickles += 1
+            self.end = start
 
     def read_one(self, start: int) -> int:
         """Read the pickle at ``start``; return where it ends."""

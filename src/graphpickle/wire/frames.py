@@ -73,7 +73,7 @@ def _frame_views_in_python(
 
 
 # In C when _frames.c is built (the same results).
-_frames = _native.load(_import, VERSION, NAMES)
+_frames = _native.load("wire", _import, VERSION, NAMES)
 buffer_nbytes = _buffer_nbytes_in_python if _frames is None else _frames.buffer_nbytes
 frames_have_lengths = (
     _frames_have_lengths_in_python if _frames is None else _frames.frames_have_lengths
