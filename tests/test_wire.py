@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import pickle
 import socket
@@ -158,15 +159,97 @@ def test_signature_checks():
         wire.unpack(frames[:-1], key=KEY)  # the signature frame dropped
     with pytest.raises(graphpickle.SignatureError, match="missing or truncated"):
         wire.unpack([*frames[:-1], frames[-1][:10]], key=KEY)
-    with pytest.raises(graphpickle.SignatureError, match="missing or truncated"):
-        wire.unpack(frames[:1], key=KEY)
+    with pytest.raises(graphpickle.WireFormatError, match="cannot hold a signature"):
+        wire.unpack(frames[:1], key=KEY)  # one frame: no room for a signature
     with pytest.raises(graphpickle.SignatureError, match="not signed"):
         wire.unpack(wire.pack(obj), key=KEY)
+    with pytest.raises(graphpickle.SignatureError, match="not signed"):
+        wire.read(io.BytesIO(wire.pack_bytes(obj)), key=KEY)
     message = wire.pack_bytes(obj, key=KEY)
     with pytest.raises(graphpickle.SignatureError, match="cut short"):
         wire.unpack_bytes(message[:-5], key=KEY)
+    with pytest.raises(TypeError, match="non-empty"):
+        wire.unpack_bytes(message, key=[])
+
+
+# A signed message is checked before any of its header is trusted. What
+# unpack and unpack_bytes need to find the signature is where the message ends
+# (the last frame, the last 32 bytes): every changed or missing byte of a message
+# long enough to hold a prefix and a signature (50 bytes) is a SignatureError.
+# read must find the frames in a stream through the prefix and the frame-length
+# table: changes there may be WireFormatErrors; the rest are SignatureErrors.
+_SIGNED = wire.pack_bytes({"a": np.arange(300), "b": "x" * 100}, key=KEY, compression="zstd")
+_PREFIX_BYTES, _MIN_SIGNED = 18, 50
+
+
+def _signed_layout() -> tuple[int, int, int, int]:
+    """(end of the JSON document, end of the header, end of the frames) of _SIGNED, and
+    the end of its frame-length table."""
+    _, tables, n_frames, _ = _layout(_SIGNED)
+    header_end = tables + 17 * n_frames
+    return tables, header_end, len(_SIGNED) - 32, tables + 8 * n_frames
+
+
+def _changed(message: bytes, position: int) -> bytes:
+    changed = bytearray(message)
+    changed[position] ^= 0x01
+    return bytes(changed)
+
+
+def _as_frames(message: bytes) -> list[bytes]:
+    """The frames of a message of _SIGNED's layout, cut where the original's are."""
+    _, header_end, body_end, _ = _signed_layout()
+    frames = wire.pack({"a": np.arange(300), "b": "x" * 100}, key=KEY, compression="zstd")
+    cuts = list(itertools.accumulate(memoryview(f).nbytes for f in frames))
+    assert cuts[0] == header_end and cuts[-1] == len(message) and cuts[-2] == body_end
+    return [message[a:b] for a, b in zip([0, *cuts[:-1]], cuts, strict=True)]
+
+
+def test_a_signed_message_too_short_to_hold_a_signature_is_a_format_error():
+    for length in (0, 5, _PREFIX_BYTES, _MIN_SIGNED - 1):
+        with pytest.raises(graphpickle.WireFormatError, match="cannot hold a signature"):
+            wire.unpack_bytes(_SIGNED[:length], key=KEY)
+    with pytest.raises(graphpickle.WireFormatError, match="cannot hold a signature"):
+        wire.unpack([_SIGNED[: _PREFIX_BYTES - 1], _SIGNED[-32:]], key=KEY)
+    with pytest.raises(graphpickle.WireFormatError, match="truncated"):
+        wire.read(io.BytesIO(_SIGNED[: _PREFIX_BYTES - 1]), key=KEY)
+
+
+def test_a_truncated_signed_message_is_a_signature_error():
+    for length in (_MIN_SIGNED, _MIN_SIGNED + 10, len(_SIGNED) // 2, len(_SIGNED) - 1):
+        with pytest.raises(graphpickle.SignatureError):
+            wire.unpack_bytes(_SIGNED[:length], key=KEY)
+    frames = _as_frames(_SIGNED)
     with pytest.raises(graphpickle.SignatureError, match="missing or truncated"):
-        wire.unpack_bytes(message[:25], key=KEY)
+        wire.unpack([*frames[:-1], frames[-1][:-1]], key=KEY)
+    # A stream that ends early is a truncated stream: found before any signature.
+    with pytest.raises(graphpickle.WireFormatError, match="stream ended"):
+        wire.read(io.BytesIO(_SIGNED[:-1]), key=KEY)
+
+
+@pytest.mark.parametrize("where", ["header", "body", "signature"])
+def test_every_changed_byte_of_a_signed_message_is_a_signature_error(where):
+    tables, header_end, body_end, lengths_end = _signed_layout()
+    positions = {
+        "header": range(header_end),
+        "body": range(header_end, body_end),
+        "signature": range(body_end, len(_SIGNED)),
+    }[where]
+    assert len(positions) > 30
+    for position in positions:
+        changed = _changed(_SIGNED, position)
+        with pytest.raises(graphpickle.SignatureError):
+            wire.unpack_bytes(changed, key=KEY)
+        with pytest.raises(graphpickle.SignatureError):
+            wire.unpack(_as_frames(changed), key=KEY)
+        if _PREFIX_BYTES <= position < tables or position >= lengths_end:
+            # Neither the prefix nor the frame-length table: read verifies first.
+            with pytest.raises(graphpickle.SignatureError):
+                wire.read(io.BytesIO(changed), key=KEY)
+        else:  # what read needs to find the frames: never loaded, either way
+            with pytest.raises((graphpickle.WireFormatError, graphpickle.SignatureError)):
+                wire.read(io.BytesIO(changed), key=KEY)
+    assert wire.unpack_bytes(_SIGNED, key=KEY)["b"] == "x" * 100
 
 
 def test_every_frame_is_signed():
@@ -183,6 +266,50 @@ def test_restricted_unpack():
     assert wire.unpack(wire.pack(data), allowed=graphpickle.DATA_ONLY)["when"] == "now"
     with pytest.raises(graphpickle.ForbiddenGlobalError, match="pickled by value"):
         wire.unpack(wire.pack({"f": lambda: 1}), allowed=graphpickle.DATA_ONLY)
+
+
+def test_write_flushes_a_buffered_socket_file():
+    # A small message stays in a BufferedWriter's buffer unless write flushes it:
+    # the reader would then wait until the writer is closed. The socket's timeout
+    # makes that a TimeoutError, not a hang.
+    left, right = socket.socketpair()
+    with left, right:
+        right.settimeout(20)
+        writer, reader = left.makefile("wb"), right.makefile("rb")
+        with writer, reader:
+            assert isinstance(writer, io.BufferedWriter)
+            for obj in ({"a": [1, 2, 3]}, {"b": np.arange(10)}):
+                written = wire.write(writer, obj, key=KEY)
+                assert written < io.DEFAULT_BUFFER_SIZE  # would fit in the buffer
+                assert repr(wire.read(reader, key=KEY)) == repr(obj)
+
+
+def test_write_flushes_a_large_message_while_the_writer_stays_open():
+    left, right = socket.socketpair()
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            with left.makefile("wb") as writer:
+                wire.write(writer, sample(), key=KEY, compression="lz4")
+                wire.write(writer, "last", key=KEY)
+                done.wait(30)  # open until the reader has both messages
+        except BaseException as exc:  # reported by the test, not lost in the thread
+            errors.append(exc)
+
+    with left, right:
+        right.settimeout(20)
+        sender = threading.Thread(target=send)
+        sender.start()
+        try:
+            with right.makefile("rb") as reader:
+                check(wire.read(reader, key=KEY))
+                assert wire.read(reader, key=KEY) == "last"
+        finally:
+            done.set()
+            sender.join(30)
+    assert not errors
 
 
 def test_socket_round_trip():

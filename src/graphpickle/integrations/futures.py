@@ -15,7 +15,13 @@ Failures reach the caller as clear exceptions, and the pool stays usable:
 - an exception in the task is re-raised by ``Future.result()``, its remote
   traceback attached as ``__cause__``;
 - a worker that dies fails its tasks with ``BrokenProcessPool`` naming the
-  task, and the next ``submit`` starts a fresh pool.
+  task, and the next ``submit`` starts a fresh pool;
+- a pool whose workers die before they can run anything fails its tasks with a
+  ``BrokenProcessPool`` that says so, with a note naming the likely cause: under
+  ``spawn`` and ``forkserver`` each worker imports the main module again, so a
+  script that starts the pool outside ``if __name__ == "__main__":`` makes every
+  worker fail at start (the cause otherwise shows only in the worker's own
+  traceback, on its stderr); an ``initializer`` that raises is named as such.
 """
 
 from __future__ import annotations
@@ -53,6 +59,26 @@ def _run_chunk(message: bytes) -> bytes:
     call = wire.unpack_bytes(message)
     fn = call["fn"]
     return _packed_outcome(lambda: [fn(*args) for args in call["chunk"]])
+
+
+# What the workers of one pool report, in shared memory: whether any got past
+# its start (the main module's import, under spawn and forkserver), and whether
+# an initializer raised. One byte each, written, never read-modified-written.
+_STARTED, _INITIALIZER_FAILED = 0, 1
+
+
+def _start_worker(
+    state: Any, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
+) -> None:
+    """In a worker, first thing once it is started: say so, then run the user's
+    initializer (and say if it raised)."""
+    state[_STARTED] = 1
+    if initializer is not None:
+        try:
+            initializer(*initargs)
+        except BaseException:
+            state[_INITIALIZER_FAILED] = 1
+            raise
 
 
 def _packed_outcome(compute: Callable[[], Any]) -> bytes:
@@ -94,18 +120,20 @@ class ProcessPoolExecutor(_futures.Executor):
     ) -> None:
         context = mp_context or multiprocessing.get_context("spawn")
 
-        def new_pool() -> _futures.ProcessPoolExecutor:
-            return _futures.ProcessPoolExecutor(
+        def new_pool() -> tuple[_futures.ProcessPoolExecutor, _PoolState]:
+            state = _PoolState(context)
+            pool = _futures.ProcessPoolExecutor(
                 max_workers,
                 context,
-                initializer,
-                initargs,
+                _start_worker,
+                (state.flags, initializer, initargs),
                 max_tasks_per_child=max_tasks_per_child,
             )
+            return pool, state
 
         self._new_pool = new_pool
         self._lock = threading.Lock()
-        self._pool = new_pool()
+        self._pool, self._state = new_pool()
         self._shutdown = False
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> _futures.Future[Any]:
@@ -156,24 +184,58 @@ class ProcessPoolExecutor(_futures.Executor):
                 inner = self._pool.submit(run, message)
             except BrokenProcessPool:  # a worker died earlier: start afresh
                 self._pool.shutdown(wait=False)
-                self._pool = self._new_pool()
+                self._pool, self._state = self._new_pool()
                 inner = self._pool.submit(run, message)
+            state = self._state
         outer.inner = inner
-        inner.add_done_callback(lambda done: _settle(outer, done, what))
+        inner.add_done_callback(lambda done: _settle(outer, done, what, state))
         return outer
 
 
-def _settle(outer: _Future, inner: _futures.Future[bytes], what: str) -> None:
+class _PoolState:
+    """What the workers of one pool report (see :func:`_start_worker`)."""
+
+    def __init__(self, context: Any) -> None:
+        self.flags = context.RawArray("B", 2)
+        self.start_method = context.get_start_method()
+
+    def broken(self, what: str) -> BrokenProcessPool:
+        """The error for tasks of a pool that broke, in words."""
+        if self.flags[_INITIALIZER_FAILED]:
+            return BrokenProcessPool(
+                f"the pool's initializer raised in a worker process, so {what} could not run "
+                "(its traceback went to the worker's stderr)"
+            )
+        if self.flags[_STARTED]:
+            return BrokenProcessPool(
+                f"a worker process died while running {what} (killed, or it crashed); "
+                "the pool starts new workers for the next submit"
+            )
+        error = BrokenProcessPool(
+            f"no worker process could start to run {what}: each died before it ran "
+            "anything (its own traceback went to its stderr)"
+        )
+        if self.start_method in ("spawn", "forkserver"):
+            error.add_note(
+                f"graphpickle: under the {self.start_method!r} start method each worker "
+                "first imports the main module again (as __mp_main__); a script that starts "
+                "the pool when imported makes each worker start a pool of its own, which "
+                "multiprocessing refuses, and a main module that fails to import stops the "
+                'worker too. Put the code that starts the pool under `if __name__ == "__main__":`.'
+            )
+        else:
+            error.add_note("graphpickle: the workers died before they started (killed?)")
+        return error
+
+
+def _settle(outer: _Future, inner: _futures.Future[bytes], what: str, state: _PoolState) -> None:
     if inner.cancelled():
         outer.cancel()
         return
     error = inner.exception()
     if error is not None:
         if isinstance(error, BrokenProcessPool):
-            error = BrokenProcessPool(
-                f"a worker process died while running {what} (killed, or it crashed); "
-                "the pool starts new workers for the next submit"
-            )
+            error = state.broken(what)
         outer.set_exception(error)
         return
     try:

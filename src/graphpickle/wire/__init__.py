@@ -25,8 +25,12 @@ A message is a list of frames::
   their size (nor the whole frame, after compression). Reading never needs a
   compressor unless the sender compressed.
 - With a ``key``, an HMAC-SHA256 over the header and *every* frame, buffers
-  included, is appended. :func:`unpack` verifies it before anything is
-  unpickled, in constant time, with any of several keys (rotation).
+  included, is appended. Given a key, :func:`unpack` and :func:`unpack_bytes`
+  verify it before they read any field of the header (the signature is the
+  last frame, or the last 32 bytes), in constant time, with any of several keys
+  (rotation); :func:`read`, which must find the signature in a stream, reads
+  the fixed prefix and the frame-length table first and nothing else before
+  the signature is verified.
 
 ``unpack(..., allowed=...)`` loads with an allow-list (see
 :data:`graphpickle.DATA_ONLY`). Every malformed message raises
@@ -81,6 +85,10 @@ _SIGNED, _COMPRESSED, _SPLIT = 0x01, 0x02, 0x04
 _MAX_JSON_BYTES = 64 * 1024
 _MAX_FRAMES = 1 << 22
 SIGNATURE_BYTES = hashlib.sha256().digest_size
+_FLAGS_AT = 5  # the flags byte's offset in the prefix
+#: The shortest signed message: a prefix and a signature. Given a key, anything
+#: shorter is a format error (it cannot hold a signature), not a signature error.
+_MIN_SIGNED = _PREFIX.size + SIGNATURE_BYTES
 
 #: The largest frame; larger buffers are split into several frames.
 MAX_FRAME = 2**31 - 1
@@ -254,7 +262,12 @@ def write(
     deterministic: bool = False,
 ) -> int:
     """Write the message of ``obj`` to a binary stream (a file, ``socket.makefile("wb")``)
-    frame by frame, without joining them; return the number of bytes written."""
+    frame by frame, without joining them; return the number of bytes written.
+
+    The stream is flushed once the message is written (if it has a ``flush``), so
+    that a reader on the other end of a buffered socket file gets the whole
+    message now, not when the buffer fills or the file is closed.
+    """
     written = 0
     frames = pack(
         obj, key=key, compression=compression, protocol=protocol, deterministic=deterministic
@@ -262,6 +275,9 @@ def write(
     for frame in frames:
         stream.write(frame)
         written += memoryview(frame).nbytes
+    flush = getattr(stream, "flush", None)
+    if flush is not None:
+        flush()
     return written
 
 
@@ -316,13 +332,20 @@ class _Header:
             + (4 * n_buffers if split else 0)
         )
 
-    def parse(self, header: Frame) -> None:
-        """Read the JSON document and the tables from the whole header frame."""
+    def read_lengths(self, header: Frame) -> None:
+        """Read the frame-length table alone from the whole header frame: what
+        :func:`read` needs to find the frames, and the signature, in a stream."""
         view = memoryview(header)
         if view.nbytes != self.size:
             raise WireFormatError(
                 f"truncated wire message: the header has {view.nbytes} bytes, not {self.size}"
             )
+        self.lengths, _ = _table(view, _PREFIX.size + self.json_length, "Q", self.n_frames)
+
+    def parse(self, header: Frame) -> None:
+        """Read the JSON document and the tables from the whole header frame."""
+        self.read_lengths(header)
+        view = memoryview(header)
         position = _PREFIX.size
         document = _parse_json(bytes(view[position : position + self.json_length]))
         position += self.json_length
@@ -332,7 +355,7 @@ class _Header:
             self.by_value = _expect(document["by_value"], bool)
         except (KeyError, TypeError) as exc:
             raise WireFormatError(f"malformed wire header: {exc}") from None
-        self.lengths, position = _table(view, position, "Q", self.n_frames)
+        position += 8 * self.n_frames  # the lengths, read above
         # Read only when the flags say so (no list per frame for the others).
         self.raw_lengths = self.lengths
         self.codecs: list[str | None] = []
@@ -401,10 +424,11 @@ def unpack(
     """Load the object of a message made by :func:`pack`.
 
     ``key``: a key, or several (key rotation); when given, the message must be
-    signed by one of them, and the signature is checked right after the fixed
-    prefix (magic, version, flags), before the header's tables are read: a
-    changed prefix is a :class:`WireFormatError`, any other change a
-    :class:`SignatureError`.
+    signed by one of them. The signature (the last frame) is verified before any
+    field of the header is read: a message of fewer than two frames, or whose
+    first frame is shorter than the 18-byte prefix, cannot hold a signature and
+    raises :class:`WireFormatError`; any other change, to any byte of any frame,
+    raises :class:`SignatureError`.
     Without a key, signed and unsigned messages load alike.
     ``allowed``: restricted loading (see :func:`graphpickle.loads`).
     Out-of-band buffers are the frames themselves, not copies.
@@ -413,9 +437,19 @@ def unpack(
         frames = list(frames)
     if not frames:
         raise WireFormatError("empty wire message")
-    header = _Header(frames[0])
     if key is not None:
-        _verify(header.flags, frames[:-1], frames[-1], key)
+        keys = _keys(key)
+        try:
+            first = memoryview(frames[0]).cast("B")
+        except (BufferError, TypeError) as exc:
+            raise WireFormatError(f"a frame is not a contiguous buffer: {exc}") from None
+        if len(frames) < 2 or first.nbytes < _PREFIX.size:
+            raise WireFormatError(
+                "truncated wire message: it cannot hold a signature (a signed message is "
+                f"a header of {_PREFIX.size} bytes or more, its frames, and a signature frame)"
+            )
+        _verify(first[_FLAGS_AT], frames[:-1], frames[-1], keys)
+    header = _Header(frames[0])
     header.parse(frames[0])
     expected = array.array("Q", [header.size]) + header.frame_lengths()
     if len(frames) != len(expected):
@@ -432,11 +466,24 @@ def unpack(
 
 
 def unpack_bytes(data: Frame, *, key: Keys = None, allowed: Iterable[str] | None = None) -> Any:
-    """Load a message made by :func:`pack_bytes` (frames are views into ``data``)."""
+    """Load a message made by :func:`pack_bytes` (frames are views into ``data``).
+
+    ``key``: as for :func:`unpack`; the signature is the message's last 32 bytes,
+    verified before any field of the header is read. A message shorter than
+    50 bytes (the 18-byte prefix and the signature) cannot hold a signature and
+    raises :class:`WireFormatError`; any other change or truncation raises
+    :class:`SignatureError`.
+    """
     view = memoryview(data).cast("B")
-    header = _Header(view)
     if key is not None:  # the signature is the message's last 32 bytes
-        _verify(header.flags, [view[:-SIGNATURE_BYTES]], view[-SIGNATURE_BYTES:], key)
+        keys = _keys(key)
+        if view.nbytes < _MIN_SIGNED:
+            raise WireFormatError(
+                f"truncated wire message: {view.nbytes} bytes cannot hold a signature "
+                f"(a signed message has {_MIN_SIGNED} bytes or more)"
+            )
+        _verify(view[_FLAGS_AT], [view[:-SIGNATURE_BYTES]], view[-SIGNATURE_BYTES:], keys)
+    header = _Header(view)
     if view.nbytes < header.size:
         raise WireFormatError("truncated wire message: incomplete header")
     header.parse(view[: header.size])
@@ -462,11 +509,25 @@ def read(
     from the header alone), so a lying header cannot make the reader allocate
     more than it receives. ``max_bytes`` caps the declared size of the message.
     Buffers are read into writable memory, so they keep the sender's writability.
+
+    ``key``: as for :func:`unpack`. To find the signature in the stream, ``read``
+    checks the 18-byte prefix (magic, version, flags, counts) and reads the
+    frame-length table before the signature is verified; a change there raises
+    :class:`WireFormatError` (or the stream ends early, also a
+    :class:`WireFormatError`). The rest of the header (its JSON document, the
+    compression and split tables) is read only once the signature is verified:
+    a change there, or in any frame or the signature, raises :class:`SignatureError`.
     """
+    keys = None if key is None else _keys(key)
     prefix = _read_exactly(stream, _PREFIX.size)
     header = _Header(prefix)
+    if keys is not None and not header.signed:  # refused before the rest is read
+        _verify(header.flags, [], b"", keys)
     head = prefix + _read_exactly(stream, header.size - _PREFIX.size)
-    header.parse(head)
+    if keys is None:
+        header.parse(head)
+    else:
+        header.read_lengths(head)  # the rest of the header once the signature is verified
     lengths = header.frame_lengths()
     if max(lengths) > MAX_FRAME:
         raise WireFormatError("wire header declares a frame over the size limit")
@@ -475,8 +536,9 @@ def read(
             f"wire message declares {sum(lengths)} bytes, over max_bytes={max_bytes}"
         )
     frames: list[Frame] = [_read_exactly(stream, n) for n in lengths]
-    if key is not None:
-        _verify(header.flags, [head, *frames[:-1]], frames[-1], key)
+    if keys is not None:
+        _verify(header.flags, [head, *frames[:-1]], frames[-1], keys)
+        header.parse(head)
     return _load(header, frames, 0, allowed)  # frames were read to the declared sizes
 
 
@@ -587,19 +649,31 @@ def _sign(key: bytes, frames: Sequence[Frame]) -> bytes:
     return mac.digest()
 
 
-def _verify(flags: int, signed_part: Sequence[Frame], signature: Frame, key: Any) -> None:
-    """Check the HMAC of ``signed_part`` against ``signature``, with each key."""
+def _keys(key: Any) -> list[bytes]:
+    """The keys of ``unpack*(..., key=)``: one, or several (rotation)."""
     keys = [key] if isinstance(key, bytes | bytearray) else list(key)
     if not keys:
         raise TypeError("key must be bytes or a non-empty sequence of bytes")
+    return [_check_key(k) for k in keys]
+
+
+def _verify(flags: int, signed_part: Sequence[Frame], signature: Frame, keys: list[bytes]) -> None:
+    """Check the HMAC of ``signed_part`` against ``signature``, with each key.
+
+    ``flags`` (not yet verified) only chooses the words of a refusal: it never
+    lets a message through.
+    """
     if not flags & _SIGNED:
-        raise SignatureError("the wire message is not signed, and a key is required")
-    if not signed_part or memoryview(signature).nbytes != SIGNATURE_BYTES:
+        raise SignatureError(
+            "the wire message is not signed (or its flags were changed), and a key is required"
+        )
+    if memoryview(signature).nbytes != SIGNATURE_BYTES:
         raise SignatureError("the wire message's signature is missing or truncated")
     expected = bytes(signature)
-    if not any(hmac.compare_digest(_sign(_check_key(k), signed_part), expected) for k in keys):
+    if not any(hmac.compare_digest(_sign(k, signed_part), expected) for k in keys):
         raise SignatureError(
-            "the wire message's signature does not match any key (or the message was cut short)"
+            "the wire message's signature does not match any key "
+            "(the message was changed or cut short, or signed with another key)"
         )
 
 
