@@ -625,3 +625,11 @@ def test_thread_ids_are_harmless_and_the_rest_of_thread_is_not():
     assert danger_of("threading", "get_native_id") is None
     assert danger_of("_thread", "start_new_thread") is not None
     assert danger_of("threading", "Thread") is not None
+
+
+def test_the_report_counts_in_words():
+    import collections
+
+    text = str(graphpickle.inspect(pickle.dumps(collections.OrderedDict(a=1))))
+    assert "imports (1 module): collections" in text
+    assert "imports (0 modules): none" in str(graphpickle.inspect(pickle.dumps([1])))

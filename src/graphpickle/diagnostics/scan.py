@@ -112,7 +112,8 @@ class InspectReport:
             + (f", {self.pickles} pickles" if self.pickles != 1 else ""),
         ]
         lines.append(
-            f"imports ({len(self.modules)} modules): " + (", ".join(self.modules) or "none")
+            f"imports ({len(self.modules)} module{'' if len(self.modules) == 1 else 's'}): "
+            + (", ".join(self.modules) or "none")
         )
         lines.append(f"globals ({len(self.globals)}): " + (", ".join(self.globals) or "none"))
         lines.append(f"pickled by value: {len(self.by_value)}")
