@@ -312,3 +312,12 @@ def test_a_dtype_given_a_state_of_another_shape_is_refused_not_a_crash():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["refused:", "True"] * 2 + ["True"] * 4
+
+
+def test_a_byte_that_is_no_opcode_is_refused_as_the_c_unpickler_words_it():
+    for data in (b"\x00", b"\x80\x05\xff", b"z"):
+        with pytest.raises(pickle.UnpicklingError) as c_error:
+            pickle.loads(data)
+        with pytest.raises(pickle.UnpicklingError) as restricted:
+            graphpickle.loads(data, allowed=graphpickle.DATA_ONLY)
+        assert str(restricted.value) == str(c_error.value)

@@ -467,16 +467,28 @@ def restricted_load(
         raise pickle.UnpicklingError(_malformed(exc)) from exc
 
 
-def _raised_by_unpickler(exc: BaseException) -> bool:
+def _raising_frame(exc: BaseException) -> Any:
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return tb is not None and tb.tb_frame.f_code.co_filename in (pickle.__file__, __file__)
+    return None if tb is None else tb.tb_frame
+
+
+def _raised_by_unpickler(exc: BaseException) -> bool:
+    frame = _raising_frame(exc)
+    return frame is not None and frame.f_code.co_filename in (pickle.__file__, __file__)
 
 
 def _malformed(exc: BaseException) -> str:
+    """What the C unpickler says of the same slip."""
     if isinstance(exc, IndexError):
         return "unpickling stack underflow"
     if isinstance(exc, KeyError):
-        return f"Memo value not found at index {exc.args[0] if exc.args else '?'}"
+        key = exc.args[0] if exc.args else "?"
+        frame = _raising_frame(exc)
+        if frame is not None and frame.f_code.co_name == "load" and isinstance(key, int):
+            # A byte that is no opcode, shown as the C unpickler shows it.
+            shown = chr(key) if 0x20 <= key < 0x7F else f"\\x{key:02x}"
+            return f"invalid load key, '{shown}'."
+        return f"Memo value not found at index {key}"
     return "pickle data was truncated"
