@@ -352,3 +352,25 @@ def test_c_and_python_snapshots_and_comparisons_agree(cell):
     items = snapshots.modules_items()
     assert speedups.same_modules(items) and snapshots.same_modules_in_python(items)
     assert not speedups.same_modules(items[:-2])
+
+
+def test_a_remembered_function_never_turns_an_error_into_a_payload(cell):
+    # A capture that becomes unpicklable in place, or by a rebinding, fails the
+    # next payload as it fails a fresh one; once fixed, the payload comes back.
+    import threading
+
+    cell["G"] = [1]
+    f = cell["f"]
+    f.__code__ = (lambda: G).__code__  # noqa: F821 (G is the cell's)
+    graphpickle.dumps(f)
+    assert_remembered(f)
+    cell["G"].append(threading.Lock())
+    with pytest.raises(TypeError, match="_thread.lock"):
+        graphpickle.dumps(f)
+    cell["G"].pop()
+    graphpickle.dumps(f)
+    cell["G"] = threading.Lock()
+    with pytest.raises(TypeError, match="_thread.lock"):
+        graphpickle.dumps(f)
+    cell["G"] = [2]
+    assert graphpickle.loads(graphpickle.dumps(f))() == [2]
