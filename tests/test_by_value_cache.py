@@ -365,12 +365,12 @@ def test_a_remembered_function_never_turns_an_error_into_a_payload(cell):
     graphpickle.dumps(f)
     assert_remembered(f)
     cell["G"].append(threading.Lock())
-    with pytest.raises(TypeError, match="_thread.lock"):
+    with pytest.raises(TypeError, match=r"_thread\.lock"):
         graphpickle.dumps(f)
     cell["G"].pop()
     graphpickle.dumps(f)
     cell["G"] = threading.Lock()
-    with pytest.raises(TypeError, match="_thread.lock"):
+    with pytest.raises(TypeError, match=r"_thread\.lock"):
         graphpickle.dumps(f)
     cell["G"] = [2]
     assert graphpickle.loads(graphpickle.dumps(f))() == [2]

@@ -43,8 +43,8 @@ _checked_builds = False
 HOW_TO_BUILD = (
     "install a C compiler and Python's headers, then reinstall graphpickle as you "
     "installed it, with `--force-reinstall --no-cache-dir` (pip may otherwise reuse "
-    "the wheel it built without them), or run `pip install --no-build-isolation -e .` "
-    "in a checkout"
+    "the wheel it built without them), or run `pip install -e .` in a checkout (its "
+    "build environment brings the setuptools>=77 that pyproject.toml needs)"
 )
 
 
@@ -97,8 +97,7 @@ def checked(
     warnings.warn(
         f"graphpickle: the compiled extension {module.__file__} is stale ({found}; this "
         f"version needs VERSION {version}): it is not used and graphpickle runs "
-        "its Python path (the same output, slower). Rebuild it with "
-        "`pip install --no-build-isolation -e .` or reinstall graphpickle.",
+        f"its Python path (the same output, slower). To rebuild it, {HOW_TO_BUILD}.",
         RuntimeWarning,
         stacklevel=3,
     )
