@@ -1,7 +1,8 @@
 # Sourced by scripts/demo and scripts/test: create or reuse a virtual environment
 # in the repo and install graphpickle (editable) with the extras named in
 # $GP_EXTRAS. The install is redone only when pyproject.toml, the extras or the
-# constraints change.
+# constraints change. $GP_VENV names the environment (.venv unless set; the
+# variants below add to the name: .venv-3.12, .venv-3.11-floor).
 #
 #   PYTHON=3.12 scripts/test      # another interpreter (a version or a path): .venv-3.12
 #   GP_FLOOR=1 scripts/test       # every declared dependency at its floor: .venv-3.11-floor
@@ -45,11 +46,12 @@ if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
     exit 1
 fi
 version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-venv="$repo/.venv"
-[ -n "${PYTHON:-}" ] && venv="$repo/.venv-$version"
+name=${GP_VENV:-.venv}
+venv="$repo/$name"
+[ -n "${PYTHON:-}" ] && venv="$repo/$name-$version"
 constraints=()
 if [ -n "${GP_FLOOR:-}" ]; then
-    venv="$repo/.venv-$version-floor"
+    venv="$repo/$name-$version-floor"
     constraints=(-c "$repo/.ci/floor-constraints.txt")
 fi
 if [ ! -x "$venv/bin/python" ]; then

@@ -20,14 +20,30 @@ def _run(*args: str, cwd=None, timeout: float = 300) -> subprocess.CompletedProc
     )
 
 
-def _table(stdout: str) -> dict[tuple[str, str], str]:
-    """The demo's table as {(engine, serializer): result}, rich or plain."""
-    rows = {}
+# The demo's tables, by how their titles start.
+_TITLES = {
+    "pool": r"[\d,]+ tasks in ",
+    "cluster": r"dask cluster: ",
+    "graph": r"one graph of ",
+    "task": r"one task at a time, ",
+}
+
+
+def _tables(stdout: str) -> dict[str, dict[str, list[str]]]:
+    """The demo's rich tables: {table: {first cell: the other cells}}, the rows
+    that wrap onto a second line (an empty first cell) left out."""
+    tables: dict[str, dict[str, list[str]]] = {}
+    rows: dict[str, list[str]] = {}
     for line in stdout.splitlines():
-        cells = [c.strip() for c in re.split(r"│|\s{2,}", line) if c.strip()]
-        if len(cells) == 6 and ("pool" in cells[0] or "dask" in cells[0]):
-            rows[(cells[0].split()[0], cells[1])] = cells[5]
-    return rows
+        if line.startswith("│"):
+            cells = [c.strip() for c in line.strip("│").split("│")]
+            if cells[0]:
+                rows[cells[0]] = cells[1:]
+            continue
+        for table, title in _TITLES.items():
+            if re.match(title, line):
+                rows = tables.setdefault(table, {})
+    return tables
 
 
 def test_demo_on_a_spawned_pool_checks_every_result(tmp_path):
@@ -36,25 +52,70 @@ def test_demo_on_a_spawned_pool_checks_every_result(tmp_path):
         cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    # The one-graph comparison and the per-task cost, next to the engines' table.
+    # Piped: no progress bar, and no blank line where one was.
+    assert result.stderr == ""
+    assert "" not in result.stdout.splitlines()
+    assert "dask cluster" not in result.stdout  # --engine pool
+    tables = _tables(result.stdout)
+    pool = tables["pool"]
+    assert set(pool) == {"graphpickle", "pickle", "cloudpickle", "distributed"}
+    assert pool["graphpickle"][-1] == "ok" and pool["cloudpickle"][-1] == "ok"
+    # plain pickle cannot pickle the closure at all
+    assert pool["pickle"][-1].startswith("FAILS: dumps: AttributeError")
+    assert re.fullmatch(r"\d+\.\d\d s", pool["graphpickle"][2])  # ship, load, run
+
+    # The one-graph comparison: every payload loaded, every task run on a worker.
+    graph = tables["graph"]
     assert "one graph of 20,000 tasks with a __main__ function" in result.stdout
-    assert re.search(r"distributed\s.*\d+ ms\s.*\d\.\d\dx", result.stdout)
+    assert re.fullmatch(r"\d\.\d\dx", graph["distributed"][1])
+    for name in ("graphpickle", "cloudpickle", "distributed"):
+        assert re.fullmatch(r"\d+\.\d\d s", graph[name][3]), graph[name]
+        assert graph[name][4] == "all 20,000 ran, results ok"
+    # pickle dumps __main__.step by reference, and a fresh worker has no such thing.
+    assert graph["pickle"][3] == "-"
+    assert graph["pickle"][4].startswith("FAILS: AttributeError: Can't get attribute 'step'")
+
     if importlib.util.find_spec("dask._task_spec") is not None:
-        assert "per 100,000 tasks" in result.stdout
+        per_task = tables["task"]
+        assert "x 100,000 (an extrapolation, not a run)" in result.stdout
+        assert "per 100,000 tasks" not in result.stdout
+        assert len(per_task) == 2
     else:  # dask before 2024.12 (the floor) has no Task objects to send one by one
         assert "one task at a time: skipped (dask._task_spec is missing" in result.stdout
-    table = _table(result.stdout)
-    assert {s for _, s in table} >= {"graphpickle", "pickle", "cloudpickle", "distributed"}
-    assert table[("spawn", "graphpickle")] == "ok"
-    assert table[("spawn", "cloudpickle")] == "ok"
-    # plain pickle cannot pickle the closure at all
-    assert table[("spawn", "pickle")].startswith("FAILS")
 
 
-def test_demo_on_a_dask_cluster(tmp_path):
-    result = _run("demo", "--tasks", "2000", "--engine", "dask", "--graph-tasks", "0", cwd=tmp_path)
+def test_demo_on_a_dask_cluster_runs_the_integration(tmp_path):
+    result = _run(
+        "demo", "--tasks", "200", "--engine", "dask", "--graph-tasks", "0", "--repeat", "2",
+        cwd=tmp_path,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert _table(result.stdout)[("dask", "graphpickle")] == "ok"
+    assert result.stderr == "" and "" not in result.stdout.splitlines()
+    if importlib.util.find_spec("dask._task_spec") is None:
+        assert "dask cluster: skipped (dask._task_spec is missing" in result.stdout
+        return
+    assert "dask cluster: 200 tasks of __main__ functions" in result.stdout
+    assert "2 runs of each, in turns, each in a fresh LocalCluster (2 worker processes)" in (
+        " ".join(result.stdout.split())
+    )
+    table = _tables(result.stdout)["cluster"]
+    stock, ours = table["stock"], table["+ graphpickle"]
+    for row in (stock, ours):
+        wall, runs, cpu, per_task, _, results = row
+        assert re.fullmatch(r"\d+\.\d\d s", wall)
+        assert re.fullmatch(r"\d+\.\d\d-\d+\.\d\d s", runs)
+        assert re.fullmatch(r"\d+ ms", cpu) and re.fullmatch(r"\d+ µs", per_task)
+        assert results == "100 ok"
+    # Checked in every process of each cluster, not assumed.
+    assert stock[4] == "none" and ours[4] == "client, scheduler, workers"
+    verdict = [line for line in result.stdout.splitlines() if line.startswith("End to end")]
+    assert len(verdict) == 1
+    assert re.search(r"within noise|is faster in every run", verdict[0]), verdict
+    assert re.search(
+        r"^The scheduler's own task dumps: \d+ ms of CPU stock, \d+ ms with graphpickle",
+        result.stdout,
+        re.M,
+    )
 
 
 def test_demo_rejects_bad_options():

@@ -41,22 +41,34 @@ def print_table(title: str, headers: Sequence[str], rows: Iterable[Sequence[Any]
 
 
 def progress(items: Iterable[T], total: int, label: str) -> Iterator[T]:
-    """Yield ``items`` while showing a progress bar on standard error."""
+    """Yield ``items`` while showing a progress bar on standard error when it is a
+    terminal; the bar is erased when done. Elsewhere (piped, redirected to a file)
+    nothing is written: no bar, no blank line."""
+    if not _stderr_is_terminal():
+        yield from items
+        return
     if _rich is not None:
         yield from rich.progress.track(
             items, total=total, description=f"{label:>12}", console=_stderr(), transient=True
         )
         return
-    for done, item in enumerate(items, 1):
-        yield item
-        filled = 30 * done // total
-        print(
-            f"\r{label:>12} [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
-    print(file=sys.stderr)
+    line = ""
+    try:
+        for done, item in enumerate(items, 1):
+            yield item
+            filled = 30 * done // max(total, 1)
+            line = f"\r{label:>12} [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}"
+            print(line, end="", file=sys.stderr, flush=True)
+    finally:
+        print("\r" + " " * len(line) + "\r", end="", file=sys.stderr, flush=True)
+
+
+def _stderr_is_terminal() -> bool:
+    stream = sys.stderr
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
 
 
 def _stderr() -> Any:
