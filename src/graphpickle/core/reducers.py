@@ -182,6 +182,10 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     snapshot = function_snapshot(func, names, _MISSING)
     modules = modules_items() if _module_dependencies(snapshot, names) else None
     reduction = cp.reduce_function_by_value(state, func)
+    # What the capture check below sees, read before it runs (another thread may
+    # grow a capture or change the threshold meanwhile: the entry then checks again).
+    generation = _captures._generation
+    growable = _captures.growable_sizes(func, reduction[2])
     if warn_about_large_captures(func, reduction[2]) and _built_from(
         reduction, snapshot, names, modules
     ):
@@ -190,8 +194,7 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
         if not refers_to((snapshot, func_state), func):
             entry = (
                 _weak_ref(func), snapshot, names, _modules_entry(snapshot, names, modules),
-                _captures.growable_sizes(func, func_state), _captures._generation,
-                (make, code, closure, func_state, setstate),
+                growable, generation, (make, code, closure, func_state, setstate),
             )  # fmt: skip
             _remember(func, entry)
     return reduction
