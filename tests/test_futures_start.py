@@ -64,8 +64,8 @@ from graphpickle.futures import BrokenProcessPool, ProcessPoolExecutor
 with ProcessPoolExecutor(max_workers=2, mp_context=get_context("{method}")) as pool:
     try:
         pool.submit(lambda x: x + 1, 1).result(120)
-    except BrokenProcessPool as exc:
-        print("ERROR:", exc)
+    except (BrokenProcessPool, ConnectionError, EOFError) as exc:
+        print("ERROR:", type(exc).__name__, exc)
         print("NOTES:", *getattr(exc, "__notes__", []))
         raise
 """
@@ -77,10 +77,17 @@ def test_a_pool_started_outside_the_main_guard_says_why_it_broke(tmp_path, metho
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     error = next(line for line in proc.stdout.splitlines() if line.startswith("ERROR:"))
     notes = next(line for line in proc.stdout.splitlines() if line.startswith("NOTES:"))
-    assert "no worker process could start to run __main__.<lambda>" in error
     assert f"under the {method!r} start method" in notes
     assert "imports the main module again" in notes
     assert 'if __name__ == "__main__":' in notes
+    if method == "forkserver" and sys.version_info >= (3, 14):
+        # The forkserver process itself imports the main module, starts a pool
+        # there and dies: starting a worker fails with the connection it held
+        # (or, if the pool got that far, the pool breaks).
+        kinds = ("ConnectionResetError", "BrokenPipeError", "EOFError", "BrokenProcessPool")
+        assert error.split()[1] in kinds, error
+        return
+    assert "no worker process could start to run __main__.<lambda>" in error
     # The parent's traceback carries the same words, the note included.
     assert "BrokenProcessPool: no worker process could start" in proc.stderr
     assert "imports the main module again" in proc.stderr.split("BrokenProcessPool:")[-1]

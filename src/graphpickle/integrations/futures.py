@@ -186,6 +186,12 @@ class ProcessPoolExecutor(_futures.Executor):
                 self._pool.shutdown(wait=False)
                 self._pool, self._state = self._new_pool()
                 inner = self._pool.submit(run, message)
+            except (ConnectionError, EOFError) as exc:
+                # Starting a worker failed (3.14's forkserver dies importing a main
+                # module that starts a pool): the error stays, with what it means.
+                if not self._state.flags[_STARTED]:
+                    exc.add_note(self._state.why_no_worker_started())
+                raise
             state = self._state
         outer.inner = inner
         inner.add_done_callback(lambda done: _settle(outer, done, what, state))
@@ -215,17 +221,20 @@ class _PoolState:
             f"no worker process could start to run {what}: each died before it ran "
             "anything (its own traceback went to its stderr)"
         )
-        if self.start_method in ("spawn", "forkserver"):
-            error.add_note(
-                f"graphpickle: under the {self.start_method!r} start method each worker "
-                "first imports the main module again (as __mp_main__); a script that starts "
-                "the pool when imported makes each worker start a pool of its own, which "
-                "multiprocessing refuses, and a main module that fails to import stops the "
-                'worker too. Put the code that starts the pool under `if __name__ == "__main__":`.'
-            )
-        else:
-            error.add_note("graphpickle: the workers died before they started (killed?)")
+        error.add_note(self.why_no_worker_started())
         return error
+
+    def why_no_worker_started(self) -> str:
+        if self.start_method not in ("spawn", "forkserver"):
+            return "graphpickle: the workers died before they started (killed?)"
+        return (
+            f"graphpickle: under the {self.start_method!r} start method each worker "
+            "first imports the main module again (as __mp_main__; from Python 3.14 the "
+            "forkserver process does too); a script that starts the pool when imported "
+            "makes each worker start a pool of its own, which multiprocessing refuses, and "
+            "a main module that fails to import stops the worker too. Put the code that "
+            'starts the pool under `if __name__ == "__main__":`.'
+        )
 
 
 def _settle(outer: _Future, inner: _futures.Future[bytes], what: str, state: _PoolState) -> None:
