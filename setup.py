@@ -14,5 +14,7 @@ setup(
         Extension("graphpickle.wire._frames", ["src/graphpickle/wire/_frames.c"], optional=True),
         # Where a deterministic dump's payload writes sets.
         Extension("graphpickle.determinism._sets", ["src/graphpickle/determinism/_sets.c"], optional=True),
+        # Each equal value written once: the last stage of deterministic dumps.
+        Extension("graphpickle.determinism._values", ["src/graphpickle/determinism/_values.c"], optional=True),
     ]
 )

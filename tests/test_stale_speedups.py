@@ -64,10 +64,15 @@ def test_checked_speedups():
 def test_every_extension_is_built_unless_disabled():
     # Each part's C code is optional at install time; in this project's
     # environments each must build and match its Python side.
-    from graphpickle.determinism import sets
+    from graphpickle.determinism import sets, values
     from graphpickle.wire import frames
 
-    built = {"core": native.speedups, "wire": frames._frames, "determinism": sets._sets}
+    built = {
+        "core": native.speedups,
+        "wire": frames._frames,
+        "determinism": sets._sets,
+        "values": values._values,
+    }
     if os.environ.get("GRAPHPICKLE_NO_SPEEDUPS"):
         assert set(built.values()) == {None}
     else:
@@ -76,10 +81,15 @@ def test_every_extension_is_built_unless_disabled():
 
 REIMPORT = """
 import importlib, pickle, sys
-import graphpickle, graphpickle.wire, graphpickle.determinism.sets
+import graphpickle, graphpickle.wire, graphpickle.determinism.sets, graphpickle.determinism.values
 from graphpickle.core.native import speedups
 assert speedups is not None
-for name in ("graphpickle.core._speedups", "graphpickle.wire._frames", "graphpickle.determinism._sets"):
+for name in (
+    "graphpickle.core._speedups",
+    "graphpickle.wire._frames",
+    "graphpickle.determinism._sets",
+    "graphpickle.determinism._values",
+):
     first = sys.modules.pop(name)
     again = importlib.import_module(name)
     assert again is not first and again.VERSION == first.VERSION, name
@@ -102,12 +112,17 @@ def test_each_extension_imports_again_as_a_new_module():
 
 def test_native_parts_says_what_each_part_runs():
     import graphpickle
-    from graphpickle.determinism import sets
+    from graphpickle.determinism import sets, values
     from graphpickle.wire import frames
 
     parts = graphpickle.native_parts()
-    assert list(parts) == list(_native.PARTS) == ["core", "wire", "determinism"]
-    loaded = {"core": native.speedups, "wire": frames._frames, "determinism": sets._sets}
+    assert list(parts) == list(_native.PARTS) == ["core", "wire", "determinism", "values"]
+    loaded = {
+        "core": native.speedups,
+        "wire": frames._frames,
+        "determinism": sets._sets,
+        "values": values._values,
+    }
     expected = "off" if os.environ.get("GRAPHPICKLE_NO_SPEEDUPS") else "active"
     assert parts == dict.fromkeys(parts, expected)
     assert all((status == "active") == (loaded[p] is not None) for p, status in parts.items())
@@ -120,7 +135,8 @@ def test_a_stale_extension_is_reported_stale():
     env = {k: v for k, v in os.environ.items() if k != "GRAPHPICKLE_NO_SPEEDUPS"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
-    assert "{'core': 'stale', 'wire': 'active', 'determinism': 'active'}" in done.stdout
+    expected = {"core": "stale", "wire": "active", "determinism": "active", "values": "active"}
+    assert str(expected) in done.stdout
 
 
 WITHOUT_C = """
@@ -160,9 +176,9 @@ def test_an_install_without_c_parts_warns_once_at_import(tmp_path):
     done = subprocess.run(run, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["parts"] == dict.fromkeys(["core", "wire", "determinism"], "not built")
+    assert report["parts"] == dict.fromkeys(["core", "wire", "determinism", "values"], "not built")
     [warning] = report["warnings"]  # one, naming every part, and how to get them
-    assert "compiled parts core, wire, determinism are not built" in warning
+    assert "compiled parts core, wire, determinism, values are not built" in warning
     assert "install a C compiler" in warning and "--force-reinstall --no-cache-dir" in warning
     assert "graphpickle.native_parts()" in warning
     # --version says so too.
@@ -170,7 +186,7 @@ def test_an_install_without_c_parts_warns_once_at_import(tmp_path):
         [sys.executable, "-m", "graphpickle", "--version"],
         capture_output=True, text=True, env=env, cwd=tmp_path,
     )  # fmt: skip
-    assert "native parts (0 of 3 active): core not built, wire not built" in version.stdout
+    assert "native parts (0 of 4 active): core not built, wire not built" in version.stdout
     # Switched off by the user: no warning.
     env["GRAPHPICKLE_NO_SPEEDUPS"] = "1"
     done = subprocess.run(run, capture_output=True, text=True, env=env)

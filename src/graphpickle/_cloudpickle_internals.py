@@ -117,9 +117,8 @@ def reduce_function_by_value(
     ``canonical`` leaves out what differs between processes and machines: the
     module's ``__file__`` and ``__path__`` (unless the code reads them, which puts
     them among the globals it uses) and the import order of its submodules; it
-    writes module names as copies (see :func:`_copy`), ``__mp_main__`` as
-    ``__main__`` (see :func:`_main_as_main`), and closure cells as copies (see
-    :func:`_copy_cell`).
+    writes ``__mp_main__`` as ``__main__`` (see :func:`_main_as_main`), and
+    closure cells as copies (see :func:`_copy_cell`).
     """
     newargs = _cp.Pickler._function_getnewargs(pickler, func)
     state, slotstate = _cp._function_getstate(func)
@@ -129,8 +128,8 @@ def reduce_function_by_value(
         base_globals.pop("__path__", None)
         if base_globals.get("__name__") == SPAWNED_MAIN and base_globals.get("__package__") == "":
             base_globals["__package__"] = None  # the parent's __main__ has None: no package
-        for key, value in base_globals.items():
-            base_globals[key] = _main_as_main(value) if key == "__name__" else _copy(value)
+        if "__name__" in base_globals:
+            base_globals["__name__"] = _main_as_main(base_globals["__name__"])
         slotstate["__module__"] = _main_as_main(slotstate["__module__"])
         submodules = slotstate["_cloudpickle_submodules"]
         slotstate["_cloudpickle_submodules"] = sorted(submodules, key=lambda m: m.__name__)
@@ -149,12 +148,8 @@ def reduce_class_by_value(
     leaves out what changes with the class's use or place: the ``__slotnames__``
     cache that pickling an instance adds, and ``__firstlineno__`` (3.13+); it
     sorts the registered virtual subclasses of an ABC (a WeakSet's order),
-    writes ``__mp_main__`` as ``__main__``, and writes the names in
-    ``__static_attributes__`` (3.13+) as copies: the sender's are the interned
-    strings its instances' attribute names are, a receiver's are not (see
-    :func:`_copy`). (Its module name is not copied as a function's is:
-    cloudpickle leaves out of a class's dict what *is* its base's, so that
-    identity must survive.)
+    writes ``__mp_main__`` as ``__main__``, and leaves out what equals its
+    base's by value (see :func:`_drop_inherited_values`).
     """
     if cls in BUILTIN_TYPES:
         reduction: Reduction = _cp._class_reduce(cls)
@@ -167,15 +162,12 @@ def reduce_class_by_value(
     rebuild, newargs, (clsdict, slotstate), *rest = reduction
     clsdict.pop("__slotnames__", None)
     clsdict.pop("__firstlineno__", None)
-    static_attributes = clsdict.get("__static_attributes__")  # 3.13+
-    if type(static_attributes) is tuple:
-        clsdict["__static_attributes__"] = tuple(_copy(name) for name in static_attributes)
+    _drop_inherited_values(cls, clsdict)
     if isinstance(clsdict.get("_abc_impl"), list):
         clsdict["_abc_impl"].sort(key=lambda c: (c.__module__, c.__qualname__))
     if cls.__module__ == SPAWNED_MAIN:
-        # One object, as the class's name is one: in the skeleton's arguments
-        # (type_kwargs of _make_skeleton_class, module of _make_skeleton_enum)
-        # and in the class dict.
+        # In the skeleton's arguments (type_kwargs of _make_skeleton_class,
+        # module of _make_skeleton_enum) and in the class dict.
         main = _main_as_main(SPAWNED_MAIN)
         if rebuild is _cp._make_skeleton_enum:
             newargs = (*newargs[:4], main, *newargs[5:])
@@ -191,26 +183,42 @@ def reduce_class_by_value(
     return (rebuild, newargs, (clsdict, slotstate), *rest)
 
 
-def _copy(value: Any) -> Any:
-    """A string as a new object (anything else as it is).
+_PLAIN_VALUES = (str, bytes, int, float, complex, bool, type(None))
 
-    A module's name is one string object in the sender: in ``__module__``
-    attributes, in its functions' globals, and in every global the pickler
-    writes by reference from that module, so the memo writes it once. A receiver
-    that pickles a by-value object again has its own copy of the name, no longer
-    the object its imported globals carry, and would write it twice. Copies are
-    never shared, in either process. (cloudpickle does the same for names.)
+
+def _drop_inherited_values(cls: type, clsdict: dict[str, Any]) -> None:
+    """Leave out of ``clsdict`` each plain value (a str, bytes or number) equal
+    to the one the class inherits under that name.
+
+    cloudpickle leaves out what *is* the base's (``_extract_class_dict``): an
+    identity test, which a receiver fails where the sender passed. The
+    receiver's ``__module__`` strings, for one, are loaded (or re-applied by
+    cloudpickle onto a class it already tracks) as objects of their own, so a
+    subclass's dict would gain an entry and its payload would change. Left out,
+    such a value is inherited on load: equal, as the sender's was.
     """
-    return "".join(value) if type(value) is str else value
+    if len(cls.__bases__) == 1:
+        inherited: Any = cls.__bases__[0].__dict__
+    else:
+        inherited = {}
+        for base in reversed(cls.__bases__):
+            inherited.update(base.__dict__)
+    for name in [name for name, value in clsdict.items() if type(value) in _PLAIN_VALUES]:
+        value, base_value = clsdict[name], inherited.get(name, _MISSING)
+        if type(base_value) is type(value) and base_value == value:
+            del clsdict[name]
+
+
+_MISSING = object()
 
 
 def _main_as_main(name: Any) -> Any:
-    """A module name as deterministic payloads write it: :func:`_copy`, with
-    ``__mp_main__`` (the main script as a ``spawn``ed child names it) written as
-    ``__main__``, so that a parent and its children write the same bytes for the
-    same code. The receiver's function then reads ``__name__ == "__main__"``, as
-    the code did where it was written."""
-    return _copy("__main__" if name == SPAWNED_MAIN else name)
+    """A module name as deterministic payloads write it: ``__mp_main__`` (the
+    main script as a ``spawn``ed child names it) as ``__main__``, so that a
+    parent and its children write the same bytes for the same code. The
+    receiver's function then reads ``__name__ == "__main__"``, as the code did
+    where it was written."""
+    return "__main__" if name == SPAWNED_MAIN else name
 
 
 def _copy_cell(cell: types.CellType) -> types.CellType:

@@ -2,7 +2,7 @@
 
 Each part of graphpickle that has C code keeps it beside the Python it
 accelerates (``core/_speedups.c``, ``wire/_frames.c``,
-``determinism/_sets.c``) and loads it with :func:`load`. The Python versions
+``determinism/_sets.c``, ``determinism/_values.c``) and loads it with :func:`load`. The Python versions
 give the same output and run when an extension is not built, is turned off
 (``GRAPHPICKLE_NO_SPEEDUPS``) or is stale.
 
@@ -35,6 +35,7 @@ PARTS: dict[str, tuple[str, str]] = {
     "core": ("graphpickle.core._speedups", "graphpickle.core.native"),
     "wire": ("graphpickle.wire._frames", "graphpickle.wire.frames"),
     "determinism": ("graphpickle.determinism._sets", "graphpickle.determinism.sets"),
+    "values": ("graphpickle.determinism._values", "graphpickle.determinism.values"),
 }
 
 _status: dict[str, NativeStatus] = {}
@@ -106,7 +107,7 @@ def checked(
 
 def native_parts() -> dict[str, NativeStatus]:
     """What each part of graphpickle with C code runs, by part name (``"core"``,
-    ``"wire"``, ``"determinism"``): ``"active"`` (its C extension), or why its
+    ``"wire"``, ``"determinism"``, ``"values"``): ``"active"`` (its C extension), or why its
     Python version runs (the same output, slower): ``"off"``
     (``GRAPHPICKLE_NO_SPEEDUPS`` is set), ``"not built"``, ``"stale"`` (built
     from an older C file) or ``"broken"`` (it fails to import). A part not

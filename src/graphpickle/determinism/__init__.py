@@ -26,6 +26,12 @@ the one before it leaves a set in hash order:
    every set it meets where default mode writes it: right for any graph, and
    15-20x slower than the C pickler.
 
+5. **Each value once.** Whichever pass wrote it, the payload goes through
+   :func:`values.canonical_values`: every str, bytes, tuple and frozenset equal
+   to one written before becomes a reference to it, so the bytes depend on
+   values, not on which equal objects are one object. About a memo lookup per
+   such value.
+
 Every pass honours the pickler's hooks (``persistent_id``, ``dispatch_table``,
 ``reducer_override``), so no pass writes or lists what the pickler would not.
 This package sits below the pickler (``graphpickle.core``): a pickler hands
@@ -44,7 +50,7 @@ from contextlib import AbstractContextManager
 from pickle import PickleBuffer
 from typing import IO, Any, cast
 
-from . import sets
+from . import sets, values
 from .canonical import (
     AnySet,
     DeterministicState,
@@ -77,9 +83,14 @@ def dump(pickler: Any, obj: Any) -> None:
                 # hashed while half built fails to load.
                 data, buffers = _python_pass(pickler, state, obj)  # 4. Python pass
             elif any(len(members) > 1 for members in met):
-                data, buffers = passes.run(pickler, _prologue(pickler, state, met, obj))  # 3.
+                # Sets of fewer than two members have no order to fix: the C
+                # pickler writes them in place (and the last stage merges equal
+                # frozensets among them).
+                to_sort = [members for members in met if len(members) > 1]
+                data, buffers = passes.run(pickler, _prologue(pickler, state, to_sort, obj))  # 3.
                 if sets.sets_to_sort(data):
                     data, buffers = _python_pass(pickler, state, obj)  # 4. Python pass
+        data = values.canonical_values(data)  # 5. each equal value written once
     finally:
         passes.clear()  # the payload and buffers stay alive only in the caller's hands
         state.reset(None)

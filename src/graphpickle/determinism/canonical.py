@@ -13,13 +13,16 @@ Deterministic mode (``dumps(obj, deterministic=True)``) fixes each of them:
   it, classes that differ in anything never do.
 - Code objects carry their first line number: it is written as 1, so moving a
   function down its file leaves its payload alone (on the receiver, tracebacks
-  count lines from the ``def``). Their strings are written as copies, because
-  receivers intern them (see :func:`_unshared`).
+  count lines from the ``def``). Their frozenset constants are sorted.
 - The rest lives with cloudpickle's layouts in ``_cloudpickle_internals``
   (``canonical=True``): a class's ``__slotnames__`` cache and Python 3.13's
   ``__firstlineno__`` are left out, a function's module ``__file__`` and
   ``__path__`` are left out unless its code reads them, and lists built from
   unordered sources are sorted.
+
+Whichever pass writes it, a payload ends in ``values.canonical_values``, which
+writes each equal str, bytes, tuple and frozenset once, so that the bytes do not
+depend on which equal values are one object.
 
 The second pass of a dump whose data holds sets (``determinism/__init__.py``) is laid
 out with :class:`Prologue` and :class:`MemoRemap`, reduced here as well.
@@ -39,6 +42,7 @@ from typing import IO, Any, cast
 from .. import _cloudpickle_internals as cp
 from .._switches import CACHING
 from ..errors import PicklingError
+from . import values
 
 AnySet = set[Any] | frozenset[Any]
 _SORTED_AS_THEY_ARE = (str, bytes, int)
@@ -207,7 +211,14 @@ class SortedSet:
 
 
 def reduce_sorted_set(state: Any, wrapper: SortedSet) -> tuple[Any, ...]:
-    return (type(wrapper.members), (wrapper.ordered,))
+    return _sorted(type(wrapper.members), wrapper.ordered)
+
+
+def _sorted(kind: type, ordered: list[Any]) -> tuple[Any, ...]:
+    """The reduction of a set or frozenset (``kind``) with its members in canonical
+    order: a frozenset's as ``frozenset((members...))``, which the last stage
+    (``values.py``) knows for a value and merges with equal frozensets."""
+    return (kind, (tuple(ordered) if kind is frozenset else ordered,))
 
 
 def reduce_set_subclass(state: Any, members: AnySet) -> Any:
@@ -226,36 +237,24 @@ def reduce_set_subclass(state: Any, members: AnySet) -> Any:
 _CODE_FILENAME = "<dynamic-code>"
 
 
-class CodeCache:
-    """What deterministic dumps remember of code objects between dumps, as code
-    objects never change: each one's reduction (``reductions``, by ``id``, with
-    the code object kept alive so that its id stays its own), and the copies of
-    the strings those reductions write (``strings``, one per value, see
-    :func:`_unshared`).
-
-    A dump uses one cache from start to end (:meth:`DeterministicState.reset`
-    picks the current one), so every code string it writes comes from one
-    table, as equal strings must be one object in every payload. When a cache
-    grows too big a new one replaces it for the dumps that start afterwards.
-    """
-
-    __slots__ = ("reductions", "strings")
-
-    def __init__(self) -> None:
-        self.reductions: dict[int, tuple[types.CodeType, tuple[Any, ...]]] = {}
-        self.strings: dict[str, str] = {}
-
+#: What deterministic dumps remember of code objects between dumps, as code
+#: objects never change: each one's reduction, by ``id``, with the code object
+#: kept alive so that its id stays its own.
+CodeCache = dict[int, tuple[types.CodeType, tuple[Any, ...]]]
 
 _MAX_CACHED_CODE = 2048  # code objects (and what they hold) kept alive at most
-_code_cache = CodeCache()
+_code_cache: CodeCache = {}
 
 
 def _current_code_cache() -> CodeCache:
+    """The code cache for a dump that starts now; a dump keeps it to the end.
+    When it grows too big, a new one replaces it for the dumps that start
+    afterwards."""
     global _code_cache
     if not CACHING:  # (GRAPHPICKLE_NO_CACHE=1) one cache per dump
-        return CodeCache()
-    if len(_code_cache.reductions) > _MAX_CACHED_CODE:
-        _code_cache = CodeCache()
+        return {}
+    if len(_code_cache) > _MAX_CACHED_CODE:
+        _code_cache = {}
     return _code_cache
 
 
@@ -263,52 +262,37 @@ def reduce_code(state: Any, code: types.CodeType) -> tuple[Any, ...]:
     """How deterministic payloads write a code object: first line 1 (its line
     table is relative to it), no file name of the sender's (cloudpickle 3.1.3
     writes ``<dynamic-code>`` too, earlier versions the sender's path), and
-    constants and names as :func:`_unshared` makes them.
+    constants as :func:`_sorted_constants` orders them.
 
     The reduction depends on the code object alone (immutable), so it is made
     once per code object and process, except where a frozenset constant's order
     needs the pickler's hooks (see :func:`_ordered_by_value`)."""
     canonical: DeterministicState = state.deterministic
     cache = canonical.code_cache
-    cached = cache.reductions.get(id(code))
+    cached = cache.get(id(code))
     if cached is not None:
         return cached[1]
     rebuild, args = cp.reduce_code(code.replace(co_firstlineno=1, co_filename=_CODE_FILENAME))
-    reduction = (rebuild, _unshared(args, canonical))
+    reduction = (rebuild, _sorted_constants(args, canonical))
     if _ordered_by_value(args):
-        cache.reductions[id(code)] = (code, reduction)
+        cache[id(code)] = (code, reduction)
     return reduction
 
 
-def _unshared(values: tuple[Any, ...], state: DeterministicState) -> tuple[Any, ...]:
-    """``values`` (a code object's constructor arguments) with each string
-    replaced by the code cache's copy of its value, through tuples, and
-    frozensets sorted.
-
-    A receiver interns the strings of a code object it rebuilds, so whether one
-    is the very object an equal string elsewhere in the payload is differs
-    between the sender and a receiver that pickles the code again; through the
-    memo, that sharing shows in the bytes. The copies are shared by value among
-    code objects only, alike in every process (strings of one character are
-    singletons, everywhere).
-    """
-    copies = state.code_cache.strings
-    unshared = []
+def _sorted_constants(values: tuple[Any, ...], state: DeterministicState) -> tuple[Any, ...]:
+    """``values`` (a code object's constructor arguments) with each frozenset,
+    through tuples, in canonical order (the C pickler would write it in hash
+    order: frozensets of constants come from ``in {...}`` tests)."""
+    ordered = []
     for value in values:
         kind = type(value)
-        if kind is str:
-            copy = copies.get(value)
-            if copy is None:
-                # setdefault: of two threads copying one value, one copy wins
-                copy = copies.setdefault(value, "".join(value))
-            value = copy
-        elif kind is tuple:
-            value = _unshared(value, state)
+        if kind is tuple:
+            value = _sorted_constants(value, state)
         elif kind is frozenset:
-            ordered = _unshared(tuple(canonical_members(value, state)), state)
-            value = SortedSet(value, list(ordered))
-        unshared.append(value)
-    return tuple(unshared)
+            members = _sorted_constants(tuple(canonical_members(value, state)), state)
+            value = SortedSet(value, list(members))
+        ordered.append(value)
+    return tuple(ordered)
 
 
 _KEYED_BY_VALUE = frozenset({str, bytes, int, float, bool, type(None)})
@@ -422,7 +406,7 @@ def member_payload(state: DeterministicState, member: Any) -> bytes:
     buffers: list[PickleBuffer] = []
     SortingPickler(file, state.owner, state, buffers.append, protocol=5).dump(member)
     digests = (hashlib.sha256(buffer.raw()).digest() for buffer in buffers)
-    payload = file.getvalue() + b"".join(digests)
+    payload = values.canonical_values(file.getvalue()) + b"".join(digests)
     any_context = state.placeholders == placeholders
     state.payloads[id(member)] = (member, payload if any_context else None, made + 1)
     return payload
@@ -463,5 +447,5 @@ class SortingPickler(pickle._Pickler):
             if id(obj) in self._state.ordering:
                 self._state.placeholders += 1
                 return (str, ("<graphpickle: a set being ordered>",))
-            return (kind, (canonical_members(obj, self._state),))
+            return _sorted(kind, canonical_members(obj, self._state))
         return self._pickler.reducer_override(obj)

@@ -1,0 +1,765 @@
+/*
+ * graphpickle.determinism._values: the last stage of deterministic dumps, in C
+ * (`values.py` beside it is the reference, and says what the stage does).
+ *
+ * canonical_values(data) walks a protocol 4 or 5 pickle as the unpickler would,
+ * keeping for each stack item what it is: an atom (its opcode in `data`), a
+ * value (str, bytes, tuple, frozenset: an id in a table keyed by content, a
+ * tuple's content being its items' ids), an object memoized at an output
+ * index, or an object never memoized. The first memoized copy of a value keeps
+ * its memo entry; a later copy, whose construction memoized nothing, is cut
+ * from the output and replaced by a reference. The opcodes are then framed
+ * anew into the result.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include "../_extension.h"
+#include "../_opcodes.h"
+
+/* What a stack item is: kind in the low 2 bits, an id above them. */
+enum { K_ATOM = 0, K_VALUE = 1, K_REF = 2, K_UNIQUE = 3 };
+#define MARK UINT64_MAX
+#define FROZENSET_TYPE IDENT(K_UNIQUE, 0) /* builtins.frozenset, not memoized yet */
+#define IDENT(kind, id) (((uint64_t)(id) << 2) | (kind))
+#define KIND(ident) ((int)((ident) & 3))
+#define ID(ident) ((Py_ssize_t)((ident) >> 2))
+#define FRAME_TARGET (64 * 1024)
+#define FRAME_SIZE_MIN 4
+#define BEFORE_LARGE 2
+
+/* The hash of a value's content: CPython's keyed hash of bytes (seeded like
+ * str and bytes hashes, so content chosen to collide costs no more than it
+ * does in a dict). Public from 3.14; the same function under its older name
+ * before. */
+#if PY_VERSION_HEX >= 0x030E0000
+#define HASH_BYTES(p, n) Py_HashBuffer((p), (n))
+#else
+#define HASH_BYTES(p, n) _Py_HashBytes((p), (n))
+#endif
+
+/* A value met in the data, 16 bytes. A str or bytes is the opcode at `offset`
+ * in the data; a tuple or frozenset its `meta >> 2` items, from `offset` in the
+ * arena. The tag ('s', 'b', 't', 'z') is `"sbtz"[meta & 3]`. */
+typedef struct {
+    Py_ssize_t offset;
+    uint32_t meta;
+    uint32_t index; /* its output memo index + 1; 0 while not memoized */
+} Value;
+
+#define MAX_ITEMS (UINT32_MAX >> 2) /* a longer tuple is never merged */
+#define MAX_MEMO UINT32_MAX          /* LONG_BINGET's indices have 4 bytes */
+
+typedef struct {
+    uint32_t hash;  /* where the slot's value belongs: hash & mask */
+    uint32_t value; /* its id + 1, 0 for an empty slot */
+} Slot;
+
+typedef struct {
+    uint64_t ident;
+    Py_ssize_t start; /* where its construction starts in the output */
+    Py_ssize_t memo;  /* output memo entries at that point */
+} Entry;
+
+typedef struct {
+    unsigned char *bytes;
+    Py_ssize_t length, capacity;
+} Buffer;
+
+/* Where the output's frames end: `end`, an opcode boundary; `large`, a segment
+ * of one opcode with 64 KiB or more of data, written outside frames (or
+ * BEFORE_LARGE: a frame that ends only because such an opcode follows). */
+typedef struct {
+    Py_ssize_t end;
+    Py_ssize_t large;
+} Segment;
+
+typedef struct {
+    const unsigned char *data, *end;
+    Buffer out, arena; /* the output's opcodes; the items of tuples */
+    Entry *stack;
+    Py_ssize_t depth, stack_capacity;
+    uint64_t *old_memo;
+    Py_ssize_t old_count, old_capacity;
+    Value *values;
+    Py_ssize_t value_count, value_capacity;
+    Slot *slots; /* open addressing, probed by hash before any value is read */
+    Py_ssize_t slot_mask;
+    Segment *segments;
+    Py_ssize_t segment_count, segment_capacity;
+    Py_ssize_t written, unique;
+    uint64_t frozenset_type; /* builtins.frozenset once memoized */
+} Walk;
+
+static int
+grow(void **array, Py_ssize_t *capacity, Py_ssize_t needed, size_t item)
+{
+    if (needed <= *capacity) {
+        return 0;
+    }
+    Py_ssize_t capacity2 = *capacity ? *capacity : 64;
+    while (capacity2 < needed) {
+        if (capacity2 > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)item) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        capacity2 *= 2;
+    }
+    void *grown = PyMem_Realloc(*array, (size_t)capacity2 * item);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *array = grown;
+    *capacity = capacity2;
+    return 0;
+}
+
+static int
+append(Buffer *buffer, const void *bytes, Py_ssize_t length)
+{
+    if (grow((void **)&buffer->bytes, &buffer->capacity, buffer->length + length, 1) < 0) {
+        return -1;
+    }
+    memcpy(buffer->bytes + buffer->length, bytes, (size_t)length);
+    buffer->length += length;
+    return 0;
+}
+
+static int
+push(Walk *w, uint64_t ident, Py_ssize_t start, Py_ssize_t memo)
+{
+    if (grow((void **)&w->stack, &w->stack_capacity, w->depth + 1, sizeof(Entry)) < 0) {
+        return -1;
+    }
+    w->stack[w->depth++] = (Entry){ident, start, memo};
+    return 0;
+}
+
+static Py_ssize_t
+segment_start(Walk *w)
+{
+    return w->segment_count ? w->segments[w->segment_count - 1].end : 0;
+}
+
+static int
+end_segment(Walk *w, Py_ssize_t end, Py_ssize_t large)
+{
+    if (grow((void **)&w->segments, &w->segment_capacity, w->segment_count + 1, sizeof(Segment)) < 0) {
+        return -1;
+    }
+    w->segments[w->segment_count++] = (Segment){end, large};
+    return 0;
+}
+
+/* After an opcode of `length` bytes was written: end the frame there if it
+ * holds 64 KiB, or keep the opcode apart if it is that long itself. */
+static int
+after_opcode(Walk *w, Py_ssize_t length)
+{
+    Py_ssize_t start = segment_start(w);
+    if (length >= FRAME_TARGET) {
+        Py_ssize_t op_start = w->out.length - length;
+        if (op_start > start && end_segment(w, op_start, BEFORE_LARGE) < 0) {
+            return -1;
+        }
+        return end_segment(w, w->out.length, 1);
+    }
+    return w->out.length - start >= FRAME_TARGET ? end_segment(w, w->out.length, 0) : 0;
+}
+
+/* Cut the output back to `length`, with the frames that ended past it. */
+static void
+truncate_output(Walk *w, Py_ssize_t length)
+{
+    w->out.length = length;
+    while (w->segment_count && (w->segments[w->segment_count - 1].end > length ||
+                                (w->segments[w->segment_count - 1].end == length &&
+                                 w->segments[w->segment_count - 1].large == BEFORE_LARGE))) {
+        w->segment_count--; /* (a frame ended for a large opcode that is cut) */
+    }
+}
+
+static int
+fail(const char *why)
+{
+    PyErr_Format(PyExc_ValueError, "canonical_values(): %s", why);
+    return -1;
+}
+
+/* splitmix64's finalizer: spreads the bits of an item's ident. */
+static inline uint64_t
+mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static uint64_t seed; /* keys the tuple hashes: made from the keyed bytes hash */
+
+static const unsigned char *
+atom_end(Walk *w, uint64_t ident)
+{
+    return skip_opcode(w->data + ID(ident), w->end);
+}
+
+/* Whether two items of tuples are the same: one object, or equal atoms. */
+static int
+same_item(Walk *w, uint64_t a, uint64_t b)
+{
+    if (a == b) {
+        return 1;
+    }
+    if (KIND(a) != K_ATOM || KIND(b) != K_ATOM) {
+        return 0;
+    }
+    const unsigned char *p = w->data + ID(a), *q = w->data + ID(b);
+    Py_ssize_t n = atom_end(w, a) - p;
+    return n == atom_end(w, b) - q && memcmp(p, q, (size_t)n) == 0;
+}
+
+/* Where the str or bytes of the opcode at `op` keeps its bytes. */
+static const unsigned char *
+string_bytes(const unsigned char *op, Py_ssize_t *length)
+{
+    int size = *op == 0x8c || *op == 'C' ? 1 : *op == 'X' || *op == 'B' ? 4 : 8;
+    *length = (Py_ssize_t)read_le(op + 1, size);
+    return op + 1 + size;
+}
+
+static int
+tag_code(char tag)
+{
+    return tag == 's' ? 0 : tag == 'b' ? 1 : tag == 't' ? 2 : 3;
+}
+
+/* Whether value `v` has this key: a str or bytes the opcode at `key` in the
+ * data writes, or (a tuple or frozenset) the `n` items at `key`. */
+static int
+same_value(Walk *w, const Value *v, char tag, const void *key, Py_ssize_t n)
+{
+    if ((int)(v->meta & 3) != tag_code(tag)) {
+        return 0;
+    }
+    if (tag == 's' || tag == 'b') {
+        Py_ssize_t length, length2;
+        const unsigned char *mine = string_bytes(w->data + v->offset, &length);
+        const unsigned char *theirs = string_bytes(key, &length2);
+        return length == length2 && memcmp(mine, theirs, (size_t)length) == 0;
+    }
+    if ((Py_ssize_t)(v->meta >> 2) != n) {
+        return 0;
+    }
+    const uint64_t *mine = (const uint64_t *)w->arena.bytes + v->offset, *items = key;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!same_item(w, mine[i], items[i])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Double the table of values (kept at most two thirds full). */
+static int
+grow_slots(Walk *w)
+{
+    Py_ssize_t mask = w->slot_mask * 2 + 1;
+    Slot *slots = PyMem_Calloc((size_t)mask + 1, sizeof(Slot));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i <= w->slot_mask; i++) {
+        if (w->slots[i].value) {
+            size_t s = w->slots[i].hash & (size_t)mask;
+            while (slots[s].value) {
+                s = (s + 1) & (size_t)mask;
+            }
+            slots[s] = w->slots[i];
+        }
+    }
+    PyMem_Free(w->slots);
+    w->slots = slots;
+    w->slot_mask = mask;
+    return 0;
+}
+
+/* The id of the value with this tag and key (see same_value: a str's opcode
+ * at `offset` in the data, a new tuple's `n` items at `offset` in the arena),
+ * added to the table if new: or -1. */
+static Py_ssize_t
+intern_value(Walk *w, char tag, uint64_t hash64, Py_ssize_t offset, Py_ssize_t n)
+{
+    const void *key = tag == 's' || tag == 'b' ? (const void *)(w->data + offset)
+                                               : (const void *)((uint64_t *)w->arena.bytes + offset);
+    uint32_t hash = (uint32_t)(hash64 ^ (hash64 >> 32));
+    size_t slot = hash & (size_t)w->slot_mask;
+    for (;; slot = (slot + 1) & (size_t)w->slot_mask) {
+        Py_ssize_t found = (Py_ssize_t)w->slots[slot].value - 1;
+        if (found < 0) {
+            break;
+        }
+        if (w->slots[slot].hash == hash && same_value(w, &w->values[found], tag, key, n)) {
+            return found;
+        }
+    }
+    if (w->value_count >= (Py_ssize_t)UINT32_MAX - 1) {
+        return fail("too many values");
+    }
+    if (grow((void **)&w->values, &w->value_capacity, w->value_count + 1, sizeof(Value)) < 0) {
+        return -1;
+    }
+    Py_ssize_t id = w->value_count++;
+    w->values[id] = (Value){offset, (uint32_t)((uint32_t)n << 2 | (uint32_t)tag_code(tag)), 0};
+    w->slots[slot] = (Slot){hash, (uint32_t)(id + 1)};
+    if (w->value_count * 3 > w->slot_mask * 2 && grow_slots(w) < 0) {
+        return -1;
+    }
+    return id;
+}
+
+/* The value (tag 't' or 'z') whose items are the last `n` idents in the arena:
+ * its ident, the arena keeping them only if it is new; 0 on error. */
+static uint64_t
+value_of_items(Walk *w, char tag, Py_ssize_t n)
+{
+    Py_ssize_t offset = w->arena.length / 8 - n;
+    const uint64_t *items = (const uint64_t *)w->arena.bytes + offset;
+    uint64_t hash = seed ^ mix((uint64_t)tag + (uint64_t)n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t item = items[i];
+        if (KIND(item) == K_ATOM) { /* hashed by its bytes, which say its length */
+            const unsigned char *p = w->data + ID(item), *end = atom_end(w, item);
+            item = 0x9e3779b97f4a7c15ULL;
+            for (; p < end; p++) {
+                item = (item ^ *p) * 0x100000001b3ULL;
+            }
+        }
+        hash = mix(hash ^ mix(item + seed)); /* in order: (a, b) is not (b, a) */
+    }
+    if ((uint64_t)n > MAX_ITEMS) { /* never merged: an object of its own */
+        w->arena.length = offset * 8;
+        return IDENT(K_UNIQUE, ++w->unique);
+    }
+    Py_ssize_t id = intern_value(w, tag, hash, offset, n);
+    if (id < 0) {
+        return 0;
+    }
+    if (w->values[id].offset != offset) {
+        w->arena.length = offset * 8; /* known already: its items are stored */
+    }
+    return IDENT(K_VALUE, id);
+}
+
+/* Replace the top `n` items by a tuple or frozenset of them (tag 't' or 'z'),
+ * whose construction starts where the item `first` (or a mark) started. */
+static int
+make_value(Walk *w, char tag, Py_ssize_t n, Entry first)
+{
+    for (Py_ssize_t i = w->depth - n; i < w->depth; i++) {
+        if (append(&w->arena, &w->stack[i].ident, 8) < 0) {
+            return -1;
+        }
+    }
+    uint64_t ident = value_of_items(w, tag, n);
+    if (ident == 0) {
+        return -1;
+    }
+    w->depth -= n;
+    return push(w, ident, first.start, first.memo);
+}
+
+/* Whether `ident` is the str `text`. */
+static int
+is_str(Walk *w, uint64_t ident, const char *text)
+{
+    if (KIND(ident) != K_VALUE || (w->values[ID(ident)].meta & 3) != 0) {
+        return 0;
+    }
+    Py_ssize_t length;
+    const unsigned char *bytes = string_bytes(w->data + w->values[ID(ident)].offset, &length);
+    return length == (Py_ssize_t)strlen(text) && memcmp(bytes, text, (size_t)length) == 0;
+}
+
+/* REDUCE of `callable` and `args`: the frozenset (a value) when it calls
+ * builtins.frozenset on a tuple of members (as deterministic payloads write
+ * sorted frozensets); an object of its own otherwise. 0 on error. */
+static uint64_t
+reduced(Walk *w, uint64_t callable, uint64_t args)
+{
+    if ((callable != FROZENSET_TYPE && callable != w->frozenset_type) || KIND(args) != K_VALUE) {
+        return IDENT(K_UNIQUE, ++w->unique);
+    }
+    const Value *call = &w->values[ID(args)];
+    if ((call->meta & 3) != 2 || call->meta >> 2 != 1) { /* not a tuple of one item */
+        return IDENT(K_UNIQUE, ++w->unique);
+    }
+    uint64_t members = ((const uint64_t *)w->arena.bytes)[call->offset];
+    Py_ssize_t offset = 0, n = 0;
+    if (KIND(members) == K_VALUE && (w->values[ID(members)].meta & 3) == 2) {
+        offset = w->values[ID(members)].offset;
+        n = w->values[ID(members)].meta >> 2;
+    }
+    else if (KIND(members) != K_ATOM || w->data[ID(members)] != ')') { /* nor EMPTY_TUPLE */
+        return IDENT(K_UNIQUE, ++w->unique);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t item = ((const uint64_t *)w->arena.bytes)[offset + i]; /* (read again: */
+        if (append(&w->arena, &item, 8) < 0) {                       /* appending moves) */
+            return 0;
+        }
+    }
+    return value_of_items(w, 'z', n);
+}
+
+/* The index of the innermost mark, or -1 (with the error set). */
+static Py_ssize_t
+find_mark(Walk *w)
+{
+    for (Py_ssize_t i = w->depth - 1; i >= 0; i--) {
+        if (w->stack[i].ident == MARK) {
+            return i;
+        }
+    }
+    fail("no mark");
+    return -1;
+}
+
+static int
+pop_items(Walk *w, Py_ssize_t n)
+{
+    if (w->depth < n) {
+        return fail("stack underflow");
+    }
+    for (Py_ssize_t i = w->depth - n; i < w->depth; i++) {
+        if (w->stack[i].ident == MARK) {
+            return fail("stack underflow");
+        }
+    }
+    return 0;
+}
+
+static int
+write_get(Walk *w, Py_ssize_t index)
+{
+    unsigned char get[5];
+    if (index < 256) {
+        get[0] = 'h';
+        get[1] = (unsigned char)index;
+        return append(&w->out, get, 2);
+    }
+    if (index > 0xFFFFFFFFLL) {
+        return fail("memo too large");
+    }
+    get[0] = 'j';
+    for (int i = 0; i < 4; i++) {
+        get[1 + i] = (unsigned char)(index >> (8 * i));
+    }
+    return append(&w->out, get, 5);
+}
+
+static int
+memoize(Walk *w)
+{
+    if (w->depth == 0 || w->stack[w->depth - 1].ident == MARK) {
+        return fail("MEMOIZE with nothing to memoize");
+    }
+    Entry *top = &w->stack[w->depth - 1];
+    uint64_t ident = top->ident;
+    if (grow((void **)&w->old_memo, &w->old_capacity, w->old_count + 1, sizeof(uint64_t)) < 0) {
+        return -1;
+    }
+    if (KIND(ident) == K_VALUE) {
+        Value *v = &w->values[ID(ident)];
+        if (v->index > 0 && top->memo == w->written) { /* a copy: cut it */
+            truncate_output(w, top->start);
+            w->old_memo[w->old_count++] = ident;
+            return write_get(w, (Py_ssize_t)v->index - 1);
+        }
+        if (w->written >= (Py_ssize_t)MAX_MEMO - 1) {
+            return fail("memo too large");
+        }
+        if (v->index == 0) {
+            v->index = (uint32_t)w->written + 1;
+        }
+        else { /* its construction memoized more: kept, as an object of its own */
+            ident = top->ident = IDENT(K_REF, w->written);
+        }
+    }
+    else {
+        if (ident == FROZENSET_TYPE) {
+            w->frozenset_type = IDENT(K_REF, w->written);
+        }
+        ident = top->ident = IDENT(K_REF, w->written);
+    }
+    w->old_memo[w->old_count++] = ident;
+    w->written++;
+    return append(&w->out, "\x94", 1);
+}
+
+static int
+get(Walk *w, unsigned long long old, Py_ssize_t start)
+{
+    if (old >= (unsigned long long)w->old_count) {
+        return fail("a memo index that is not set");
+    }
+    uint64_t ident = w->old_memo[old];
+    Py_ssize_t index = KIND(ident) == K_REF ? ID(ident) : (Py_ssize_t)w->values[ID(ident)].index - 1;
+    if (write_get(w, index) < 0) {
+        return -1;
+    }
+    return push(w, ident, start, w->written);
+}
+
+/* One opcode (at p, its argument up to next): 0, 1 at STOP, -1 on error. */
+static int
+step(Walk *w, const unsigned char *p, const unsigned char *next)
+{
+    unsigned char op = *p;
+    Py_ssize_t start = w->out.length;
+    switch (op) {
+    case 0x95: /* FRAME: framed anew */
+        return 0;
+    case 0x94:
+        return memoize(w);
+    case 'h':
+        return get(w, p[1], start);
+    case 'j':
+        return get(w, read_le(p + 1, 4), start);
+    }
+    if (append(&w->out, p, next - p) < 0) {
+        return -1;
+    }
+    Py_ssize_t mark;
+    switch (op) {
+    case '.':
+        return w->depth == 1 && w->stack[0].ident != MARK ? 1 : fail("STOP with a stack of other than one item");
+    case '(':
+        return push(w, MARK, start, w->written);
+    case 0x8c: case 'X': case 0x8d: case 'C': case 'B': case 0x8e: { /* str, bytes */
+        int size = op == 0x8c || op == 'C' ? 1 : op == 'X' || op == 'B' ? 4 : 8;
+        char tag = op == 0x8c || op == 'X' || op == 0x8d ? 's' : 'b';
+        Py_ssize_t length = (next - p) - 1 - size;
+        uint64_t hash = (uint64_t)HASH_BYTES(p + 1 + size, length) ^ (uint64_t)tag;
+        Py_ssize_t id = intern_value(w, tag, hash, p - w->data, 0);
+        return id < 0 ? -1 : push(w, IDENT(K_VALUE, id), start, w->written);
+    }
+    case 'N': case 0x88: case 0x89: case 'J': case 'K': case 'M': case 0x8a: case 0x8b: case 'G': case ')':
+        return push(w, IDENT(K_ATOM, p - w->data), start, w->written);
+    case ']': case '}': case 0x8f: case 0x96: case 0x97: case 'c': case 0x82: case 0x83: case 0x84: case 'P':
+        return push(w, IDENT(K_UNIQUE, ++w->unique), start, w->written);
+    case 0x85: case 0x86: case 0x87: { /* TUPLE1-3 */
+        Py_ssize_t n = op - 0x84;
+        if (pop_items(w, n) < 0) {
+            return -1;
+        }
+        return make_value(w, 't', n, w->stack[w->depth - n]);
+    }
+    case 't': case 0x91: { /* TUPLE, FROZENSET */
+        if ((mark = find_mark(w)) < 0) {
+            return -1;
+        }
+        Entry first = w->stack[mark];
+        Py_ssize_t n = w->depth - mark - 1;
+        if (make_value(w, op == 't' ? 't' : 'z', n, first) < 0) {
+            return -1;
+        }
+        w->stack[mark] = w->stack[w->depth - 1]; /* the value in the mark's place */
+        w->depth = mark + 1;
+        return 0;
+    }
+    case 'l': case 'd': case 'o': case 'i': /* LIST, DICT, OBJ, INST */
+        if ((mark = find_mark(w)) < 0) {
+            return -1;
+        }
+        w->stack[mark].ident = IDENT(K_UNIQUE, ++w->unique);
+        w->depth = mark + 1;
+        return 0;
+    case 'R': case 0x81: case 0x92: case 0x93: case 'Q': { /* REDUCE & co */
+        Py_ssize_t n = op == 0x92 ? 3 : op == 'Q' ? 1 : 2;
+        if (pop_items(w, n) < 0) {
+            return -1;
+        }
+        uint64_t ident = IDENT(K_UNIQUE, ++w->unique);
+        Entry *top = &w->stack[w->depth - 1];
+        if (op == 0x93 && is_str(w, top[-1].ident, "builtins") && is_str(w, top->ident, "frozenset")) {
+            ident = FROZENSET_TYPE;
+        }
+        else if (op == 'R' && (ident = reduced(w, top[-1].ident, top->ident)) == 0) {
+            return -1;
+        }
+        w->depth -= n - 1;
+        w->stack[w->depth - 1].ident = ident;
+        return 0;
+    }
+    case 'a': case 's': case 'b': case 'e': case 'u': case 0x90: { /* fill the object below */
+        if (op == 'e' || op == 'u' || op == 0x90) {
+            if ((mark = find_mark(w)) < 0) {
+                return -1;
+            }
+            w->depth = mark;
+        }
+        else {
+            Py_ssize_t n = op == 's' ? 2 : 1;
+            if (pop_items(w, n) < 0) {
+                return -1;
+            }
+            w->depth -= n;
+        }
+        if (w->depth == 0 || w->stack[w->depth - 1].ident == MARK ||
+            KIND(w->stack[w->depth - 1].ident) == K_VALUE) {
+            return fail("an opcode that fills no object");
+        }
+        return 0;
+    }
+    case '0': /* POP: an item, or the mark */
+        if (w->depth == 0) {
+            return fail("POP of an empty stack");
+        }
+        w->depth--;
+        return 0;
+    case '1': /* POP_MARK */
+        if ((mark = find_mark(w)) < 0) {
+            return -1;
+        }
+        w->depth = mark;
+        return 0;
+    case 0x98: /* READONLY_BUFFER */
+        return w->depth > 0 && w->stack[w->depth - 1].ident != MARK ? 0 : fail("READONLY_BUFFER with no buffer");
+    }
+    PyErr_Format(PyExc_ValueError, "canonical_values(): opcode 0x%02x is not written by protocol 4 or 5", op);
+    return -1;
+}
+
+/* The output after the 2 bytes of PROTO, framed (see after_opcode): its size
+ * (write == NULL), or written to `write`. */
+static Py_ssize_t
+frame(Walk *w, unsigned char *write)
+{
+    Py_ssize_t total = 0, start = 0;
+    for (Py_ssize_t i = 0; i <= w->segment_count; i++) {
+        Segment segment = i < w->segment_count ? w->segments[i] : (Segment){w->out.length, 0};
+        Py_ssize_t size = segment.end - start;
+        int header = segment.large != 1 && size >= FRAME_SIZE_MIN;
+        if (write != NULL) {
+            if (header) {
+                write[total] = 0x95;
+                for (int k = 0; k < 8; k++) {
+                    write[total + 1 + k] = (unsigned char)((unsigned long long)size >> (8 * k));
+                }
+            }
+            memcpy(write + total + 9 * header, w->out.bytes + start, (size_t)size);
+        }
+        total += 9 * header + size;
+        start = segment.end;
+    }
+    return total;
+}
+
+static PyObject *
+canonical_values(PyObject *module, PyObject *data)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *p = view.buf, *end = p + view.len;
+    PyObject *result = NULL;
+    Walk w = {.data = p, .end = end, .slot_mask = 255, .frozenset_type = FROZENSET_TYPE};
+    w.slots = PyMem_Calloc(256, sizeof(Slot));
+    if (w.slots == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (view.len < 2 || p[0] != 0x80 || (p[1] != 4 && p[1] != 5)) {
+        fail("it reads protocol 4 and 5 pickles only");
+        goto done;
+    }
+    if (grow((void **)&w.out.bytes, &w.out.capacity, view.len, 1) < 0) { /* about its size */
+        goto done;
+    }
+    int status = 0;
+    for (p += 2; status == 0;) {
+        const unsigned char *next = skip_opcode(p, end);
+        if (next == NULL) {
+            fail("the pickle ends inside an opcode, or has no STOP");
+            goto done;
+        }
+        Py_ssize_t before = w.out.length;
+        status = step(&w, p, next);
+        if (status >= 0 && after_opcode(&w, w.out.length > before ? w.out.length - before : 0) < 0) {
+            goto done;
+        }
+        p = next;
+    }
+    if (status < 0) {
+        goto done;
+    }
+    if (p != end) {
+        fail("data after STOP");
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, frame(&w, NULL) + 2);
+    if (result != NULL) {
+        unsigned char *bytes = (unsigned char *)PyBytes_AS_STRING(result);
+        memcpy(bytes, view.buf, 2);
+        frame(&w, bytes + 2);
+    }
+done:
+    PyMem_Free(w.out.bytes);
+    PyMem_Free(w.arena.bytes);
+    PyMem_Free(w.stack);
+    PyMem_Free(w.segments);
+    PyMem_Free(w.old_memo);
+    PyMem_Free(w.values);
+    PyMem_Free(w.slots);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef values_methods[] = {
+    {"canonical_values", canonical_values, METH_O,
+     PyDoc_STR("canonical_values(data): the pickle with each equal immutable value written once.")},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+init_tables(void)
+{
+    init_opcode_args();
+    seed = (uint64_t)HASH_BYTES("graphpickle", 11);
+    return 0;
+}
+
+static int tables_ready;
+
+static int
+values_exec(PyObject *module)
+{
+    if (once(&tables_ready, init_tables) < 0) {
+        return -1;
+    }
+    return add_version(module, 1); /* VERSION: checked by values.py */
+}
+
+GRAPHPICKLE_MODULE_SLOTS(values_slots, values_exec);
+
+static struct PyModuleDef values_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "graphpickle.determinism._values",
+    .m_doc = "The last stage of deterministic dumps, in C: each equal value written once.",
+    .m_size = 0,
+    .m_methods = values_methods,
+    .m_slots = values_slots,
+};
+
+PyMODINIT_FUNC
+PyInit__values(void)
+{
+    return PyModuleDef_Init(&values_module);
+}

@@ -1,0 +1,280 @@
+"""The last stage of every deterministic dump: bytes that depend on values, never
+on which equal objects are the same object.
+
+The pickler's memo works by identity: a string met twice as one object is
+written once and then referenced (a memo GET), two equal strings that are
+distinct objects are written twice. Which equal strings, bytes and tuples
+share one object differs between processes and between a graph and the same
+graph loaded back (interning, a receiver that interns the names of code it
+rebuilds, cloudpickle re-applying a class dict with new strings), so the memo
+would carry it into the bytes.
+
+:func:`canonical_values` rewrites a protocol 4 or 5 payload so that each value
+is written once: the first time an immutable builtin value is memoized (a
+``str``, ``bytes``, ``tuple`` or ``frozenset``, compared by type and content,
+items by the same rule; a call of ``builtins.frozenset`` on a tuple, which is
+how deterministic payloads write sorted frozensets, is that frozenset), it is
+kept; every later equal one, written out again, becomes a reference to the
+first. Memo indices are renumbered and the payload
+is framed anew (frames of 64 KiB, data of 64 KiB or more outside frames, as
+``pickle.py`` frames). A receiver gets equal objects; among equal immutable
+values only ``is`` can tell the difference. Objects of any other type keep the
+identities of the graph: two equal lists stay two lists.
+
+A tuple is merged only when its whole construction can go: every item is a
+reference or a value met before, so that no memo entry dies with it. Tuples
+that contain themselves through a mutable item (written, popped, then
+referenced) keep their construction, which is the same for equal graphs.
+
+The C version lives in ``_values.c`` beside this file; this one is the
+reference, which tests compare it with, and the fallback without the C parts.
+"""
+
+from __future__ import annotations
+
+import pickletools
+import struct
+import types
+from typing import Any, cast
+
+from .. import _native
+
+#: The VERSION of ``_values.c`` this file expects.
+VERSION = 1
+NAMES = ("canonical_values",)
+FRAME_TARGET = 64 * 1024  # as pickle.py frames: data this long goes outside frames
+_FRAME_SIZE_MIN = 4
+
+_STRINGS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8"})
+_BYTES = frozenset({"SHORT_BINBYTES", "BINBYTES", "BINBYTES8"})
+_ATOMS = frozenset(
+    {"NONE", "NEWTRUE", "NEWFALSE", "BININT", "BININT1", "BININT2", "LONG1", "LONG4"}
+    | {"BINFLOAT", "EMPTY_TUPLE"}
+)
+_NEW_OBJECTS = frozenset(
+    {"EMPTY_LIST", "EMPTY_DICT", "EMPTY_SET", "BYTEARRAY8", "NEXT_BUFFER"}
+    | {"GLOBAL", "EXT1", "EXT2", "EXT4", "PERSID"}
+)
+_CALLS = {"REDUCE": 2, "NEWOBJ": 2, "NEWOBJ_EX": 3, "STACK_GLOBAL": 2, "BINPERSID": 1}
+_FILLS = {"APPEND": 1, "SETITEM": 2, "BUILD": 1}  # pop these, change the object below
+_TUPLES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+_VALUE_KINDS = frozenset("sbtz")  # str, bytes, tuple, frozenset
+
+
+def _import() -> types.ModuleType:
+    from . import _values
+
+    return _values
+
+
+_values = _native.load("values", _import, VERSION, NAMES)
+
+
+def canonical_values(data: bytes) -> bytes:
+    """``data``, a whole protocol 4 or 5 pickle, with each equal immutable
+    value written once (module docstring). ValueError if ``data`` is not such
+    a pickle, or holds opcodes those protocols' picklers do not write."""
+    if _values is not None:
+        return bytes(_values.canonical_values(data))
+    return _canonical_values(data)
+
+
+class _Entry:
+    """An item of the unpickler's stack: ``key`` says what it is (a value's
+    type tag and content, ``("r", index)`` for a memoized object, ``("u", n)``
+    for one never memoized, ``None`` for a mark); ``start`` is where its
+    construction starts in the output, ``memo`` the memo count then."""
+
+    __slots__ = ("key", "memo", "start")
+
+    def __init__(self, key: Any, start: int, memo: int) -> None:
+        self.key = key
+        self.start = start
+        self.memo = memo
+
+
+def _canonical_values(data: bytes) -> bytes:
+    if data[:1] != b"\x80" or len(data) < 2 or data[1] not in (4, 5):
+        raise ValueError("canonical_values() reads protocol 4 and 5 pickles only")
+    out: list[bytes] = []  # one chunk per opcode, PROTO apart
+    stack: list[_Entry] = []
+    old_memo: list[Any] = []  # the input's memo index -> key
+    indices: dict[Any, int] = {}  # a value's key -> its output memo index
+    written = 0  # output memo entries
+    unique = 0
+    frozenset_type: Any = _FROZENSET_TYPE  # builtins.frozenset, once memoized
+    try:
+        ops = [(op, arg, cast(int, pos)) for op, arg, pos in pickletools.genops(data)]
+    except ValueError as exc:  # (genops stops at STOP: data after it is checked below)
+        raise ValueError(f"canonical_values(): {exc}") from None
+    ends = [pos for _, _, pos in ops[1:]] + [ops[-1][2] + 1]  # (genops ends with STOP)
+
+    def pop_to_mark() -> tuple[_Entry, list[_Entry]]:
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i].key is None:
+                items = stack[i + 1 :]
+                mark = stack[i]
+                del stack[i:]
+                return mark, items
+        raise ValueError("canonical_values(): no mark")
+
+    def pop(n: int) -> list[_Entry]:
+        if len(stack) < n or any(entry.key is None for entry in stack[len(stack) - n :]):
+            raise ValueError("canonical_values(): stack underflow")
+        items = stack[len(stack) - n :]
+        del stack[len(stack) - n :]
+        return items
+
+    for (op, arg, pos), end in zip(ops, ends, strict=True):
+        name = op.name
+        raw = data[pos:end]
+        start = len(out)
+        if name == "PROTO":
+            if pos != 0:
+                raise ValueError("canonical_values(): PROTO after the start")
+            continue
+        if name == "FRAME":
+            continue
+        if name == "MEMOIZE":
+            if not stack or stack[-1].key is None:
+                raise ValueError("canonical_values(): MEMOIZE with nothing to memoize")
+            top = stack[-1]
+            key = top.key
+            if key[0] in _VALUE_KINDS:
+                index = indices.get(key)
+                if index is not None and top.memo == written:
+                    del out[top.start :]  # its whole construction: nothing memoized in it
+                    out.append(_get(index))
+                    old_memo.append(key)
+                    continue
+                if index is None:
+                    indices[key] = written
+                else:  # a construction that memoized more: kept, as a new entry
+                    key = top.key = ("r", written)
+            else:
+                if key == _FROZENSET_TYPE:
+                    frozenset_type = ("r", written)
+                key = top.key = ("r", written)
+            old_memo.append(key)
+            written += 1
+            out.append(raw)
+            continue
+        if name in ("BINGET", "LONG_BINGET"):
+            if not 0 <= cast(int, arg) < len(old_memo):
+                raise ValueError(f"canonical_values(): memo index {arg} is not set")
+            key = old_memo[cast(int, arg)]
+            out.append(_get(key[1] if key[0] == "r" else indices[key]))
+            stack.append(_Entry(key, start, written))
+            continue
+        out.append(raw)
+        if name == "STOP":
+            if len(stack) != 1 or stack[0].key is None:
+                raise ValueError("canonical_values(): STOP with a stack of other than one item")
+            if end != len(data):
+                raise ValueError("canonical_values(): data after STOP")
+            return _framed(data[:2], out)
+        if name == "MARK":
+            stack.append(_Entry(None, start, written))
+        elif name in _STRINGS:
+            stack.append(_Entry(("s", raw[1 + _length_size(name) :]), start, written))
+        elif name in _BYTES:
+            stack.append(_Entry(("b", raw[1 + _length_size(name) :]), start, written))
+        elif name in _ATOMS:
+            stack.append(_Entry(("a", raw), start, written))
+        elif name in _NEW_OBJECTS:
+            unique += 1
+            stack.append(_Entry(("u", unique), start, written))
+        elif name in _TUPLES:
+            items = pop(_TUPLES[name])
+            key = ("t", tuple(item.key for item in items))
+            stack.append(_Entry(key, items[0].start, items[0].memo))
+        elif name in ("TUPLE", "FROZENSET"):
+            mark, items = pop_to_mark()
+            key = ("t" if name == "TUPLE" else "z", tuple(item.key for item in items))
+            stack.append(_Entry(key, mark.start, mark.memo))
+        elif name in ("LIST", "DICT", "OBJ", "INST"):
+            mark, _ = pop_to_mark()
+            unique += 1
+            stack.append(_Entry(("u", unique), mark.start, mark.memo))
+        elif name in _CALLS:
+            items = pop(_CALLS[name])
+            unique += 1
+            key = ("u", unique)
+            if name == "STACK_GLOBAL" and [item.key for item in items] == _FROZENSET_NAME:
+                key = _FROZENSET_TYPE
+            elif name == "REDUCE" and items[0].key in (_FROZENSET_TYPE, frozenset_type):
+                key = _frozenset_called(items[1].key, key)
+            stack.append(_Entry(key, items[0].start, items[0].memo))
+        elif name in _FILLS or name in ("APPENDS", "SETITEMS", "ADDITEMS"):
+            if name in _FILLS:
+                pop(_FILLS[name])
+            else:
+                pop_to_mark()
+            if not stack or stack[-1].key is None or stack[-1].key[0] in _VALUE_KINDS:
+                raise ValueError(f"canonical_values(): {name} with no object to fill")
+        elif name == "POP":
+            if not stack:
+                raise ValueError("canonical_values(): POP of an empty stack")
+            stack.pop()
+        elif name == "POP_MARK":
+            pop_to_mark()
+        elif name == "READONLY_BUFFER":
+            if not stack or stack[-1].key is None:
+                raise ValueError("canonical_values(): READONLY_BUFFER with no buffer")
+        else:
+            raise ValueError(f"canonical_values(): {name} is not written by protocol 4 or 5")
+    raise ValueError("canonical_values(): the pickle has no STOP")
+
+
+_FROZENSET_NAME = [("s", b"builtins"), ("s", b"frozenset")]
+_FROZENSET_TYPE = ("u", 0)  # builtins.frozenset, not memoized yet
+
+
+def _frozenset_called(args: Any, otherwise: Any) -> Any:
+    """What a call of builtins.frozenset on ``args`` makes: the frozenset (a value)
+    of the members of a tuple, as deterministic payloads write sorted frozensets
+    (``frozenset((a, b))``); ``otherwise`` for other arguments."""
+    if args[0] == "t" and len(args[1]) == 1:
+        members = args[1][0]
+        if members[0] == "t":
+            return ("z", members[1])
+        if members == ("a", b")"):  # EMPTY_TUPLE
+            return ("z", ())
+    return otherwise
+
+
+def _length_size(name: str) -> int:
+    return 1 if name.startswith("SHORT_") else 8 if name.endswith("8") else 4
+
+
+def _get(index: int) -> bytes:
+    if index < 256:
+        return b"h" + bytes((index,))
+    return b"j" + struct.pack("<I", index)
+
+
+def _framed(proto: bytes, chunks: list[bytes]) -> bytes:
+    """``proto`` then the opcodes in ``chunks``, framed as ``pickle.py`` frames."""
+    parts = [proto]
+    frame: list[bytes] = []
+    size = 0
+
+    def commit() -> None:
+        nonlocal size
+        if size >= _FRAME_SIZE_MIN:
+            parts.append(b"\x95" + struct.pack("<Q", size))
+        parts.extend(frame)
+        frame.clear()
+        size = 0
+
+    for chunk in chunks:
+        if len(chunk) >= FRAME_TARGET:
+            commit()
+            parts.append(chunk)
+            continue
+        frame.append(chunk)
+        size += len(chunk)
+        if size >= FRAME_TARGET:
+            commit()
+    commit()
+    return b"".join(parts)
