@@ -152,6 +152,59 @@ def test_different_code_gives_a_different_token():
     assert not graphpickle.dask_tokenize.installed()
 
 
+LINES = """\
+import json
+import graphpickle
+import graphpickle.dask_tokenize
+from dask.base import tokenize
+graphpickle.dask_tokenize.install()
+
+def inc(x):
+    return x + 1
+
+first = inc
+first_payload = graphpickle.dumps(inc, deterministic=True)
+
+def inc(x):
+    return x + 1
+
+print(json.dumps({
+    "same function": tokenize(first) == tokenize(first),
+    "redefined at another line": tokenize(inc) != tokenize(first),
+    "one payload": graphpickle.dumps(inc, deterministic=True) == first_payload,
+}))
+"""
+
+
+def test_a_function_defined_again_at_another_line_gets_a_new_token(tmp_path):
+    # dask's semantics (its test_tokenize_functions_main): cloudpickle writes the
+    # line, so stock tokens change with it. Deterministic payloads write line 1
+    # (moving a function leaves its payload alone); tokens add the lines.
+    out = json.loads(run_python(LINES, cwd=tmp_path).strip().splitlines()[-1])
+    assert out == {"same function": True, "redefined at another line": True, "one payload": True}
+
+
+def test_equal_local_classes_made_by_separate_calls_get_one_token():
+    # dask asserts this, and marks it xfail (cloudpickle#453: random class ids):
+    # with graphpickle it holds.
+    from dask.base import tokenize
+
+    import graphpickle.dask_tokenize
+
+    def make(instance):
+        class C:
+            pass
+
+        return C() if instance else C
+
+    graphpickle.dask_tokenize.install()
+    try:
+        assert tokenize(make(False)) == tokenize(make(False))
+        assert tokenize(make(True)) == tokenize(make(True))
+    finally:
+        graphpickle.dask_tokenize.uninstall()
+
+
 def test_changing_an_object_between_two_calls_changes_its_token():
     # The same objects, changed in place: nothing remembered from the first
     # call may stand for them in the second.

@@ -1,8 +1,10 @@
-"""Installs graphpickle's integration in the subprocesses of distributed's tests.
+"""Installs graphpickle's integration in the subprocesses of distributed's and
+dask's tests.
 
 scripts/peer-suites copies it to site/ next to the tests; with
-GP_PEER_SWAP=distributed the conftest puts that directory on PYTHONPATH, and
-Python imports sitecustomize at start-up (an exception here is printed, not raised).
+GP_PEER_SWAP=distributed (or dask) the conftest puts that directory on PYTHONPATH,
+and Python imports sitecustomize at start-up (an exception here is printed, not
+raised).
 """
 
 import os
@@ -11,3 +13,8 @@ if os.environ.get("GP_PEER_SWAP") == "distributed":
     import graphpickle.dask_distributed
 
     graphpickle.dask_distributed.install()
+
+if os.environ.get("GP_PEER_SWAP") == "dask":
+    import graphpickle.dask_tokenize
+
+    graphpickle.dask_tokenize.install()

@@ -38,10 +38,15 @@ def fingerprint(obj: Any) -> str:
     return digest.hexdigest()
 
 
-def content_dumps(obj: Any, buffer_callback: Callable[[PickleBuffer], Any]) -> bytes:
+def content_dumps(
+    obj: Any,
+    buffer_callback: Callable[[PickleBuffer], Any],
+    code_lines: dict[int, int] | None = None,
+) -> bytes:
     """What a content hash needs, in one pass per class fewer: the deterministic
     payload of ``obj`` (protocol 5, every buffer out of band) with each class id
-    written as ``None``.
+    written as ``None``. ``code_lines``, if given, receives the first line of
+    each code object the payload writes (as 1), by the code object's id.
 
     A class id is a hash of the class's payload, which the payload holds anyway,
     so leaving it out loses nothing a hash could tell apart, and saves the extra
@@ -61,7 +66,7 @@ def content_dumps(obj: Any, buffer_callback: Callable[[PickleBuffer], Any]) -> b
         pickler = _ContentPickler(dispatch, buffer_callback)
     if pickler.dispatch is not dispatch:
         pickler = _ContentPickler(dispatch, buffer_callback)
-    return pickler.dump(obj, buffer_callback)
+    return pickler.dump(obj, buffer_callback, code_lines)
 
 
 class _ContentPickler:
@@ -80,13 +85,21 @@ class _ContentPickler:
         self.passes = cast(Passes, self.pickler._passes)
         cast(DeterministicState, self.pickler._state.deterministic).leave_out_class_ids = True
 
-    def dump(self, obj: Any, buffer_callback: Callable[[PickleBuffer], Any]) -> bytes:
+    def dump(
+        self,
+        obj: Any,
+        buffer_callback: Callable[[PickleBuffer], Any],
+        code_lines: dict[int, int] | None,
+    ) -> bytes:
         passes, output = self.passes, self.output
+        state = cast(DeterministicState, self.pickler._state.deterministic)
         passes.buffer_callback = buffer_callback
+        state.code_lines = code_lines
         try:
             self.pickler.dump(obj)
         finally:
             passes.buffer_callback = None
+            state.code_lines = None
         data = output.getvalue()
         output.seek(0)
         output.truncate()

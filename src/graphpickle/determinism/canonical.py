@@ -64,6 +64,7 @@ class DeterministicState:
         "class_ids",
         "class_payload",
         "code_cache",
+        "code_lines",
         "leave_out_class_ids",
         "ordering",
         "orders",
@@ -82,6 +83,9 @@ class DeterministicState:
         self.leave_out_class_ids = leave_out_class_ids
         self.class_ids: dict[type, str] = {}
         self.code_cache = _code_cache  # see reduce_code
+        # Where the caller wants them: the first line of each code object written
+        # (deterministic payloads write 1), by id.
+        self.code_lines: dict[int, int] | None = None
         self.ordering: set[int] = set()
         self.orders: dict[tuple[int, frozenset[int] | None], tuple[Any, list[Any], Any]] = {}
         self.placeholders = 0  # sets written as placeholders so far
@@ -268,6 +272,8 @@ def reduce_code(state: Any, code: types.CodeType) -> tuple[Any, ...]:
     once per code object and process, except where a frozenset constant's order
     needs the pickler's hooks (see :func:`_ordered_by_value`)."""
     canonical: DeterministicState = state.deterministic
+    if canonical.code_lines is not None:
+        canonical.code_lines[id(code)] = code.co_firstlineno
     cache = canonical.code_cache
     cached = cache.get(id(code))
     if cached is not None:

@@ -17,7 +17,10 @@ own first step, without the ``loads`` and the repeats); anything else from one
 deterministic graphpickle payload and its out-of-band buffers: the payload of
 :func:`graphpickle.dumps` with ``deterministic=True``, with class ids left out
 (:func:`graphpickle.determinism.content_dumps`: an id hashes what the payload
-holds anyway, and computing it costs a pass over each class). An object whose
+holds anyway, and computing it costs a pass over each class), and the first
+lines of the code it writes. Deterministic payloads write line 1, so that moving
+a function leaves its payload alone; dask's tokens change when a function is
+defined again at another line, and so do these. An object whose
 deterministic payload cannot be made gets dask's own treatment, including its
 ``tokenize.ensure-deterministic`` error::
 
@@ -61,10 +64,16 @@ def _normalize_pickle(o: object) -> tuple[Any, ...]:
             data = None
     if data is None or b"__main__" in data or b"__mp_main__" in data:
         buffers.clear()
+        code_lines: dict[int, int] = {}
         try:
-            data = content_dumps(o, buffers.append)
+            data = content_dumps(o, buffers.append, code_lines)
         except Exception:
             return _original(o)  # type: ignore[no-any-return]
+        # dask's tokens change when a function is defined again at another line
+        # (cloudpickle writes the line): deterministic payloads write line 1, so
+        # the lines come beside them, in an order that depends on them only.
+        lines = sorted(code_lines.values())
+        return _hash_buffer_hex(data), [_hash_buffer_hex(buffer) for buffer in buffers], lines
     return _hash_buffer_hex(data), [_hash_buffer_hex(buffer) for buffer in buffers]
 
 
