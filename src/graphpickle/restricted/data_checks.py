@@ -49,14 +49,15 @@ def check_built(obj: Any, *, given_state: bool = False) -> str | None:
 
 def check_state(obj: Any, state: Any) -> str | None:
     """Before BUILD on ``obj``: is ``state`` one its ``__setstate__`` may be
-    trusted with? A pandas object's is checked as a call's arguments are; numpy
+    trusted with? Any object's is checked as its type's call arguments are; numpy
     reads a dtype's state by position, and a state of another shape (a field
     missing, a datetime dtype given another kind's state) crashes the process
     (found by the wire's fuzz test)."""
     kind = type(obj)
     module = getattr(kind, "__module__", "")
-    if module.startswith("pandas"):
-        return check_call(f"{module}.{kind.__qualname__}", (state,))
+    problem = check_call(f"{module}.{kind.__qualname__}", (state,))
+    if problem is not None or module.startswith("pandas"):
+        return problem
     if module.startswith("numpy"):
         import numpy as np
 

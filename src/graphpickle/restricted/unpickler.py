@@ -13,6 +13,13 @@ A pickle can call anything it can import. With ``loads(data, allowed=...)``:
   resolved to in this load. That closes the rest of the known escapes:
   ``Fraction.__len__ = int`` through slot state, a module's dict rewritten
   through BUILD, ``sys.path`` extended through APPENDS.
+- **What an opcode calls comes from the type.** BUILD calls the type's
+  ``__setstate__``, APPEND(S) and ADDITEMS its ``append``, ``extend`` or
+  ``add``, never what an instance's own dict holds (which an earlier BUILD
+  could have filled with another allowed callable, to call it with payload
+  data past the checks a call gets); a BUILD state never sets a dunder. Every
+  ``__setstate__`` state passes the checks its type's constructor arguments
+  would (``data_checks.check_state``).
 - **EXT opcodes are refused**: they name globals through the receiver's
   ``copyreg`` registry, and a cached entry would skip the allow-list.
 
@@ -296,33 +303,73 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self._after_call("OBJ")
 
     def load_build(self) -> None:
+        """BUILD as pickle does it, with what it calls looked up on the type: an
+        instance's own dict (which an earlier BUILD may have filled) never
+        supplies the ``__setstate__`` it calls, and a state never sets a dunder
+        (``__class__``, ``__setstate__``...) on an instance."""
         target, state = self._below(2), self._below(1)
         self._check_target(target, "BUILD")
         problem = check_state(target, state)
         if problem is not None:
             _refuse(f"BUILD on a {type(target).__qualname__}", problem, _describe(target))
-        super().load_build()
+        self.stack.pop()
+        setstate = _method_of_type(target, "__setstate__")
+        if setstate is not None:
+            setstate(state)
+        else:
+            slotstate = None
+            if isinstance(state, tuple) and len(state) == 2:
+                state, slotstate = state
+            if state:
+                _refuse_dunders(target, state, "its dict")
+                inst_dict = target.__dict__
+                for key, value in state.items():
+                    inst_dict[sys.intern(key) if type(key) is str else key] = value
+            if slotstate:
+                _refuse_dunders(target, slotstate, "its attributes")
+                for key, value in slotstate.items():
+                    setattr(target, key, value)
         self._check_built(target, "BUILD")
 
     def load_setitem(self) -> None:
         self._check_target(self._below(3), "SETITEM")
-        super().load_setitem()
+        super().load_setitem()  # (obj[key] = value: __setitem__ comes from the type)
 
     def load_setitems(self) -> None:
         self._check_target(self._top_before_mark(), "SETITEMS")
         super().load_setitems()
 
+    # pickle calls the ``append``, ``extend`` and ``add`` an object has, its own
+    # dict's included: here they come from its type.
+
     def load_append(self) -> None:
-        self._check_target(self._below(2), "APPEND")
-        super().load_append()
+        target = self._below(2)
+        self._check_target(target, "APPEND")
+        value = self.stack.pop()
+        _type_method(target, "append", "APPEND")(value)
 
     def load_appends(self) -> None:
-        self._check_target(self._top_before_mark(), "APPENDS")
-        super().load_appends()
+        target = self._top_before_mark()
+        self._check_target(target, "APPENDS")
+        items = self.pop_mark()
+        extend = _method_of_type(target, "extend")
+        if extend is not None:
+            extend(items)
+            return
+        append = _type_method(target, "append", "APPENDS")
+        for item in items:
+            append(item)
 
     def load_additems(self) -> None:
-        self._check_target(self._top_before_mark(), "ADDITEMS")
-        super().load_additems()
+        target = self._top_before_mark()
+        self._check_target(target, "ADDITEMS")
+        items = self.pop_mark()
+        if isinstance(target, set):
+            set.update(target, items)
+            return
+        add = _type_method(target, "add", "ADDITEMS")
+        for item in items:
+            add(item)
 
 
 # The base class's table maps opcodes to its own functions: point the checked
@@ -334,6 +381,39 @@ for _op in (
     _RestrictedUnpickler.dispatch[_opcode(_op)] = getattr(
         _RestrictedUnpickler, f"load_{_op.lower()}"
     )
+
+
+def _method_of_type(obj: Any, name: str) -> Any:
+    """``obj.name`` as a special method is looked up: on its type (through the
+    MRO), never in its own dict; bound to ``obj``. None if the type has none."""
+    for klass in type(obj).__mro__:
+        attribute = klass.__dict__.get(name)
+        if attribute is not None:
+            get = getattr(type(attribute), "__get__", None)
+            return attribute if get is None else get(attribute, obj, type(obj))
+    return None
+
+
+def _type_method(obj: Any, name: str, opcode: str) -> Any:
+    method = _method_of_type(obj, name)
+    if method is None:  # (pickle's AttributeError, with its words)
+        raise AttributeError(f"'{type(obj).__qualname__}' object has no attribute '{name}'")
+    return method
+
+
+def _refuse_dunders(target: Any, state: Any, where: str) -> None:
+    """A BUILD state may set plain attributes only: a dunder in an instance's
+    dict would stand for the type's (for anything that looks it up on the
+    instance), and one set as an attribute changes what the object is."""
+    if not isinstance(state, dict):
+        return  # pickle's own error follows
+    for key in state:
+        if type(key) is str and key.startswith("__") and key.endswith("__"):
+            _refuse(
+                f"BUILD on a {type(target).__qualname__}",
+                f"its state sets {key!r} in {where}; a state may set plain attributes only",
+                _describe(target),
+            )
 
 
 def _refuse(what: str, problem: str, name: str) -> NoReturn:

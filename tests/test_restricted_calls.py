@@ -1,0 +1,95 @@
+"""Every way a payload can make restricted loading call something, and what each gets.
+
+- a global: only what the allow-list names (test_restricted.py);
+- REDUCE, NEWOBJ, NEWOBJ_EX, OBJ, INST: the call's arguments pass ``check_call``
+  (test_restricted.py, test_data_only.py);
+- BUILD: the type's ``__setstate__``, never one an instance's dict holds, with a
+  state that passes the checks of the type's arguments; a state sets no dunder;
+- APPEND(S), ADDITEMS: the type's ``append``, ``extend``, ``add``, never the
+  instance's; SETITEM(S): ``obj[key] = value`` (the type's ``__setitem__``);
+- PERSID, BINPERSID: no ``persistent_load``, so an UnpicklingError;
+- EXT1, EXT2, EXT4: refused (the copyreg registry is no allow-list).
+"""
+
+from __future__ import annotations
+
+import collections
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from security_corpus import Build, Call, G, Raw, ops, program
+
+import graphpickle
+from graphpickle import DATA_ONLY, ForbiddenGlobalError
+
+USER_LIST = G("collections", "UserList")
+FRACTION = G("fractions", "Fraction")
+# An exponent past what check_call lets Fraction parse (sys.get_int_max_str_digits).
+HUGE = "1e5000"
+
+
+def restricted(data: bytes) -> object:
+    return graphpickle.loads(data, allowed=DATA_ONLY)
+
+
+def test_a_setstate_planted_in_an_instance_dict_is_never_called():
+    # A first BUILD puts __setstate__ into a UserList's dict; plain pickle's second
+    # BUILD calls it with the payload's state, past the checks a call gets.
+    planted = Build(Call(USER_LIST), {"__setstate__": FRACTION})
+    with pytest.raises(ForbiddenGlobalError, match="sets '__setstate__' in its dict"):
+        restricted(program(Build(planted, HUGE)))
+    with pytest.raises(ForbiddenGlobalError, match="exponent beyond"):
+        restricted(program(Call(FRACTION, HUGE)))  # the call it would have been
+    loaded = pickle.loads(program(Build(planted, HUGE)))  # plain pickle calls it
+    assert type(loaded) is collections.UserList
+
+
+@pytest.mark.parametrize("dunder", ["__class__", "__setstate__", "__reduce_ex__", "__dict__"])
+def test_a_state_never_sets_a_dunder(dunder):
+    for state in ({dunder: USER_LIST}, (None, {dunder: USER_LIST})):
+        with pytest.raises(ForbiddenGlobalError, match=f"sets '{dunder}'"):
+            restricted(program(Build(Call(USER_LIST), state)))
+
+
+def test_plain_attributes_are_still_set_from_state():
+    loaded = restricted(program(Build(Call(USER_LIST), {"data": [1, 2], "_private__x": 3})))
+    assert isinstance(loaded, collections.UserList) and loaded.data == [1, 2]
+    assert loaded.__dict__["_private__x"] == 3
+
+
+def test_appends_calls_the_types_extend_not_one_the_instance_holds():
+    # plain pickle would call the planted Counter with the items, and the list
+    # would stay empty
+    target = Build(Call(USER_LIST), {"data": [], "extend": G("collections", "Counter")})
+    data = program(Raw(ops(target) + pickle.MARK + ops(1) + ops(2) + pickle.APPENDS))
+    assert pickle.loads(data).data == []
+    loaded = restricted(data)
+    assert loaded.data == [1, 2]
+
+
+def test_append_calls_the_types_append():
+    target = Build(Call(USER_LIST), {"data": [], "append": FRACTION})
+    data = program(Raw(ops(target) + ops(HUGE) + pickle.APPEND))
+    assert restricted(data).data == [HUGE]
+
+
+def test_an_object_with_no_append_fails_as_pickle_fails():
+    data = program(Raw(ops(Call(G("collections", "OrderedDict"))) + ops(1) + pickle.APPEND))
+    with pytest.raises(AttributeError, match="append"):
+        restricted(data)
+
+
+def test_persistent_ids_have_no_loader():
+    for opcode in (pickle.PERSID + b"x\n", ops("x") + pickle.BINPERSID):
+        with pytest.raises(pickle.UnpicklingError, match="persistent"):
+            restricted(program(Raw(opcode)))
+
+
+def test_extension_codes_are_refused():
+    with pytest.raises(ForbiddenGlobalError, match="extension code"):
+        restricted(program(Raw(pickle.EXT1 + b"\x01")))
