@@ -254,7 +254,7 @@ for name, data in cases.items():
     try:
         graphpickle.loads(data, allowed=graphpickle.DATA_ONLY)
         print(name, "LOADED")
-    except graphpickle.ForbiddenGlobalError:
+    except (graphpickle.ForbiddenGlobalError, graphpickle.BudgetExceededError):
         print(name, "refused")
 print("opened", opened)
 """

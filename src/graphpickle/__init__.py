@@ -21,6 +21,7 @@ from .core.reducers import Reducer, register_reducer, unregister_reducer
 from .diagnostics import ExplainReport, explain
 from .diagnostics.scan import InspectReport, inspect
 from .errors import (
+    BudgetExceededError,
     ForbiddenGlobalError,
     LargeCaptureWarning,
     PicklingError,
@@ -33,6 +34,7 @@ from .restricted.unpickler import DATA_ONLY
 __all__ = [
     "DATA_ONLY",
     "DEFAULT_PROTOCOL",
+    "BudgetExceededError",
     "ByValueReason",
     "CloudPickler",
     "ExplainReport",

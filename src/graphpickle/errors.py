@@ -9,6 +9,7 @@ from __future__ import annotations
 import pickle
 
 __all__ = [
+    "BudgetExceededError",
     "ForbiddenGlobalError",
     "LargeCaptureWarning",
     "PicklingError",
@@ -64,6 +65,22 @@ class ForbiddenGlobalError(UnpicklingError):
     def __init__(self, message: str, *, name: str) -> None:
         super().__init__(message)
         self.name = name
+
+
+class BudgetExceededError(UnpicklingError):
+    """Untrusted input asked for more work or memory than a budget allows (a
+    tuple whose hash would take exponential time, a length the data does not
+    hold, a memo index no pickler writes, a message that decompresses past its
+    cap). ``budget`` names the budget, ``opcode`` and ``offset`` say where
+    (``None`` where no opcode is involved, as in a wire message's frames)."""
+
+    def __init__(
+        self, message: str, *, budget: str, opcode: str | None = None, offset: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.budget = budget
+        self.opcode = opcode
+        self.offset = offset
 
 
 class WireFormatError(UnpicklingError):

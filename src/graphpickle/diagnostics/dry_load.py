@@ -21,9 +21,10 @@ import _pickle
 import copyreg
 import io
 import itertools
+import pickletools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..core.overrun import refuse_overrun
 
@@ -135,6 +136,83 @@ class _DryUnpickler(_pickle.Unpickler):
         return _stand_in(self._run, "<persistent id>", "call", "<persistent id>")
 
 
+_PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"})
+_GETS = frozenset({"GET", "BINGET", "LONG_BINGET"})
+_TUPLES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+
+
+def _over_budget(data: bytes) -> str | None:
+    """Why the C unpickler must not read ``data`` for a dry run, or None.
+
+    - A PUT at a memo index no pickler writes (past the number of bytes, each
+      entry taking at least one): the C unpickler grows its memo to the index
+      first, and a 12-byte pickle at index 2**27 allocates 1 GiB.
+    - A tuple whose hash would visit more items than restricted loading's
+      ``tuple_work`` budget (shared tuples counted each time they are reached):
+      the dry run builds real dicts and sets, which would hash it for hours.
+
+    A walk of the opcodes with the stack they build, each item as the count
+    of what its hash visits; it stops where the walk cannot read on (where the
+    C unpickler stops too)."""
+    from ..restricted import budgets
+
+    mark = object()
+    stack: list[Any] = []
+    memo: dict[int, Any] = {}
+    position = 0
+    try:
+        while position < len(data):
+            for opcode, argument, at in pickletools.genops(data[position:]):
+                name = opcode.name
+                where = position + (at or 0)
+                if name in _PUTS:
+                    index = len(memo) if name == "MEMOIZE" else int(cast(int, argument))
+                    if index > len(data):
+                        return (
+                            f"BudgetExceededError: {name} at byte {where} stores memo entry "
+                            f"{index:,} in a pickle of {len(data):,} bytes (budget 'memo')"
+                        )
+                    memo[index] = stack[-1]
+                    continue
+                if name in _GETS:
+                    stack.append(memo.get(int(cast(int, argument)), 1))
+                    continue
+                before, after = opcode.stack_before, opcode.stack_after
+                items: list[Any] = []
+                if pickletools.markobject in before:
+                    while stack and stack[-1] is not mark:
+                        items.append(stack.pop())
+                    if stack:
+                        stack.pop()
+                    below = before.index(pickletools.markobject)
+                else:
+                    below = len(before)
+                for _ in range(below):
+                    items.append(stack.pop())
+                if name == "TUPLE" or name in _TUPLES:
+                    work = 1 + sum(items)
+                    if work > budgets.TUPLE_WORK:
+                        return (
+                            f"BudgetExceededError: {name} at byte {where} builds a tuple whose "
+                            f"hash would visit more than {budgets.TUPLE_WORK:,} items "
+                            "(budget 'tuple_work')"
+                        )
+                    stack.append(work)
+                    continue
+                for value in after:
+                    stack.append(mark if value is pickletools.markobject else 1)
+                if name == "STOP":
+                    position = where + 1
+                    stack.clear()
+                    memo.clear()
+                    break
+            else:
+                break
+    except (ValueError, TypeError, IndexError):
+        pass  # bad data: the dry run says how the C unpickler fails on it
+    return None
+
+
 def _endless_buffers() -> Iterator[bytearray]:
     # The loader would take buffers from the caller; any will do to read on.
     return (bytearray() for _ in itertools.count())
@@ -147,6 +225,10 @@ def dry_load(data: bytes) -> DryRun:
     # find_class: a real object from there would be really called.
     if copyreg._extension_cache:  # type: ignore[attr-defined]
         run.skipped = "this process has cached copyreg extensions, which the C unpickler would use"
+        return run
+    over = _over_budget(data)
+    if over is not None:
+        run.error = over
         return run
     stream = io.BytesIO(data)
     while stream.tell() < len(data):

@@ -14,7 +14,8 @@ found by review and reproduced; docs/security.md lists them):
   read);
 - pandas turns a time-zone string into a zone, and ``"dateutil/<path>"`` makes
   dateutil open that path, also inside a dtype string;
-- ``Fraction("1e30000000")`` computes ``10**30000000``.
+- ``Fraction("1e30000000")`` computes ``10**30000000``, and so does
+  ``Fraction(Decimal("1e30000000"))``.
 
 Each check returns what is wrong in words, or None. numpy and pandas are
 imported only when an object of theirs is being checked.
@@ -23,6 +24,7 @@ imported only when an object of theirs is being checked.
 from __future__ import annotations
 
 import copyreg
+import decimal
 import re
 import sys
 from typing import Any
@@ -132,6 +134,13 @@ def check_call(name: str, args: Any, kwargs: Any = None) -> str | None:
             for exponent in _EXPONENT.findall(text):
                 if abs(int(exponent)) > limit:
                     return f"a Fraction with an exponent beyond {limit} digits"
+        # A Decimal's exponent is computed as a power of ten as well (minutes
+        # for Fraction(Decimal("1e999999999"))).
+        for value in (*(args if isinstance(args, tuple) else ()), *(kwargs or {}).values()):
+            if isinstance(value, decimal.Decimal):
+                exponent = value.as_tuple().exponent
+                if isinstance(exponent, int) and abs(exponent) > limit:
+                    return f"a Fraction of a Decimal with an exponent beyond {limit} digits"
     return None
 
 

@@ -22,6 +22,10 @@ A pickle can call anything it can import. With ``loads(data, allowed=...)``:
   would (``data_checks.check_state``).
 - **EXT opcodes are refused**: they name globals through the receiver's
   ``copyreg`` registry, and a cached entry would skip the allow-list.
+- **Work and memory are budgeted** (``budgets.py``): a tuple whose hash would
+  visit more than a million items, a length the data does not hold, and a memo
+  index past the data's length raise :class:`BudgetExceededError` before the
+  work or the allocation.
 
 An allow-list is a collection of strings:
 
@@ -58,6 +62,7 @@ from collections.abc import Iterable
 from typing import IO, Any, ClassVar, NoReturn
 
 from ..errors import ForbiddenGlobalError
+from .budgets import TupleWork, exceeded
 from .data_checks import check_built, check_call, check_state, reconstructor
 from .data_only import DATA_ONLY
 
@@ -160,6 +165,8 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self._globals: dict[int, str] = {}
         self._names: dict[int, tuple[str, str]] = {}  # the globals find_class resolved
         self._keep: list[Any] = []
+        self._stream = file
+        self._tuple_work = TupleWork()
 
     # -- globals ---------------------------------------------------------------
 
@@ -281,6 +288,94 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
     def _after_call(self, opcode: str) -> None:
         self._note_if_shared()
         self._check_built(self.stack[-1], opcode)
+        self._count_if_tuple(opcode)
+
+    # -- budgets (budgets.py) ---------------------------------------------------
+
+    def _offset(self) -> int | None:
+        """Where the opcode being run starts in the data (for messages)."""
+        try:
+            position: int = self._stream.tell()
+            frame = self._unframer.current_frame
+            if frame is not None:
+                position += frame.tell() - len(frame.getbuffer())
+        except (AttributeError, OSError, ValueError):
+            return None
+        return max(position - 1, 0)
+
+    def _count_if_tuple(self, opcode: str) -> None:
+        top = self.stack[-1]
+        if isinstance(top, tuple):
+            self._tuple_work.count(top, opcode, self._offset())
+
+    def load_tuple(self) -> None:
+        super().load_tuple()
+        self._count_if_tuple("TUPLE")
+
+    def load_tuple1(self) -> None:
+        super().load_tuple1()
+        self._count_if_tuple("TUPLE1")
+
+    def load_tuple2(self) -> None:
+        super().load_tuple2()
+        self._count_if_tuple("TUPLE2")
+
+    def load_tuple3(self) -> None:
+        super().load_tuple3()
+        self._count_if_tuple("TUPLE3")
+
+    def load_long_binput(self) -> None:
+        offset = self._offset()
+        (index,) = struct.unpack("<I", self.read(4))
+        self._memo_budget(index, "LONG_BINPUT", offset)
+        self.memo[index] = self.stack[-1]
+
+    def load_put(self) -> None:
+        offset = self._offset()
+        index = int(self.readline()[:-1])
+        if index < 0:
+            raise ValueError("negative PUT argument")
+        self._memo_budget(index, "PUT", offset)
+        self.memo[index] = self.stack[-1]
+
+    def _memo_budget(self, index: int, opcode: str, offset: int | None) -> None:
+        """A memo index past the input's length is one no pickler writes (each
+        entry takes a byte at least): the C unpickler would allocate up to it."""
+        size = len(self._stream.getbuffer()) if hasattr(self._stream, "getbuffer") else None
+        if size is not None and index > size:
+            raise exceeded(
+                "memo",
+                opcode,
+                offset,
+                f"it stores memo entry {index:,} in a pickle of {size:,} bytes",
+            )
+
+    def load_bytearray8(self) -> None:
+        """pickle allocates the declared length first: here it must be in the data."""
+        offset = self._offset()
+        (length,) = struct.unpack("<Q", self.read(8))
+        frame = self._unframer.current_frame
+        source = frame if frame is not None else self._stream
+        if not hasattr(source, "getbuffer"):  # a stream: memory grows as the bytes come
+            data = bytearray()
+            while len(data) < length:
+                chunk = self.read(min(length - len(data), 1 << 24))
+                if not chunk:
+                    raise pickle.UnpicklingError("pickle data was truncated")
+                data += chunk
+            self.append(data)
+            return
+        left = len(source.getbuffer()) - source.tell()
+        if length > left:
+            raise exceeded(
+                "input",
+                "BYTEARRAY8",
+                offset,
+                f"it declares {length:,} bytes and {left:,} follow",
+            )
+        data = bytearray(length)
+        self.readinto(data)
+        self.append(data)
 
     def load_reduce(self) -> None:
         self._check_call(self._below(2), self._below(1))
@@ -291,11 +386,13 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self._check_call(self._below(2), self._below(1))
         super().load_newobj()
         self._note_if_shared()
+        self._count_if_tuple("NEWOBJ")
 
     def load_newobj_ex(self) -> None:
         self._check_call(self._below(3), self._below(2), self._below(1))
         super().load_newobj_ex()
         self._note_if_shared()
+        self._count_if_tuple("NEWOBJ_EX")
 
     def _instantiate(self, klass: Any, args: list[Any]) -> None:  # OBJ and INST
         self._check_call(klass, tuple(args))
@@ -376,7 +473,8 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
 # ones at the methods above.
 for _op in (
     "BUILD", "SETITEM", "SETITEMS", "APPEND", "APPENDS", "ADDITEMS",
-    "REDUCE", "NEWOBJ", "NEWOBJ_EX",
+    "REDUCE", "NEWOBJ", "NEWOBJ_EX", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "BYTEARRAY8",
+    "LONG_BINPUT", "PUT",
 ):  # fmt: skip
     _RestrictedUnpickler.dispatch[_opcode(_op)] = getattr(
         _RestrictedUnpickler, f"load_{_op.lower()}"

@@ -54,7 +54,13 @@ from typing import IO, Any
 
 from .._version import __version__
 from ..core.pickler import DEFAULT_PROTOCOL, Pickler, load_bytes, load_failure
-from ..errors import PicklingError, SignatureError, UnpicklingError, WireFormatError
+from ..errors import (
+    BudgetExceededError,
+    PicklingError,
+    SignatureError,
+    UnpicklingError,
+    WireFormatError,
+)
 from ..restricted.unpickler import compile_allowed
 from .frames import buffer_nbytes as _buffer_nbytes
 from .frames import frame_table as _frame_table
@@ -65,6 +71,7 @@ from .frames import little_endian
 __all__ = [
     "COMPRESS_MAX_RATIO",
     "COMPRESS_MIN_BYTES",
+    "MAX_DECOMPRESSED",
     "MAX_FRAME",
     "pack",
     "pack_bytes",
@@ -92,6 +99,10 @@ _MIN_SIGNED = _PREFIX.size + SIGNATURE_BYTES
 
 #: The largest frame; larger buffers are split into several frames.
 MAX_FRAME = 2**31 - 1
+#: What one message's compressed frames may decompress to, in all, unless
+#: ``read(max_bytes=...)`` says otherwise: a header that declares more is refused
+#: before anything is decompressed (:class:`BudgetExceededError`).
+MAX_DECOMPRESSED = 2**32
 #: Frames smaller than this are never compressed.
 COMPRESS_MIN_BYTES = 4096
 #: A frame is kept compressed only if it shrinks below this fraction of its size.
@@ -507,7 +518,9 @@ def read(
 
     Each frame is read into memory allocated as its bytes arrive (never sized
     from the header alone), so a lying header cannot make the reader allocate
-    more than it receives. ``max_bytes`` caps the declared size of the message.
+    more than it receives. ``max_bytes`` caps the declared size of the message,
+    and what its compressed frames decompress to (without it, that is capped by
+    :data:`MAX_DECOMPRESSED`).
     Buffers are read into writable memory, so they keep the sender's writability.
 
     ``key``: as for :func:`unpack`. To find the signature in the stream, ``read``
@@ -539,12 +552,22 @@ def read(
     if keys is not None:
         _verify(header.flags, [head, *frames[:-1]], frames[-1], keys)
         header.parse(head)
-    return _load(header, frames, 0, allowed)  # frames were read to the declared sizes
+    return _load(header, frames, 0, allowed, max_bytes)  # frames were read to the declared sizes
 
 
-def _load(header: _Header, frames: list[Frame], start: int, allowed: Iterable[str] | None) -> Any:
+def _load(
+    header: _Header,
+    frames: list[Frame],
+    start: int,
+    allowed: Iterable[str] | None,
+    max_bytes: int | None = None,
+) -> Any:
     """Decompress and unpickle ``frames[start:]`` (the pickle frame first; lengths
-    already checked). The buffers are handed over without copying the list."""
+    already checked). The buffers are handed over without copying the list.
+
+    What the frames decompress to is capped, in all (``max_bytes``, or
+    :data:`MAX_DECOMPRESSED`), before anything is decompressed; each frame is
+    then held to its declared size while it decompresses (``_decompress``)."""
     if header.by_value and header.python != _PYTHON:
         raise WireFormatError(
             f"the message holds objects pickled by value under Python {header.python}; "
@@ -552,6 +575,14 @@ def _load(header: _Header, frames: list[Frame], start: int, allowed: Iterable[st
         )
     end = start + header.n_frames  # a signature, if any, follows: it is not data
     if header.compressed:
+        cap = MAX_DECOMPRESSED if max_bytes is None else max_bytes
+        total = sum(header.raw_lengths)
+        if total > cap:
+            raise BudgetExceededError(
+                f"wire message decompresses to {total:,} bytes, over the cap of {cap:,} "
+                "(max_bytes, or graphpickle.wire.MAX_DECOMPRESSED) (budget 'decompressed')",
+                budget="decompressed",
+            )
         frames = [
             _decompress(frame, raw, codec)
             for frame, raw, codec in zip(

@@ -1,0 +1,86 @@
+"""What restricted loading lets untrusted bytes cost, beyond their own size.
+
+Each budget bounds one resource that a payload controls and plain pickle
+spends without limit; exceeding it raises :class:`BudgetExceededError`, which
+names the budget, the opcode and its byte offset:
+
+- ``tuple_work``: the items that hashing or comparing one tuple visits,
+  counting a shared item each time it is reached. A few hundred bytes of tuples
+  that share their items make a dict key or set member whose hash takes
+  2**depth steps (tuples do not cache their hash); the count is made when a
+  tuple is built, from its items' counts, so it costs one lookup per item.
+- ``input``: a length the payload declares must be behind it in the data
+  before anything is allocated for it (BYTEARRAY8 allocates first, in pickle).
+- ``memo``: a memo index past the data's length is one no pickler writes (each
+  entry takes a byte at least); the C unpickler allocates its memo up to the
+  index (``inspect``'s dry run refuses it too, in ``dry_load``).
+
+The limits are module constants; ``TUPLE_WORK`` can be lowered or raised for a
+process by assigning it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import BudgetExceededError
+
+#: Items one tuple's hash or comparison may visit (shared items counted each time).
+TUPLE_WORK = 1_000_000
+
+__all__ = ["TUPLE_WORK", "TupleWork", "exceeded"]
+
+
+def exceeded(budget: str, opcode: str, offset: int | None, why: str) -> BudgetExceededError:
+    where = "" if offset is None else f" at byte {offset}"
+    return BudgetExceededError(
+        f"restricted loading refused {opcode}{where}: {why} (budget {budget!r})",
+        budget=budget,
+        opcode=opcode,
+        offset=offset,
+    )
+
+
+class TupleWork:
+    """The ``tuple_work`` count of the tuples one load builds, by id (the tuples
+    are kept alive with their counts, so an id stays theirs)."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts: dict[int, tuple[int, Any]] = {}
+
+    def count(self, value: tuple[Any, ...], opcode: str, offset: int | None) -> None:
+        """Count ``value``, a tuple just built; raise if it is over the budget."""
+        total = 1 + len(value)
+        counts = self.counts
+        limit = TUPLE_WORK
+        for item in value:
+            if isinstance(item, tuple):
+                known = counts.get(id(item))
+                total += (self._count_unknown(item, limit) if known is None else known[0]) - 1
+                if total > limit:
+                    raise exceeded(
+                        "tuple_work",
+                        opcode,
+                        offset,
+                        f"hashing or comparing this tuple would visit more than {limit:,} "
+                        "items (its items share tuples that share tuples)",
+                    )
+        counts[id(value)] = (total, value)
+
+    def _count_unknown(self, value: tuple[Any, ...], limit: int) -> int:
+        """The count of a tuple this load did not build (what a call returned),
+        through its tuples, stopping past ``limit``."""
+        total = 0
+        pending = [value]
+        while pending and total <= limit:
+            current = pending.pop()
+            known = self.counts.get(id(current))
+            if known is not None:
+                total += known[0]
+                continue
+            total += 1 + len(current)
+            pending.extend(item for item in current if isinstance(item, tuple))
+            total -= sum(1 for item in current if isinstance(item, tuple))
+        return total
