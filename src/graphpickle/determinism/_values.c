@@ -16,6 +16,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 #include "../_extension.h"
 #include "../_opcodes.h"
 
@@ -93,6 +96,70 @@ typedef struct {
     uint64_t frozenset_type; /* builtins.frozenset once memoized */
 } Walk;
 
+
+/* Memory of 2 MiB or more comes from mmap, on pages of 2 MiB where the system
+ * offers them (Linux's transparent huge pages, asked for by madvise): the table
+ * of values is probed at random, and a probe then misses the TLB far less
+ * often; the other arrays fault in 512 times fewer pages. Zeroed when new. */
+#define HUGE_PAGE ((size_t)2 << 20)
+#if defined(__linux__) && defined(MADV_HUGEPAGE) && defined(MREMAP_MAYMOVE)
+#define HUGE_PAGES 1
+#else
+#define HUGE_PAGES 0
+#endif
+
+/* `old` (of `old_size` bytes, from this function, or NULL) resized to `size`
+ * bytes; NULL on failure, with `old` left as it was. */
+static void *
+resize(void *old, size_t old_size, size_t size)
+{
+#if HUGE_PAGES
+    if (size >= HUGE_PAGE) {
+        void *p;
+        if (old != NULL && old_size >= HUGE_PAGE) {
+            p = mremap(old, old_size, size, MREMAP_MAYMOVE);
+        }
+        else {
+            p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p != MAP_FAILED && old != NULL) {
+                memcpy(p, old, old_size);
+                PyMem_Free(old);
+            }
+        }
+        if (p == MAP_FAILED) {
+            return NULL;
+        }
+        madvise(p, size, MADV_HUGEPAGE);
+        return p;
+    }
+#endif
+    (void)old_size;
+    return PyMem_Realloc(old, size);
+}
+
+static void
+release(void *p, size_t size)
+{
+#if HUGE_PAGES
+    if (p != NULL && size >= HUGE_PAGE) {
+        munmap(p, size);
+        return;
+    }
+#endif
+    (void)size;
+    PyMem_Free(p);
+}
+
+static Slot *
+new_slots(size_t count)
+{
+    Slot *slots = resize(NULL, 0, count * sizeof(Slot));
+    if (slots != NULL && count * sizeof(Slot) < HUGE_PAGE) {
+        memset(slots, 0, count * sizeof(Slot)); /* (mmap's pages are zeroed) */
+    }
+    return slots;
+}
+
 static int
 grow(void **array, Py_ssize_t *capacity, Py_ssize_t needed, size_t item)
 {
@@ -107,7 +174,7 @@ grow(void **array, Py_ssize_t *capacity, Py_ssize_t needed, size_t item)
         }
         capacity2 *= 2;
     }
-    void *grown = PyMem_Realloc(*array, (size_t)capacity2 * item);
+    void *grown = resize(*array, (size_t)*capacity * item, (size_t)capacity2 * item);
     if (grown == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -269,7 +336,7 @@ static int
 grow_slots(Walk *w)
 {
     Py_ssize_t mask = w->slot_mask * 2 + 1;
-    Slot *slots = PyMem_Calloc((size_t)mask + 1, sizeof(Slot));
+    Slot *slots = new_slots((size_t)mask + 1);
     if (slots == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -283,7 +350,7 @@ grow_slots(Walk *w)
             slots[s] = w->slots[i];
         }
     }
-    PyMem_Free(w->slots);
+    release(w->slots, ((size_t)w->slot_mask + 1) * sizeof(Slot));
     w->slots = slots;
     w->slot_mask = mask;
     return 0;
@@ -671,7 +738,7 @@ canonical_values(PyObject *module, PyObject *data)
     const unsigned char *p = view.buf, *end = p + view.len;
     PyObject *result = NULL;
     Walk w = {.data = p, .end = end, .slot_mask = 255, .frozenset_type = FROZENSET_TYPE};
-    w.slots = PyMem_Calloc(256, sizeof(Slot));
+    w.slots = new_slots(256);
     if (w.slots == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -711,13 +778,13 @@ canonical_values(PyObject *module, PyObject *data)
         frame(&w, bytes + 2);
     }
 done:
-    PyMem_Free(w.out.bytes);
-    PyMem_Free(w.arena.bytes);
-    PyMem_Free(w.stack);
-    PyMem_Free(w.segments);
-    PyMem_Free(w.old_memo);
-    PyMem_Free(w.values);
-    PyMem_Free(w.slots);
+    release(w.out.bytes, (size_t)w.out.capacity);
+    release(w.arena.bytes, (size_t)w.arena.capacity);
+    release(w.stack, (size_t)w.stack_capacity * sizeof(Entry));
+    release(w.segments, (size_t)w.segment_capacity * sizeof(Segment));
+    release(w.old_memo, (size_t)w.old_capacity * sizeof(uint64_t));
+    release(w.values, (size_t)w.value_capacity * sizeof(Value));
+    release(w.slots, ((size_t)w.slot_mask + 1) * sizeof(Slot));
     PyBuffer_Release(&view);
     return result;
 }
