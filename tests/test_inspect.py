@@ -183,10 +183,10 @@ def test_cli_inspect_file_and_stdin(tmp_path):
     path = tmp_path / "graph.pkl"
     path.write_bytes(data)
     text = _cli("inspect", str(path))
-    assert text.returncode == 0, text.stderr
+    assert text.returncode == 1, text.stderr  # by-value code: fails the gate, listed
     assert b"pickled by value: 3" in text.stdout
     as_json = _cli("inspect", "-", "--json", stdin=data)
-    assert as_json.returncode == 0
+    assert as_json.returncode == 1
     report = json.loads(as_json.stdout)
     assert report["protocol"] == 5 and len(report["by_value"]) == 3
 
@@ -205,7 +205,7 @@ def test_cli_inspect_bad_input_is_one_line_and_nonzero(tmp_path):
 def test_cli_exit_status_is_the_gate(tmp_path):
     cases = {
         "data.pkl": (pickle.dumps({"a": [1, 2.5]}), 0, 0),
-        "imports.pkl": (pickle.dumps(Plain()), 0, 1),
+        "untrusted.pkl": (pickle.dumps(Plain()), 1, 1),  # fails closed
         "code.pkl": (pickle.dumps(RunsCommand()), 1, 1),
         "malformed.pkl": (b"\x80\x05N", 3, 3),
     }
@@ -214,6 +214,14 @@ def test_cli_exit_status_is_the_gate(tmp_path):
         path.write_bytes(data)
         assert _cli("inspect", str(path)).returncode == default, name
         assert _cli("inspect", str(path), "--fail-on", "imports").returncode == strict, name
+    # Trusting the module widens the gate (to imports), for that module only; a
+    # known gadget stays code whatever is trusted.
+    trusted = tmp_path / "untrusted.pkl"
+    module = Plain.__module__
+    assert _cli("inspect", str(trusted), "--trust", f"numpy,{module}").returncode == 0
+    assert _cli("inspect", str(trusted), "--trust", module, "--fail-on", "imports").returncode == 1
+    assert _cli("inspect", str(trusted), "--trust", "numpy").returncode == 1
+    assert _cli("inspect", str(tmp_path / "code.pkl"), "--trust", "os,posix").returncode == 1
     text = _cli("inspect", str(tmp_path / "code.pkl")).stdout
     assert text.startswith(b"verdict: code") and b"runs a shell command" in text
 
@@ -261,16 +269,28 @@ def _code_findings(report):
 
 def test_verdict_levels():
     assert graphpickle.inspect(pickle.dumps({"a": (1, 2.5, "x")})).verdict == "data"
-    imports = graphpickle.inspect(pickle.dumps(Plain()))
+    # Outside the allow-list and not trusted: counted as able to run code.
+    untrusted = graphpickle.inspect(pickle.dumps(Plain()))
+    assert untrusted.verdict == "code"
+    assert "Plain: outside the data-only list and not known to be harmless" in _code_findings(
+        untrusted
+    )
+    imports = graphpickle.inspect(pickle.dumps(Plain()), trust=[Plain.__module__])
     assert imports.verdict == "imports"
-    assert [f.what for f in imports.findings] == [f"{__name__}.Plain: outside the data-only list"]
+    assert [f.what for f in imports.findings] == [
+        f"{Plain.__module__}.Plain: outside the data-only list, trusted"
+    ]
+    harmless = graphpickle.inspect(pickle.dumps(len))
+    assert harmless.verdict == "imports", harmless.findings
+    with pytest.raises(TypeError, match="collection of names"):
+        graphpickle.inspect(pickle.dumps(Plain()), trust="numpy")
     code = graphpickle.inspect(SHELL)
     assert code.verdict == "code" and "os.system: runs a shell command" in _code_findings(code)
 
 
 def test_by_value_code_is_code_that_runs_if_called_or_on_load():
-    built = graphpickle.inspect(graphpickle.dumps(lambda: 1))
-    assert built.verdict == "imports"
+    built = graphpickle.inspect(graphpickle.dumps(lambda: 1), trust=["cloudpickle"])
+    assert built.verdict == "code"  # code, even from a trusted scheduler: listed
     assert any("runs if the loaded objects are called" in f.what for f in built.findings)
 
     class CallsOnLoad:

@@ -96,6 +96,15 @@ def _main(argv: list[str] | None) -> int:
         help="the verdict that fails: 'code' (can run code on load, the default) or "
         "'imports' (anything outside the data-only list)",
     )
+    inspect.add_argument(
+        "--trust",
+        action="append",
+        default=[],
+        metavar="NAMES",
+        help="comma-separated modules, packages or objects whose globals count as imports, "
+        "not as code (e.g. --trust numpy,dask); any other global outside the data-only "
+        "list counts as able to run code",
+    )
     bench = commands.add_parser(
         "bench", help="benchmark graphpickle against pickle, cloudpickle and distributed"
     )
@@ -105,7 +114,8 @@ def _main(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "inspect":
-        return _inspect(args.file, as_json=args.json, fail_on=args.fail_on)
+        trust = [name for names in args.trust for name in names.split(",") if name.strip()]
+        return _inspect(args.file, as_json=args.json, fail_on=args.fail_on, trust=trust)
     if args.command == "demo" and (
         args.tasks < 1 or args.workers < 1 or args.repeat < 1 or args.graph_tasks < 0
     ):
@@ -226,14 +236,14 @@ def _discard_output(stdout: TextIO) -> None:
 EXIT_PASSES, EXIT_FAILS, EXIT_UNREADABLE, EXIT_MALFORMED = 0, 1, 2, 3
 
 
-def _inspect(path: str, *, as_json: bool, fail_on: str) -> int:
+def _inspect(path: str, *, as_json: bool, fail_on: str, trust: list[str]) -> int:
     import json
 
     from ..diagnostics.scan import inspect
     from ..errors import UnpicklingError
 
     try:
-        report = inspect(sys.stdin.buffer.read() if path == "-" else path)
+        report = inspect(sys.stdin.buffer.read() if path == "-" else path, trust=trust)
     except (OSError, UnpicklingError) as exc:
         print(f"graphpickle inspect: {path}: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE

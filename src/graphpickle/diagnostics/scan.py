@@ -19,12 +19,12 @@ Every pickle in the bytes is read (a file may hold several, and ``pickle.load``
 in a loop reads them all). A malformed payload is reported up to the point
 where the loader would stop, with what it would have done before.
 
-The verdict has three levels: ``"data"`` (restricted loading with
-:data:`graphpickle.DATA_ONLY` accepts it), ``"imports"`` (it imports globals
-outside that list, none known to be dangerous; code pickled by value runs only
-if called), ``"code"`` (it can run code or change the interpreter on load: a
-known-dangerous global (``gadgets.py``), a name computed at load time, a
-change of a global's state, by-value code called on load, an EXT opcode, or
+The verdict has three levels, and fails closed: ``"data"`` (restricted loading
+with :data:`graphpickle.DATA_ONLY` accepts it), ``"imports"`` (it imports
+globals outside that list, each one trusted by the operator, ``trust=``, or a
+harmless builtin), ``"code"`` (anything not proven harmless: any other global,
+known to be dangerous (``gadgets.py`` says why) or not, code pickled by value, a
+name computed at load time, a change of a global's state, an EXT opcode, or
 parsers that disagree).
 """
 
@@ -150,7 +150,7 @@ class InspectReport:
 
 _VERDICT_WORDS = {
     DATA: "plain data: restricted loading with DATA_ONLY accepts it",
-    IMPORTS: "imports globals outside the data-only list",
+    IMPORTS: "imports globals outside the data-only list, each one trusted or harmless",
     CODE: "can run code or change the interpreter on load",
 }
 
@@ -227,13 +227,17 @@ def inspect(
     data: bytes | bytearray | memoryview | str | os.PathLike[str],
     *,
     buffers: Iterable[Any] | None = None,
+    trust: Iterable[str] = (),
 ) -> InspectReport:
     """Report what loading the pickle ``data`` would import, build and do,
     without loading it, with a verdict: ``"data"``, ``"imports"`` or ``"code"``.
     ``data`` is the pickle's bytes (any bytes-like object), or the path of a
     file that holds it (``str`` or ``os.PathLike``: the file is read, as
     ``graphpickle inspect FILE`` reads it). ``buffers``, if given, are the
-    out-of-band buffers (for sizes).
+    out-of-band buffers (for sizes). ``trust`` names modules, packages or objects
+    whose globals count as imports rather than as code (``["numpy", "dask"]``):
+    a global outside :data:`graphpickle.DATA_ONLY`, the trusted names and a
+    short list of harmless builtins counts as able to run code, known or not.
 
     Every pickle in ``data`` is read. A malformed payload is reported up to the
     point where the loader would stop (``report.error`` says where and why).
@@ -246,7 +250,7 @@ def inspect(
     ``TypeError`` for anything else than bytes or a path.
     """
     raw = _read(data)
-    scan = _Scan(raw)
+    scan = _Scan(raw, Trust(trust))
     scan.run()
     dry = dry_load(raw)
     why = _not_a_pickle(raw, scan, dry)
@@ -309,9 +313,36 @@ def _not_a_pickle(data: bytes, scan: _Scan, dry: DryRun) -> str | None:
     return why
 
 
+# Callables outside DATA_ONLY that only compute on the data they are given:
+# counted as imports, not as code. Anything else outside the allow-list and
+# the operator's trust counts as able to run code: the table of known gadgets
+# (gadgets.py) says *why* for the names it knows, and decides nothing.
+HARMLESS = frozenset(
+    f"builtins.{name}"
+    for name in ("len", "abs", "min", "max", "sorted", "reversed", "enumerate", "zip", "divmod")
+)
+
+
+class Trust:
+    """The names an operator trusts (``inspect(trust=...)``, ``--trust``): a
+    module or package covers every name in it and its submodules (``"numpy"``),
+    an object its attributes too (``"mypackage.Point"``)."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: Iterable[str] = ()) -> None:
+        if isinstance(entries, str):
+            raise TypeError("trust must be a collection of names, not a single string")
+        self.entries = tuple(sorted({e.strip() for e in entries if e.strip()}))
+
+    def covers(self, full: str) -> bool:
+        return any(full == e or full.startswith(e + ".") for e in self.entries)
+
+
 class _Scan:
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, trust: Trust | None = None) -> None:
         self.data = data
+        self.trust = trust or Trust()
         # The stack holds (value, offset where the value's opcodes start); a
         # MARK moves it onto the metastack, as the C unpickler fences it off.
         self.stack: list[tuple[Any, int]] = []
@@ -618,8 +649,17 @@ class _Scan:
                 self.flag(CODE, f"{_cut(full)}: {why}")
             elif not all(part.isidentifier() for part in (*module.split("."), *attr.split("."))):
                 self.flag(CODE, f"{_cut(full)!r}: not a Python name (crafted for a parser)")
+            elif self.trust.covers(full):
+                self.flag(IMPORTS, f"{_cut(full)}: outside the data-only list, trusted")
+            elif full in HARMLESS:
+                self.flag(IMPORTS, f"{_cut(full)}: outside the data-only list, a harmless callable")
             else:
-                self.flag(IMPORTS, f"{_cut(full)}: outside the data-only list")
+                self.flag(
+                    CODE,
+                    f"{_cut(full)}: outside the data-only list and not known to be harmless: "
+                    f"counted as able to run code (trust {module.split('.')[0]!r} to count "
+                    "it as an import)",
+                )
         if raw != (module, attr):  # the name as written is judged too
             why = danger_of(*raw)
             if why is not None:
@@ -769,9 +809,7 @@ class _Scan:
         names = tuple(self.globals)
         sizes = None if buffers is None else tuple(memoryview(b).nbytes for b in buffers)
         if self.by_value_code():
-            self.flag(
-                IMPORTS, "holds code pickled by value: it runs if the loaded objects are called"
-            )
+            self.flag(CODE, "holds code pickled by value: it runs if the loaded objects are called")
         findings = tuple(self.findings)
         verdict = max((f.level for f in findings), key=_RANK.__getitem__, default=DATA)
         return InspectReport(
