@@ -33,12 +33,20 @@ CHILD = textwrap.dedent(
     def frozenset_of_it():
         return exponential_tuple_key()[:-7] + b"(h" + bytes([60]) + b"\\x91."
 
+    def nested_deques(depth=160_000):
+        # d(i+1) = deque([d(i)]): freeing 160,000 of them recurses in C to a crash
+        ops = [b"\\x80\\x04\\x8c\\x0bcollections\\x8c\\x05deque\\x93\\x94h\\x00)R\\x94"]
+        for i in range(1, depth + 1):
+            ops.append(b"h\\x00(j" + i.to_bytes(4, "little") + b"l\\x85R\\x94")
+        return b"".join(ops) + b"."
+
     ATTACKS = {
-        "exponential tuple key": exponential_tuple_key(),
-        "exponential tuple in a frozenset": frozenset_of_it(),
-        "BYTEARRAY8 declaring 1 TiB": b"\\x80\\x05\\x96" + (2**40).to_bytes(8, "little") + b".",
-        "memo index 2**27": b"\\x80\\x02N" + b"r" + (2**27).to_bytes(4, "little") + b".",
-        "Fraction of a Decimal with a huge exponent": (
+        "deques nested 160,000 deep": nested_deques,
+        "exponential tuple key": exponential_tuple_key,
+        "exponential tuple in a frozenset": frozenset_of_it,
+        "BYTEARRAY8 declaring 1 TiB": lambda: b"\\x80\\x05\\x96" + (2**40).to_bytes(8, "little") + b".",
+        "memo index 2**27": lambda: b"\\x80\\x02N" + b"r" + (2**27).to_bytes(4, "little") + b".",
+        "Fraction of a Decimal with a huge exponent": lambda: (
             b"\\x80\\x04\\x8c\\tfractions\\x8c\\x08Fraction\\x93\\x8c\\x07decimal\\x8c\\x07Decimal"
             b"\\x93\\x8c\\x0b1e999999999\\x85R\\x85R."
         ),
@@ -57,9 +65,10 @@ CHILD = textwrap.dedent(
     resource.setrlimit(resource.RLIMIT_AS, (baseline + 256 * 2**20, hard))
     resource.setrlimit(resource.RLIMIT_CPU, (10, 11))
     load = {"restricted": restricted, "inspect": inspect}[mode]
+    data = ATTACKS[name]()
     start = time.process_time()
     try:
-        outcome = load(ATTACKS[name])
+        outcome = load(data)
     except MemoryError:
         outcome = "MemoryError"
     except graphpickle.UnpicklingError as exc:
@@ -73,6 +82,7 @@ CHILD = textwrap.dedent(
 )
 
 ATTACKS = [
+    "deques nested 160,000 deep",
     "exponential tuple key",
     "exponential tuple in a frozenset",
     "BYTEARRAY8 declaring 1 TiB",
@@ -110,6 +120,24 @@ def test_a_budget_error_names_the_budget_the_opcode_and_where():
     error = caught.value
     assert (error.budget, error.opcode, error.offset) == ("input", "BYTEARRAY8", 2)
     assert "BYTEARRAY8 at byte 2" in str(error) and "'input'" in str(error)
+
+
+def test_deep_data_within_the_budget_still_loads():
+    import collections
+    import pickle
+
+    import graphpickle
+    from graphpickle import DATA_ONLY
+
+    nested: list = []
+    for _ in range(150):  # about what the C pickler writes under its default recursion limit
+        nested = [collections.OrderedDict(a=collections.deque([nested]))]
+    loaded = graphpickle.loads(pickle.dumps(nested, 5), allowed=DATA_ONLY)
+    depth = 0
+    while loaded:
+        loaded = loaded[0]["a"][0]
+        depth += 1
+    assert depth == 150
 
 
 def test_shared_tuples_within_the_budget_still_load():

@@ -11,6 +11,10 @@ names the budget, the opcode and its byte offset:
   tuple is built, from its items' counts, so it costs one lookup per item.
 - ``input``: a length the payload declares must be behind it in the data
   before anything is allocated for it (BYTEARRAY8 allocates first, in pickle).
+- ``depth``: how deeply what a payload builds nests (an item placed in a
+  container, by any opcode or call, makes the container one deeper). Freeing
+  160,000 nested deques recurses in C until the process crashes; the C pickler
+  writes nothing deeper than its recursion limit (1,000 by default).
 - ``memo``: a memo index past the data's length is one no pickler writes (each
   entry takes a byte at least); the C unpickler allocates its memo up to the
   index (``inspect``'s dry run refuses it too, in ``dry_load``).
@@ -27,8 +31,11 @@ from ..errors import BudgetExceededError
 
 #: Items one tuple's hash or comparison may visit (shared items counted each time).
 TUPLE_WORK = 1_000_000
+#: How deeply the objects a payload builds may nest (a call's result counts as
+#: one deeper than its arguments' tuple, so a chain built by calls gets half).
+MAX_DEPTH = 10_000
 
-__all__ = ["TUPLE_WORK", "TupleWork", "exceeded"]
+__all__ = ["MAX_DEPTH", "TUPLE_WORK", "Depths", "TupleWork", "exceeded"]
 
 
 def exceeded(budget: str, opcode: str, offset: int | None, why: str) -> BudgetExceededError:
@@ -84,3 +91,32 @@ class TupleWork:
             pending.extend(item for item in current if isinstance(item, tuple))
             total -= sum(1 for item in current if isinstance(item, tuple))
         return total
+
+
+class Depths:
+    """How deeply each object one load built nests, by id (objects are kept
+    alive with their depth, so an id stays theirs; an object not here is 0)."""
+
+    __slots__ = ("depths",)
+
+    def __init__(self) -> None:
+        self.depths: dict[int, tuple[int, Any]] = {}
+
+    def of(self, obj: Any) -> int:
+        known = self.depths.get(id(obj))
+        return 0 if known is None else known[0]
+
+    def holds(self, container: Any, items: Any, opcode: str, offset: Any) -> None:
+        """``container`` now holds ``items`` (an iterable): one deeper than the
+        deepest, at least. ``offset`` is called for the message only."""
+        deepest = max(map(self.of, items), default=0)
+        if deepest + 1 > self.of(container):
+            if deepest + 1 > MAX_DEPTH:
+                raise exceeded(
+                    "depth",
+                    opcode,
+                    offset(),
+                    f"what it builds would nest more than {MAX_DEPTH:,} deep (freeing objects "
+                    "nested that deep can crash the process)",
+                )
+            self.depths[id(container)] = (deepest + 1, container)

@@ -23,9 +23,9 @@ A pickle can call anything it can import. With ``loads(data, allowed=...)``:
 - **EXT opcodes are refused**: they name globals through the receiver's
   ``copyreg`` registry, and a cached entry would skip the allow-list.
 - **Work and memory are budgeted** (``budgets.py``): a tuple whose hash would
-  visit more than a million items, a length the data does not hold, and a memo
-  index past the data's length raise :class:`BudgetExceededError` before the
-  work or the allocation.
+  visit more than a million items, objects nested more than 10,000 deep, a
+  length the data does not hold, and a memo index past the data's length raise
+  :class:`BudgetExceededError` before the work or the allocation.
 
 An allow-list is a collection of strings:
 
@@ -62,7 +62,7 @@ from collections.abc import Iterable
 from typing import IO, Any, ClassVar, NoReturn
 
 from ..errors import ForbiddenGlobalError
-from .budgets import TupleWork, exceeded
+from .budgets import Depths, TupleWork, exceeded
 from .data_checks import check_built, check_call, check_state, reconstructor
 from .data_only import DATA_ONLY
 
@@ -167,6 +167,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self._keep: list[Any] = []
         self._stream = file
         self._tuple_work = TupleWork()
+        self._depths = Depths()
 
     # -- globals ---------------------------------------------------------------
 
@@ -285,10 +286,11 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         if problem is not None:
             _refuse(opcode, f"it made {problem}", _describe(obj))
 
-    def _after_call(self, opcode: str) -> None:
+    def _after_call(self, opcode: str, args: Any = ()) -> None:
         self._note_if_shared()
         self._check_built(self.stack[-1], opcode)
         self._count_if_tuple(opcode)
+        self._holds(self.stack[-1], (args,), opcode)  # (what it holds is in its arguments)
 
     # -- budgets (budgets.py) ---------------------------------------------------
 
@@ -307,6 +309,23 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         top = self.stack[-1]
         if isinstance(top, tuple):
             self._tuple_work.count(top, opcode, self._offset())
+            self._depths.holds(top, top, opcode, self._offset)
+
+    def _holds(self, container: Any, items: Any, opcode: str) -> None:
+        self._depths.holds(container, items, opcode, self._offset)
+
+    def load_list(self) -> None:
+        super().load_list()
+        self._holds(self.stack[-1], self.stack[-1], "LIST")
+
+    def load_dict(self) -> None:
+        super().load_dict()
+        built = self.stack[-1]
+        self._holds(built, [*built, *built.values()], "DICT")
+
+    def load_frozenset(self) -> None:
+        super().load_frozenset()
+        self._holds(self.stack[-1], self.stack[-1], "FROZENSET")
 
     def load_tuple(self) -> None:
         super().load_tuple()
@@ -378,26 +397,31 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self.append(data)
 
     def load_reduce(self) -> None:
-        self._check_call(self._below(2), self._below(1))
+        args = self._below(1)
+        self._check_call(self._below(2), args)
         super().load_reduce()
-        self._after_call("REDUCE")
+        self._after_call("REDUCE", args)
 
     def load_newobj(self) -> None:
-        self._check_call(self._below(2), self._below(1))
+        args = self._below(1)
+        self._check_call(self._below(2), args)
         super().load_newobj()
         self._note_if_shared()
         self._count_if_tuple("NEWOBJ")
+        self._holds(self.stack[-1], (args,), "NEWOBJ")
 
     def load_newobj_ex(self) -> None:
-        self._check_call(self._below(3), self._below(2), self._below(1))
+        args, kwargs = self._below(2), self._below(1)
+        self._check_call(self._below(3), args, kwargs)
         super().load_newobj_ex()
         self._note_if_shared()
         self._count_if_tuple("NEWOBJ_EX")
+        self._holds(self.stack[-1], (args, kwargs), "NEWOBJ_EX")
 
     def _instantiate(self, klass: Any, args: list[Any]) -> None:  # OBJ and INST
         self._check_call(klass, tuple(args))
         super()._instantiate(klass, args)
-        self._after_call("OBJ")
+        self._after_call("OBJ", args)
 
     def load_build(self) -> None:
         """BUILD as pickle does it, with what it calls looked up on the type: an
@@ -426,14 +450,19 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
                 _refuse_dunders(target, slotstate, "its attributes")
                 for key, value in slotstate.items():
                     setattr(target, key, value)
+        self._holds(target, (state,), "BUILD")
         self._check_built(target, "BUILD")
 
     def load_setitem(self) -> None:
-        self._check_target(self._below(3), "SETITEM")
+        target, key, value = self._below(3), self._below(2), self._below(1)
+        self._check_target(target, "SETITEM")
+        self._holds(target, (key, value), "SETITEM")
         super().load_setitem()  # (obj[key] = value: __setitem__ comes from the type)
 
     def load_setitems(self) -> None:
-        self._check_target(self._top_before_mark(), "SETITEMS")
+        target = self._top_before_mark()
+        self._check_target(target, "SETITEMS")
+        self._holds(target, self.stack, "SETITEMS")  # (the items above the mark)
         super().load_setitems()
 
     # pickle calls the ``append``, ``extend`` and ``add`` an object has, its own
@@ -443,12 +472,14 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         target = self._below(2)
         self._check_target(target, "APPEND")
         value = self.stack.pop()
+        self._holds(target, (value,), "APPEND")
         _type_method(target, "append", "APPEND")(value)
 
     def load_appends(self) -> None:
         target = self._top_before_mark()
         self._check_target(target, "APPENDS")
         items = self.pop_mark()
+        self._holds(target, items, "APPENDS")
         extend = _method_of_type(target, "extend")
         if extend is not None:
             extend(items)
@@ -461,6 +492,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         target = self._top_before_mark()
         self._check_target(target, "ADDITEMS")
         items = self.pop_mark()
+        self._holds(target, items, "ADDITEMS")
         if isinstance(target, set):
             set.update(target, items)
             return
@@ -474,7 +506,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
 for _op in (
     "BUILD", "SETITEM", "SETITEMS", "APPEND", "APPENDS", "ADDITEMS",
     "REDUCE", "NEWOBJ", "NEWOBJ_EX", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "BYTEARRAY8",
-    "LONG_BINPUT", "PUT",
+    "LONG_BINPUT", "PUT", "LIST", "DICT", "FROZENSET",
 ):  # fmt: skip
     _RestrictedUnpickler.dispatch[_opcode(_op)] = getattr(
         _RestrictedUnpickler, f"load_{_op.lower()}"
