@@ -327,22 +327,6 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         super().load_frozenset()
         self._holds(self.stack[-1], self.stack[-1], "FROZENSET")
 
-    def load_tuple(self) -> None:
-        super().load_tuple()
-        self._count_if_tuple("TUPLE")
-
-    def load_tuple1(self) -> None:
-        super().load_tuple1()
-        self._count_if_tuple("TUPLE1")
-
-    def load_tuple2(self) -> None:
-        super().load_tuple2()
-        self._count_if_tuple("TUPLE2")
-
-    def load_tuple3(self) -> None:
-        super().load_tuple3()
-        self._count_if_tuple("TUPLE3")
-
     def load_long_binput(self) -> None:
         offset = self._offset()
         (index,) = struct.unpack("<I", self.read(4))
@@ -505,12 +489,27 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
 # ones at the methods above.
 for _op in (
     "BUILD", "SETITEM", "SETITEMS", "APPEND", "APPENDS", "ADDITEMS",
-    "REDUCE", "NEWOBJ", "NEWOBJ_EX", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "BYTEARRAY8",
-    "LONG_BINPUT", "PUT", "LIST", "DICT", "FROZENSET",
+    "REDUCE", "NEWOBJ", "NEWOBJ_EX", "BYTEARRAY8", "LONG_BINPUT", "PUT", "LIST", "DICT",
+    "FROZENSET",
 ):  # fmt: skip
     _RestrictedUnpickler.dispatch[_opcode(_op)] = getattr(
         _RestrictedUnpickler, f"load_{_op.lower()}"
     )
+
+
+def _counted(opcode: str) -> Any:
+    """TUPLE, TUPLE1, TUPLE2 or TUPLE3 as pickle loads it, then counted."""
+    load = _PythonUnpickler.dispatch[_opcode(opcode)]
+
+    def load_and_count(self: _RestrictedUnpickler) -> None:
+        load(self)
+        self._count_if_tuple(opcode)
+
+    return load_and_count
+
+
+for _op in ("TUPLE", "TUPLE1", "TUPLE2", "TUPLE3"):
+    _RestrictedUnpickler.dispatch[_opcode(_op)] = _counted(_op)
 
 
 def _method_of_type(obj: Any, name: str) -> Any:
