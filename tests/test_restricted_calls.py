@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import pickle
+import pickletools
 import sys
 from pathlib import Path
 
@@ -93,3 +94,20 @@ def test_persistent_ids_have_no_loader():
 def test_extension_codes_are_refused():
     with pytest.raises(ForbiddenGlobalError, match="extension code"):
         restricted(program(Raw(pickle.EXT1 + b"\x01")))
+
+
+def test_a_refusal_names_the_opcode_and_its_byte_offset():
+    planted = Build(Call(USER_LIST), {"__setstate__": FRACTION})
+    data = program(Build(planted, HUGE))
+    with pytest.raises(ForbiddenGlobalError) as caught:
+        restricted(data)
+    builds = [
+        position for op, _, position in __import__("pickletools").genops(data) if op.name == "BUILD"
+    ]
+    assert (caught.value.opcode, caught.value.offset) == ("BUILD", builds[0])
+    assert f"refused at BUILD, byte {builds[0]}" in caught.value.__notes__[0]
+    shell = program(Call(G("os", "system"), "x"))
+    with pytest.raises(ForbiddenGlobalError) as caught:
+        restricted(shell)
+    [at] = [position for op, _, position in pickletools.genops(shell) if op.name == "STACK_GLOBAL"]
+    assert (caught.value.opcode, caught.value.offset) == ("STACK_GLOBAL", at)

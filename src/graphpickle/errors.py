@@ -59,12 +59,16 @@ class LargeCaptureWarning(UserWarning):
 
 
 class ForbiddenGlobalError(UnpicklingError):
-    """Restricted loading met a global outside the allow-list. ``name`` is the
-    global, as ``"module.qualname"``."""
+    """Restricted loading refused a global outside the allow-list, or what a
+    payload would do with an allowed one. ``name`` is the global (``"module.qualname"``)
+    or what was refused; ``opcode`` and ``offset`` say where in the payload (set by
+    ``loads``, and said in a note; ``None`` when the input is a stream)."""
 
     def __init__(self, message: str, *, name: str) -> None:
         super().__init__(message)
         self.name = name
+        self.opcode: str | None = None
+        self.offset: int | None = None
 
 
 class BudgetExceededError(UnpicklingError):

@@ -54,6 +54,7 @@ from __future__ import annotations
 import _compat_pickle
 import functools
 import pickle
+import pickletools
 import reprlib
 import struct
 import sys
@@ -666,14 +667,38 @@ def restricted_load(
     unpickler = _RestrictedUnpickler(
         file, allowed, buffers, fix_imports=fix_imports, encoding=encoding, errors=errors
     )
+    start = file.tell() if hasattr(file, "getbuffer") else None
     try:
         return unpickler.load()
+    except ForbiddenGlobalError as exc:
+        if start is not None:
+            _note_where(exc, file, start, unpickler._offset())
+        raise
     except (IndexError, KeyError, struct.error) as exc:
         if not _raised_by_unpickler(exc):
             raise  # an object's own constructor failed: pickle's behaviour
         # The pure-Python unpickler's own slips on malformed input; the C one
         # (pickle.loads) says UnpicklingError, so restricted loading does too.
         raise pickle.UnpicklingError(_malformed(exc)) from exc
+
+
+def _note_where(exc: ForbiddenGlobalError, file: Any, start: int, end: int | None) -> None:
+    """Name the opcode that was refused and its byte offset: the last opcode that
+    starts at or before ``end``, where reading stopped (a walk of this pickle's
+    opcodes, made only when a refusal needs it)."""
+    if end is None:
+        return
+    found = None
+    try:
+        for opcode, _, position in pickletools.genops(bytes(file.getbuffer()[start:])):
+            if start + (position or 0) > end:
+                break
+            found = (opcode.name, start + (position or 0))
+    except ValueError:
+        pass  # past the refusal, the bytes may be anything
+    if found is not None:
+        exc.opcode, exc.offset = found
+        exc.add_note(f"graphpickle: refused at {found[0]}, byte {found[1]}")
 
 
 def _raising_frame(exc: BaseException) -> Any:
