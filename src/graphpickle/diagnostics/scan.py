@@ -23,7 +23,8 @@ The verdict has three levels, and fails closed: ``"data"`` (restricted loading
 with :data:`graphpickle.DATA_ONLY` accepts it), ``"imports"`` (it imports
 globals outside that list, each one trusted by the operator, ``trust=``, or a
 harmless builtin), ``"code"`` (anything not proven harmless: any other global,
-known to be dangerous (``gadgets.py`` says why) or not, code pickled by value, a
+known to be dangerous (``gadgets.py`` says why) or not, code pickled by value,
+what the walk does not follow (calls of what calls return, persistent ids), a
 name computed at load time, a change of a global's state, an EXT opcode, or
 parsers that disagree).
 """
@@ -468,10 +469,10 @@ class _Scan:
             self.flag(CODE, f"at byte {pos}: builtins.getattr is used other than as the "
                       "callable of a call (it reaches any attribute)")  # fmt: skip
         elif isinstance(value, _Global):
-            self.flag(IMPORTS, f"at byte {pos}: {full} is used other than as the callable "
+            self.flag(CODE, f"at byte {pos}: {full} is used other than as the callable "
                       "of a call (restricted loading hands out only that use)")  # fmt: skip
         elif full == "operator.itemgetter":
-            self.flag(IMPORTS, f"at byte {pos}: what operator.itemgetter returns is used "
+            self.flag(CODE, f"at byte {pos}: what operator.itemgetter returns is used "
                       "other than as the callable of a call")  # fmt: skip
 
     def top(self, name: str) -> tuple[Any, int]:
@@ -571,7 +572,7 @@ class _Scan:
             self.persistent += 1
             if name == "BINPERSID":
                 self.pop(pos)
-            self.flag(IMPORTS, f"at byte {pos}: a persistent id, which the receiver's "
+            self.flag(CODE, f"at byte {pos}: a persistent id, which the receiver's "
                       "persistent_load resolves (restricted loading refuses it)")  # fmt: skip
             self.push(_OTHER, pos)
         elif name == "DUP":
@@ -682,21 +683,21 @@ class _Scan:
             elif _is(inner, "operator", "itemgetter") and _is_last(func.args):
                 if isinstance(args, tuple) and len(args) == 1 and isinstance(args[0], tuple):
                     return args[0][-1] if args[0] else _OTHER
-                self.flag(IMPORTS, f"at byte {pos}: operator.itemgetter(-1) applied to "
+                self.flag(CODE, f"at byte {pos}: operator.itemgetter(-1) applied to "
                           "something other than a tuple")  # fmt: skip
             elif func.by_value is None or func.by_value.kind != "class":
-                self.flag(IMPORTS, f"at byte {pos}: calls what a call returned "
+                self.flag(CODE, f"at byte {pos}: calls what a call returned "
                           f"({_show(inner)}(...)), which the scan does not follow")  # fmt: skip
             return _OTHER
         if not isinstance(func, _Global):
             if func is _OTHER:
-                self.flag(IMPORTS, f"at byte {pos}: calls an object made while loading, "
+                self.flag(CODE, f"at byte {pos}: calls an object made while loading, "
                           "which the scan does not follow")  # fmt: skip
             return _OTHER
         if _is(func, "builtins", "getattr"):
             return self.getattr(args, pos)
         if _is(func, "operator", "itemgetter") and not _is_last(args):
-            self.flag(IMPORTS, f"at byte {pos}: operator.itemgetter{_show(args)} "
+            self.flag(CODE, f"at byte {pos}: operator.itemgetter{_show(args)} "
                       "(data uses (-1) only)")  # fmt: skip
         if _is(func, "_codecs", "encode") and (
             not isinstance(args, tuple)
@@ -704,7 +705,7 @@ class _Scan:
             or not isinstance(args[0], str)
             or args[1] != "latin1"
         ):
-            self.flag(IMPORTS, f"at byte {pos}: _codecs.encode other than (str, 'latin1')")
+            self.flag(CODE, f"at byte {pos}: _codecs.encode other than (str, 'latin1')")
         if func.module != _CLOUDPICKLE:
             return _Applied(func, args, start)
         kind = _BY_VALUE_MAKERS.get(func.name)
@@ -730,14 +731,14 @@ class _Scan:
             if full == _GETATTR:
                 self.used(cls, pos)
             elif full in _GUARDED:
-                self.flag(IMPORTS, f"at byte {pos}: {name} of {full} (restricted loading "
+                self.flag(CODE, f"at byte {pos}: {name} of {full} (restricted loading "
                           "allows it only as the callable of a call)")  # fmt: skip
         elif isinstance(cls, _Applied):
             if cls.by_value is None or cls.by_value.kind != "class":
-                self.flag(IMPORTS, f"at byte {pos}: {name} of what a call returned "
+                self.flag(CODE, f"at byte {pos}: {name} of what a call returned "
                           f"({_show(cls.func)}(...)), which the scan does not follow")  # fmt: skip
         elif cls is _OTHER:
-            self.flag(IMPORTS, f"at byte {pos}: {name} of an object made while loading, "
+            self.flag(CODE, f"at byte {pos}: {name} of an object made while loading, "
                       "which the scan does not follow")  # fmt: skip
 
     def getattr(self, args: Any, pos: int) -> Any:
@@ -755,7 +756,7 @@ class _Scan:
                 self.flag(CODE, f"at byte {pos}: getattr(..., {_show(attr)}) reaches an "
                           "object's internals")  # fmt: skip
             else:
-                self.flag(IMPORTS, f"at byte {pos}: getattr(..., {_show(attr)}) of an "
+                self.flag(CODE, f"at byte {pos}: getattr(..., {_show(attr)}) of an "
                           "object made while loading")  # fmt: skip
             return _OTHER
         self.flag(CODE, f"at byte {pos}: getattr with a name computed while loading")
@@ -769,7 +770,7 @@ class _Scan:
     def compare(self, dry: DryRun) -> None:
         """Set the dry run of the C unpickler beside the walk."""
         if dry.skipped is not None:
-            self.flag(IMPORTS, f"no dry run: {dry.skipped}")
+            self.flag(CODE, f"no dry run: {dry.skipped}")
             return
         for event in dry.events:
             if event.kind == "change" and event.origin == "global":
