@@ -64,6 +64,8 @@ __all__ = ["CATEGORIES", "Sample", "attacks", "benign", "same"]
 # The harness stops every one of them before it happens.
 COMMAND = "touch /tmp/graphpickle-attack-ran"
 TARGET = "/tmp/graphpickle-attack-file"
+# A file the "state that lies" samples make an allowed class read.
+READ_TARGET = "/tmp/graphpickle-attack-read"
 # A module that nothing imports before the payload does (the harness checks).
 FRESH_MODULE = "tabnanny"
 LOOPBACK = "127.0.0.1"
@@ -76,6 +78,7 @@ CATEGORIES = (
     "less known gadgets",
     "traversal",
     "state changes",
+    "state that lies",
     "computed names",
     "parser confusion",
     "nested pickles",
@@ -218,6 +221,7 @@ def attacks() -> list[Sample]:
         *_gadgets(),
         *_traversal(),
         *_state_changes(),
+        *_lying_state(),
         *_computed(),
         *_parser_confusion(),
         *_nested(),
@@ -582,6 +586,35 @@ def _computed_global(module: Any, name: Any) -> Raw:
 
 def _op_then(target: Any, opcodes: bytes) -> Raw:
     return Raw(ops(target) + opcodes)
+
+
+def _lying_state() -> Iterator[Sample]:
+    """Allowed names only: an earlier BUILD plants a callable in an instance's
+    dict (or its slot state), and the next BUILD calls it with the payload's
+    data, past the checks a call gets. The callable here is pandas'
+    DatetimeTZDtype, which opens the file a ``dateutil/`` zone names (a call of
+    it with that string is refused; through the planted method it was not).
+    (The C unpickler's APPEND(S) call the type's ``extend`` of a UserList, so
+    the same plant there shows no effect with plain pickle: tested in
+    tests/test_restricted_calls.py instead.)"""
+    user_list = G("collections", "UserList")
+    zone = G("pandas", "DatetimeTZDtype")
+    dtype = f"datetime64[ns, dateutil/{READ_TARGET}]"
+    planted = Build(Call(user_list), {"__setstate__": zone})
+    rows = [
+        (
+            "__setstate__ planted by a first BUILD, called by a second",
+            program(Build(planted, dtype)),
+            "open:r",
+        ),
+        (
+            "__setstate__ planted through slot state, called by a second BUILD",
+            program(Build(Build(Call(user_list), (None, {"__setstate__": zone})), dtype)),
+            "open:r",
+        ),
+        ("the same call, made directly (refused as a call)", program(Call(zone, dtype)), "open:r"),
+    ]
+    yield from _samples("state that lies", rows)
 
 
 def _state_changes() -> Iterator[Sample]:

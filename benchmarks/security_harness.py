@@ -68,6 +68,8 @@ STOPPED_EVENTS = frozenset(
         "cpython.run_command", "cpython.run_module",
     }
 )  # fmt: skip
+#: A file the "state that lies" samples make an allowed class read (a payload's path).
+READ_TARGET = "/tmp/graphpickle-attack-read"
 SAMPLE_TIMEOUT = 30  # seconds; a sample still loading then is reported as "timeout"
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
@@ -190,6 +192,8 @@ class _Guard:
             writes = isinstance(mode, str) and any(c in mode for c in "wax+")
             if writes or (isinstance(flags, int) and flags & _WRITE_FLAGS):
                 key = "open:w"
+            elif str(args[0]) == READ_TARGET:  # a path the payload chose, read
+                key = "open:r"
         elif event in ("compile", "exec"):
             if not _inside_import():
                 key = event
@@ -367,6 +371,8 @@ def _child_main(results_path: str) -> int:
         originals = {s.name: s.value for s in benign()}
     classes, modules = _allowed_objects()
     open(results_path, "w").close()
+    with open(READ_TARGET, "w") as target:  # what the readers would read (a zone file)
+        target.write("TZif")
     done = 0
     while done < len(samples):
         pid = os.fork()

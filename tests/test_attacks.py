@@ -56,7 +56,7 @@ def loaded() -> dict[str, Outcome]:
 def test_the_corpus_covers_every_category_and_enough_benign_data():
     assert {s.category for s in ATTACKS} | {"benign"} == {
         "direct code runners", "less known gadgets", "traversal", "state changes",
-        "computed names", "parser confusion", "nested pickles", "by-value code", "benign",
+        "state that lies", "computed names", "parser confusion", "nested pickles", "by-value code", "benign",
     }  # fmt: skip
     assert len(BENIGN) >= 30
     assert len({s.name for s in ATTACKS + BENIGN}) == len(ATTACKS) + len(BENIGN)

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import UnpicklingError
+from ..restricted.data_checks import check_call
 from ..restricted.unpickler import AllowList, imported_name
 from .dry_load import DryRun, dry_load
 from .gadgets import danger_of
@@ -213,6 +214,17 @@ _DATA_ONLY: AllowList | None = None
 # resolves as a dotted global): their only data use is the modelled call.
 _GETATTR = "builtins.getattr"
 _GUARDED = {"operator.itemgetter", "_codecs.encode", _GETATTR}
+
+
+def _sets_a_dunder(state: Any) -> bool:
+    """Whether a BUILD state (as the walk tracks it: a dict, or a (dict, dict)
+    pair) sets a dunder: in the instance's dict, or as an attribute."""
+    parts = state if isinstance(state, tuple) and len(state) == 2 else (state,)
+    return any(
+        isinstance(part, dict)
+        and any(isinstance(k, str) and k.startswith("__") and k.endswith("__") for k in part)
+        for part in parts
+    )
 
 
 def _data_only() -> AllowList:
@@ -610,6 +622,9 @@ class _Scan:
             target, _ = self.top(name)
             if name == "SETITEM" and isinstance(target, dict) and isinstance(pairs[0][0], str):
                 target[pairs[0][0]] = pairs[1][0]
+            if name == "BUILD" and _sets_a_dunder(pairs[0][0]):
+                self.flag(CODE, f"at byte {pos}: a BUILD state sets a dunder on an object (what "
+                          "a later opcode would call: restricted loading refuses it)")  # fmt: skip
         if isinstance(target, _Global):
             self.flag(CODE, f"at byte {pos}: {name} changes the global "
                       f"{target.module}.{target.name} while loading")  # fmt: skip
@@ -706,6 +721,10 @@ class _Scan:
             or args[1] != "latin1"
         ):
             self.flag(CODE, f"at byte {pos}: _codecs.encode other than (str, 'latin1')")
+        problem = check_call(f"{func.module}.{func.name}", args if isinstance(args, tuple) else ())
+        if problem is not None:  # what restricted loading refuses in a call's arguments
+            self.flag(CODE, f"at byte {pos}: {_cut(func.module + '.' + func.name)}(...) with "
+                      f"{problem}")  # fmt: skip
         if func.module != _CLOUDPICKLE:
             return _Applied(func, args, start)
         kind = _BY_VALUE_MAKERS.get(func.name)
