@@ -161,6 +161,11 @@ def test_the_wire_caps_what_a_message_decompresses_to(monkeypatch):
     frames = wire.pack(np.zeros(2**22), compression="zstd")  # 32 MiB of zeros, a few KiB sent
     assert sum(memoryview(f).nbytes for f in frames) < 2**20
     assert wire.unpack(frames).nbytes == 2**25
+    with pytest.raises(BudgetExceededError, match="decompresses to"):
+        wire.unpack(frames, max_bytes=2**24)
+    message = wire.pack_bytes(np.zeros(2**22), compression="zstd")
+    with pytest.raises(BudgetExceededError, match="decompresses to"):
+        wire.unpack_bytes(message, max_bytes=2**24)
     monkeypatch.setattr(wire, "MAX_DECOMPRESSED", 2**24)
     with pytest.raises(BudgetExceededError, match="decompresses to"):
         wire.unpack(frames)

@@ -431,6 +431,7 @@ def unpack(
     *,
     key: Keys = None,
     allowed: Iterable[str] | None = None,
+    max_bytes: int | None = None,
 ) -> Any:
     """Load the object of a message made by :func:`pack`.
 
@@ -442,6 +443,8 @@ def unpack(
     raises :class:`SignatureError`.
     Without a key, signed and unsigned messages load alike.
     ``allowed``: restricted loading (see :func:`graphpickle.loads`).
+    ``max_bytes`` caps what compressed frames decompress to, in all (default
+    :data:`MAX_DECOMPRESSED`).
     Out-of-band buffers are the frames themselves, not copies.
     """
     if type(frames) is not list:
@@ -473,17 +476,23 @@ def unpack(
             raise WireFormatError("a frame's length differs from the header's")
     except (BufferError, TypeError) as exc:
         raise WireFormatError(f"a frame is not a contiguous buffer: {exc}") from None
-    return _load(header, frames, 1, allowed)
+    return _load(header, frames, 1, allowed, max_bytes)
 
 
-def unpack_bytes(data: Frame, *, key: Keys = None, allowed: Iterable[str] | None = None) -> Any:
+def unpack_bytes(
+    data: Frame,
+    *,
+    key: Keys = None,
+    allowed: Iterable[str] | None = None,
+    max_bytes: int | None = None,
+) -> Any:
     """Load a message made by :func:`pack_bytes` (frames are views into ``data``).
 
     ``key``: as for :func:`unpack`; the signature is the message's last 32 bytes,
     verified before any field of the header is read. A message shorter than
     50 bytes (the 18-byte prefix and the signature) cannot hold a signature and
     raises :class:`WireFormatError`; any other change or truncation raises
-    :class:`SignatureError`.
+    :class:`SignatureError`. ``max_bytes``: as for :func:`unpack`.
     """
     view = memoryview(data).cast("B")
     if key is not None:  # the signature is the message's last 32 bytes
@@ -504,7 +513,7 @@ def unpack_bytes(data: Frame, *, key: Keys = None, allowed: Iterable[str] | None
         raise WireFormatError("truncated wire message: a frame is incomplete")
     if end != view.nbytes:
         raise WireFormatError(f"wire message has {view.nbytes - end} bytes after its last frame")
-    return _load(header, frames, 0, allowed)
+    return _load(header, frames, 0, allowed, max_bytes)
 
 
 def read(
