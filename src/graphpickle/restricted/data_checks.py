@@ -8,7 +8,9 @@ found by review and reproduced; docs/security.md lists them):
   deny holding objects turn raw bytes into object pointers, and a field offset
   past the item reads outside the array;
 - a pandas BlockManager's block placements are indexes into its columns,
-  written without a bounds check on pandas 3;
+  written without a bounds check on pandas 3; so are a Categorical's codes, a
+  masked array's mask and a SparseArray's positions, which pandas' C loops read
+  unchecked;
 - ``copyreg._reconstructor(cls, object, None)`` makes an object without
   running its class's constructor (an uninitialised ``MultiIndex`` crashes when
   read);
@@ -46,6 +48,47 @@ def check_built(obj: Any, *, given_state: bool = False) -> str | None:
             # A block's placement, changed after its manager was checked.
             return "a pandas block given new state (pandas rebuilds blocks by a call)"
         return _manager_problem(obj)
+    elif module.startswith("pandas"):  # (pandas 3 names its public classes' module "pandas")
+        from pandas.api.extensions import ExtensionArray
+
+        if isinstance(obj, ExtensionArray):
+            return _array_problem(obj)
+    return None
+
+
+def _array_problem(array: Any) -> str | None:
+    """A pandas extension array whose integer codes or positions index outside
+    what they index (pandas' take and its C loops trust them): a Categorical's
+    codes past its categories, a masked array whose mask is not its values'
+    shape, a SparseArray whose positions are past its length or not as many as
+    its values."""
+    import numpy as np
+
+    try:
+        codes = getattr(array, "_codes", None)
+        if codes is not None:
+            categories = len(array.categories)
+            if not (isinstance(codes, np.ndarray) and codes.dtype.kind == "i" and codes.ndim == 1):
+                return "a pandas Categorical whose codes are not a 1-d integer array"
+            if codes.size and (codes.min() < -1 or codes.max() >= categories):
+                return "a pandas Categorical with codes past its categories"
+        mask = getattr(array, "_mask", None)
+        if mask is not None:
+            data = array._data
+            if not (isinstance(mask, np.ndarray) and mask.dtype == np.bool_) or (
+                getattr(data, "shape", None) != mask.shape
+            ):
+                return "a pandas masked array whose mask does not match its values"
+        index = getattr(array, "sp_index", None)
+        if index is not None:
+            positions = index.to_int_index().indices
+            length = index.length
+            if len(array.sp_values) != len(positions) or (
+                len(positions) and (positions.min() < 0 or positions.max() >= length)
+            ):
+                return "a pandas SparseArray whose positions do not fit its length or values"
+    except (AttributeError, TypeError, ValueError) as exc:
+        return f"a pandas array whose layout cannot be read ({type(exc).__name__})"
     return None
 
 
