@@ -49,9 +49,7 @@ def check_built(obj: Any, *, given_state: bool = False) -> str | None:
             return "a pandas block given new state (pandas rebuilds blocks by a call)"
         return _manager_problem(obj)
     elif module.startswith("pandas"):  # (pandas 3 names its public classes' module "pandas")
-        from pandas.api.extensions import ExtensionArray
-
-        if isinstance(obj, ExtensionArray):
+        if any(klass.__name__ == "ExtensionArray" for klass in type(obj).__mro__):
             return _array_problem(obj)
     return None
 
