@@ -48,9 +48,10 @@ def check_built(obj: Any, *, given_state: bool = False) -> str | None:
             # A block's placement, changed after its manager was checked.
             return "a pandas block given new state (pandas rebuilds blocks by a call)"
         return _manager_problem(obj)
-    elif module.startswith("pandas"):  # (pandas 3 names its public classes' module "pandas")
-        if any(klass.__name__ == "ExtensionArray" for klass in type(obj).__mro__):
-            return _array_problem(obj)
+    elif module.startswith("pandas") and any(  # (pandas 3 names its classes' module "pandas")
+        klass.__name__ == "ExtensionArray" for klass in type(obj).__mro__
+    ):
+        return _array_problem(obj)
     return None
 
 
