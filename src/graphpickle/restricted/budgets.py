@@ -57,8 +57,9 @@ class TupleWork:
     def __init__(self) -> None:
         self.counts: dict[int, tuple[int, Any]] = {}
 
-    def count(self, value: tuple[Any, ...], opcode: str, offset: int | None) -> None:
-        """Count ``value``, a tuple just built; raise if it is over the budget."""
+    def count(self, value: tuple[Any, ...], opcode: str, offset: Any) -> None:
+        """Count ``value``, a tuple just built; raise if it is over the budget.
+        ``offset`` is called for the message only."""
         total = 1 + len(value)
         counts = self.counts
         limit = TUPLE_WORK
@@ -70,7 +71,7 @@ class TupleWork:
                     raise exceeded(
                         "tuple_work",
                         opcode,
-                        offset,
+                        offset(),
                         f"hashing or comparing this tuple would visit more than {limit:,} "
                         "items (its items share tuples that share tuples)",
                     )

@@ -309,7 +309,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
     def _count_if_tuple(self, opcode: str) -> None:
         top = self.stack[-1]
         if isinstance(top, tuple):
-            self._tuple_work.count(top, opcode, self._offset())
+            self._tuple_work.count(top, opcode, self._offset)
             self._depths.holds(top, top, opcode, self._offset)
 
     def _holds(self, container: Any, items: Any, opcode: str) -> None:
@@ -458,7 +458,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self._check_target(target, "APPEND")
         value = self.stack.pop()
         self._holds(target, (value,), "APPEND")
-        _type_method(target, "append", "APPEND")(value)
+        _type_method(target, "append")(value)
 
     def load_appends(self) -> None:
         target = self._top_before_mark()
@@ -469,7 +469,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         if extend is not None:
             extend(items)
             return
-        append = _type_method(target, "append", "APPENDS")
+        append = _type_method(target, "append")
         for item in items:
             append(item)
 
@@ -481,7 +481,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         if isinstance(target, set):
             set.update(target, items)
             return
-        add = _type_method(target, "add", "ADDITEMS")
+        add = _type_method(target, "add")
         for item in items:
             add(item)
 
@@ -524,7 +524,7 @@ def _method_of_type(obj: Any, name: str) -> Any:
     return None
 
 
-def _type_method(obj: Any, name: str, opcode: str) -> Any:
+def _type_method(obj: Any, name: str) -> Any:
     method = _method_of_type(obj, name)
     if method is None:  # (pickle's AttributeError, with its words)
         raise AttributeError(f"'{type(obj).__qualname__}' object has no attribute '{name}'")
