@@ -77,16 +77,16 @@ def dump(pickler: Any, obj: Any) -> None:
         data, buffers = passes.run(pickler, obj)  # 1. C pass
         if sets.sets_to_sort(data):
             met = _sets_met(pickler, state, obj)  # 2. list the sets
+            # Sets of fewer than two members have no order to fix: the C
+            # pickler writes them in place (and the last stage merges equal
+            # frozensets among them).
+            to_sort = [members for members in met if len(members) > 1]
             if not all(is_plain(member) for members in met for member in members):
                 # Sets of objects: written first, they would rebuild their
                 # members before the objects that hold them, and an object
                 # hashed while half built fails to load.
                 data, buffers = _python_pass(pickler, state, obj)  # 4. Python pass
-            elif any(len(members) > 1 for members in met):
-                # Sets of fewer than two members have no order to fix: the C
-                # pickler writes them in place (and the last stage merges equal
-                # frozensets among them).
-                to_sort = [members for members in met if len(members) > 1]
+            elif to_sort:
                 data, buffers = passes.run(pickler, _prologue(pickler, state, to_sort, obj))  # 3.
                 if sets.sets_to_sort(data):
                     data, buffers = _python_pass(pickler, state, obj)  # 4. Python pass

@@ -41,7 +41,7 @@ from typing import Any
 
 from ..errors import UnpicklingError
 from ..restricted.data_checks import check_call
-from ..restricted.unpickler import AllowList, imported_name
+from ..restricted.unpickler import AllowList, imported_name, is_dunder
 from .dry_load import DryRun, dry_load
 from .gadgets import danger_of
 
@@ -220,11 +220,7 @@ def _sets_a_dunder(state: Any) -> bool:
     """Whether a BUILD state (as the walk tracks it: a dict, or a (dict, dict)
     pair) sets a dunder: in the instance's dict, or as an attribute."""
     parts = state if isinstance(state, tuple) and len(state) == 2 else (state,)
-    return any(
-        isinstance(part, dict)
-        and any(isinstance(k, str) and k.startswith("__") and k.endswith("__") for k in part)
-        for part in parts
-    )
+    return any(isinstance(part, dict) and any(map(is_dunder, part)) for part in parts)
 
 
 def _data_only() -> AllowList:

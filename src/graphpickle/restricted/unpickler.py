@@ -531,6 +531,11 @@ def _type_method(obj: Any, name: str) -> Any:
     return method
 
 
+def is_dunder(name: Any) -> bool:
+    """Whether ``name`` is a str of the ``__name__`` form a BUILD state may not set."""
+    return type(name) is str and name.startswith("__") and name.endswith("__")
+
+
 def _refuse_dunders(target: Any, state: Any, where: str) -> None:
     """A BUILD state may set plain attributes only: a dunder in an instance's
     dict would stand for the type's (for anything that looks it up on the
@@ -538,7 +543,7 @@ def _refuse_dunders(target: Any, state: Any, where: str) -> None:
     if not isinstance(state, dict):
         return  # pickle's own error follows
     for key in state:
-        if type(key) is str and key.startswith("__") and key.endswith("__"):
+        if is_dunder(key):
             _refuse(
                 f"BUILD on a {type(target).__qualname__}",
                 f"its state sets {key!r} in {where}; a state may set plain attributes only",
