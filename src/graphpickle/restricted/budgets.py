@@ -17,14 +17,30 @@ names the budget, the opcode and its byte offset:
   writes nothing deeper than its recursion limit (1,000 by default).
 - ``memo``: a memo index past the data's length is one no pickler writes (each
   entry takes a byte at least); the C unpickler allocates its memo up to the
-  index (``inspect``'s dry run refuses it too, in ``dry_load``).
+  index (``inspect``'s dry run refuses it too, in ``dry_load``). The number of
+  memo entries and of frames is then bounded by the input's length.
+- ``memory``: what calls and BUILD may allocate beyond the data the payload
+  carries. Each is charged, before it runs, ``ITEM_BYTES`` for each item of
+  its arguments (it may copy them: ``list(L)`` made a hundred thousand times
+  from one shared ``L`` costs a few bytes of input each), ``LAZY_ITEM_BYTES``
+  for each item of a lazy sequence it would make real (a ``range``, a pandas
+  ``RangeIndex``: ``list(range(10**9))``, a ``DatetimeIndex`` of one), and the
+  sizes it is asked for (``bytearray(10**10)``, an array's shape). The whole
+  load may spend ``MEMORY_FLOOR`` plus ``MEMORY_PER_INPUT_BYTE`` for each byte
+  of input. The checks that walk the arguments visit no more items than are
+  charged, so their work is bounded too.
+- ``digits``: a number written as text (the INT and LONG opcodes, a
+  ``Fraction``'s string or ``Decimal``) may not have more than ``MAX_DIGITS``
+  digits or exponent digits, whatever ``sys.set_int_max_str_digits`` says:
+  converting text to an int takes time quadratic in its length.
 
-The limits are module constants; ``TUPLE_WORK`` can be lowered or raised for a
-process by assigning it.
+The limits are module constants, read at each load: assign one to lower or
+raise it for the process.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from ..errors import BudgetExceededError
@@ -34,8 +50,33 @@ TUPLE_WORK = 1_000_000
 #: How deeply the objects a payload builds may nest (a call's result counts as
 #: one deeper than its arguments' tuple, so a chain built by calls gets half).
 MAX_DEPTH = 10_000
+#: What the calls and BUILDs of one load may allocate beyond the data it
+#: carries: the floor, plus this much per byte of input.
+MEMORY_FLOOR = 64 << 20
+MEMORY_PER_INPUT_BYTE = 64
+#: What an item of a call's arguments is charged (a copy of it: a pointer, or a
+#: dict entry's share).
+ITEM_BYTES = 16
+#: What an item of a lazy sequence is charged (once made real: a pointer and an
+#: int object).
+LAZY_ITEM_BYTES = 40
+#: Digits of a number written as text (CPython's default int limit).
+MAX_DIGITS = 4300
 
-__all__ = ["MAX_DEPTH", "TUPLE_WORK", "Depths", "TupleWork", "exceeded"]
+__all__ = [
+    "ITEM_BYTES",
+    "LAZY_ITEM_BYTES",
+    "MAX_DEPTH",
+    "MAX_DIGITS",
+    "MEMORY_FLOOR",
+    "MEMORY_PER_INPUT_BYTE",
+    "TUPLE_WORK",
+    "Allowance",
+    "Depths",
+    "TupleWork",
+    "exceeded",
+    "lazy_length",
+]
 
 
 def exceeded(budget: str, opcode: str, offset: int | None, why: str) -> BudgetExceededError:
@@ -121,3 +162,41 @@ class Depths:
                     "nested that deep can crash the process)",
                 )
             self.depths[id(container)] = (deepest + 1, container)
+
+
+class Allowance:
+    """What is left of the ``memory`` budget of one load of ``input_size``
+    bytes (``None``: a stream of unknown length, the floor only)."""
+
+    __slots__ = ("memory",)
+
+    def __init__(self, input_size: int | None) -> None:
+        self.memory = MEMORY_FLOOR + MEMORY_PER_INPUT_BYTE * (input_size or 0)
+
+    def allocate(self, nbytes: int, opcode: str, offset: Any, what: str) -> None:
+        """``what`` is about to allocate about ``nbytes`` (``offset`` is called
+        for the message only)."""
+        if nbytes > self.memory:
+            raise exceeded(
+                "memory",
+                opcode,
+                offset(),
+                f"{what} may allocate about {nbytes:,} bytes, past the {self.memory:,} left "
+                "for this load (its arguments' items, the lazy sequences and the sizes "
+                "it is given)",
+            )
+        self.memory -= nbytes
+
+
+def lazy_length(obj: Any) -> int | None:
+    """The length of a sequence that is stated, not stored (a ``range``, a
+    pandas ``RangeIndex``), or None for anything else."""
+    kind = type(obj)
+    if kind is range or (
+        kind.__name__ == "RangeIndex" and getattr(kind, "__module__", "").startswith("pandas")
+    ):
+        try:
+            return len(obj)
+        except OverflowError:  # longer than sys.maxsize
+            return sys.maxsize
+    return None

@@ -28,10 +28,19 @@ from __future__ import annotations
 import copyreg
 import decimal
 import re
-import sys
 from typing import Any
 
-__all__ = ["check_built", "check_call", "reconstructor"]
+from .budgets import ITEM_BYTES, LAZY_ITEM_BYTES, MAX_DIGITS, lazy_length
+
+__all__ = [
+    "Arguments",
+    "allocation",
+    "check_built",
+    "check_call",
+    "check_constructor",
+    "check_state",
+    "reconstructor",
+]
 
 
 def check_built(obj: Any, *, given_state: bool = False) -> str | None:
@@ -79,19 +88,33 @@ def _array_problem(array: Any) -> str | None:
             ):
                 return "a pandas masked array whose mask does not match its values"
         index = getattr(array, "sp_index", None)
-        if index is not None:
-            positions = index.to_int_index().indices
-            length = index.length
-            if len(array.sp_values) != len(positions) or (
-                len(positions) and (positions.min() < 0 or positions.max() >= length)
-            ):
-                return "a pandas SparseArray whose positions do not fit its length or values"
+        if index is not None and _sparse_index_problem(index, len(array.sp_values), np):
+            return "a pandas SparseArray whose positions do not fit its length or values"
     except (AttributeError, TypeError, ValueError) as exc:
         return f"a pandas array whose layout cannot be read ({type(exc).__name__})"
     return None
 
 
-def check_state(obj: Any, state: Any) -> str | None:
+def _sparse_index_problem(index: Any, values: int, np: Any) -> bool:
+    """Whether a sparse index does not place ``values`` values inside its
+    length, read from its own arrays (materialising a BlockIndex's positions
+    would allocate as much as its blocks state)."""
+    length = index.length
+    if hasattr(index, "blocs"):
+        starts = np.asarray(index.blocs, dtype=np.int64)
+        lengths = np.asarray(index.blengths, dtype=np.int64)
+        if starts.shape != lengths.shape or int(lengths.sum()) != values:
+            return True
+        return bool(len(starts)) and bool(
+            (starts < 0).any() or (lengths < 0).any() or (starts + lengths > length).any()
+        )
+    positions = np.asarray(index.indices)
+    return len(positions) != values or (
+        bool(len(positions)) and bool(positions.min() < 0 or positions.max() >= length)
+    )
+
+
+def check_state(obj: Any, state: Any, found: Arguments | None = None) -> str | None:
     """Before BUILD on ``obj``: is ``state`` one its ``__setstate__`` may be
     trusted with? Any object's is checked as its type's call arguments are; numpy
     reads a dtype's state by position, and a state of another shape (a field
@@ -99,7 +122,7 @@ def check_state(obj: Any, state: Any) -> str | None:
     (found by the wire's fuzz test)."""
     kind = type(obj)
     module = getattr(kind, "__module__", "")
-    problem = check_call(f"{module}.{kind.__qualname__}", (state,))
+    problem = check_call(f"{module}.{kind.__qualname__}", (state,), None, found)
     if problem is not None or module.startswith("pandas"):
         return problem
     if module.startswith("numpy"):
@@ -109,6 +132,30 @@ def check_state(obj: Any, state: Any) -> str | None:
             return (
                 "a numpy dtype given a state of another shape than numpy writes (numpy would crash)"
             )
+        if isinstance(obj, np.ndarray):
+            return _array_state_problem(state)
+    return None
+
+
+def _array_state_problem(state: Any) -> str | None:
+    """An array's state is (version, shape, dtype, is_fortran, data). numpy
+    checks bytes against the shape, but fills an array of objects (or of
+    StringDType) from a list without checking its length, and reads past it."""
+    if not isinstance(state, tuple) or len(state) not in (4, 5):
+        return None  # numpy refuses it
+    shape, data = state[-4], state[-1]
+    if not isinstance(data, list):
+        return None
+    count = 1
+    for dim in shape if isinstance(shape, tuple) else (shape,):
+        if type(dim) is not int or dim < 0:
+            return "a numpy array state whose shape is not made of counts"
+        count *= dim
+    if count != len(data):
+        return (
+            f"a numpy array state of shape {shape} given {len(data)} items "
+            "(numpy would read past them)"
+        )
     return None
 
 
@@ -161,29 +208,139 @@ def _dtype_state(state: Any, datetime: bool, np: Any) -> bool:
     )
 
 
-def check_call(name: str, args: Any, kwargs: Any = None) -> str | None:
+class Arguments:
+    """What the checks of one call need from its arguments, found in one walk
+    through their tuples, lists and dicts (iteratively, each container once: a
+    payload can nest and share them): the strings, the total length of the lazy
+    sequences (``budgets.lazy_length``), and how many items were visited."""
+
+    __slots__ = ("lazy", "strings", "visited")
+
+    def __init__(self, *values: Any) -> None:
+        self.strings: list[str] = []
+        self.lazy = 0
+        self.visited = 0
+        seen: set[int] = set()
+        todo = list(values)
+        while todo:
+            value = todo.pop()
+            self.visited += 1
+            kind = type(value)
+            if kind is str:
+                self.strings.append(value)
+            elif kind in (tuple, list, dict):
+                if id(value) not in seen:
+                    seen.add(id(value))
+                    todo.extend(value.values() if kind is dict else value)
+                    if kind is dict:
+                        todo.extend(value)
+            else:
+                length = lazy_length(value)
+                if length is not None:
+                    self.lazy += length
+
+
+def check_call(
+    name: str, args: Any, kwargs: Any = None, found: Arguments | None = None
+) -> str | None:
     """Before ``name(*args, **kwargs)`` (REDUCE, NEWOBJ) or a pandas object's
-    BUILD state: arguments that make an allowed callable do more than build."""
+    BUILD state: arguments that make an allowed callable do more than build
+    data. ``found`` is ``Arguments(args, kwargs)``, if the caller has it."""
     if name.startswith("pandas."):
-        for text in _strings(args, kwargs):
+        found = found or Arguments(args, kwargs)
+        for text in found.strings:
             if "dateutil" in text:
                 return (
                     "a dateutil zone named by a string (it may name a file, which dateutil opens)"
                 )
+        # (A class it is given is judged when it is one: inspect's stand-ins are not.)
+        if (
+            name.rpartition(".")[2] in _INDEX_RECONSTRUCTORS
+            and isinstance(args, tuple)
+            and args
+            and isinstance(args[0], type)
+            and not _is_pandas(args[0], "Index")
+        ):
+            return f"{name} given a class that is no pandas Index (it makes the class it is given)"
     elif name == "fractions.Fraction":
-        limit = sys.get_int_max_str_digits() or 4300
-        for text in _strings(args, kwargs):
+        found = found or Arguments(args, kwargs)
+        for text in found.strings:
+            if len(text) > 2 * MAX_DIGITS:
+                return f"a Fraction of a string of more than {2 * MAX_DIGITS} characters"
             for exponent in _EXPONENT.findall(text):
-                if abs(int(exponent)) > limit:
-                    return f"a Fraction with an exponent beyond {limit} digits"
+                if abs(int(exponent)) > MAX_DIGITS:
+                    return f"a Fraction with an exponent beyond {MAX_DIGITS} digits"
         # A Decimal's exponent is computed as a power of ten as well (minutes
         # for Fraction(Decimal("1e999999999"))).
         for value in (*(args if isinstance(args, tuple) else ()), *(kwargs or {}).values()):
             if isinstance(value, decimal.Decimal):
                 exponent = value.as_tuple().exponent
-                if isinstance(exponent, int) and abs(exponent) > limit:
-                    return f"a Fraction of a Decimal with an exponent beyond {limit} digits"
+                if isinstance(exponent, int) and abs(exponent) > MAX_DIGITS:
+                    return f"a Fraction of a Decimal with an exponent beyond {MAX_DIGITS} digits"
     return None
+
+
+def check_constructor(func: Any, args: Any, kwargs: Any = None) -> str | None:
+    """Before a call of an allowed class: pandas pickles its frames, series,
+    indexes and extension arrays as an empty call and then their state, so a
+    call with arguments is none it writes, and can build from sizes the payload
+    only states (``DataFrame(index=..., columns=...)`` allocates rows times
+    columns from two short lists)."""
+    if (args or kwargs) and isinstance(func, type) and _is_pandas(func, *_PANDAS_CONTAINERS):
+        return (
+            f"a call of pandas' {func.__qualname__} with arguments (pandas pickles it as an "
+            "empty call and its state)"
+        )
+    return None
+
+
+def allocation(name: str, args: Any, found: Arguments) -> int:
+    """About what ``name(*args)`` (or a BUILD, ``name`` empty) may allocate
+    beyond the data it is given: a copy of its arguments' items, the lazy
+    sequences it may make real (``budgets.LAZY_ITEM_BYTES`` each), a count given
+    to ``bytes``/``bytearray``, a numpy shape."""
+    total = found.visited * ITEM_BYTES + found.lazy * LAZY_ITEM_BYTES
+    if not isinstance(args, tuple) or not args:
+        return total
+    if name in ("builtins.bytes", "builtins.bytearray") and type(args[0]) is int:
+        total += max(args[0], 0)
+    elif name == "numpy.ndarray":
+        total += _array_bytes(args[0], args[1] if len(args) > 1 else "f8")
+    elif name.endswith("multiarray._reconstruct") and len(args) == 3:
+        total += _array_bytes(args[1], args[2])
+    return total
+
+
+def _array_bytes(shape: Any, dtype: Any) -> int:
+    dims = shape if isinstance(shape, tuple) else (shape,)
+    count = 1
+    for dim in dims:
+        if type(dim) is not int:
+            return 0  # numpy refuses it before allocating
+        count *= max(dim, 0)
+    try:
+        import numpy as np
+
+        itemsize = max(int(np.dtype(dtype).itemsize), 1)
+    except (TypeError, ValueError):
+        itemsize = 8
+    return count * itemsize
+
+
+def _is_pandas(kind: Any, *bases: str) -> bool:
+    """Whether ``kind`` is a pandas class with one of ``bases`` (by name) in its
+    MRO (without importing pandas; pandas 3 names its classes' module "pandas")."""
+    return (
+        isinstance(kind, type)
+        and getattr(kind, "__module__", "").startswith("pandas")
+        and any(klass.__name__ in bases for klass in kind.__mro__)
+    )
+
+
+_PANDAS_CONTAINERS = ("NDFrame", "Index", "ExtensionArray")
+_INDEX_RECONSTRUCTORS = frozenset(
+    {"_new_Index", "_new_DatetimeIndex", "_new_IntervalIndex", "_new_TimedeltaIndex"}
+)
 
 
 def reconstructor(cls: Any, base: Any, state: Any) -> Any:
@@ -211,24 +368,6 @@ def reconstructor(cls: Any, base: Any, state: Any) -> Any:
 _OBJECT_REDUCE_EX = object.__reduce_ex__
 _OBJECT_REDUCE = object.__reduce__
 _EXPONENT = re.compile(r"[eE]\s*([+-]?\d+)")
-
-
-def _strings(*values: Any) -> list[str]:
-    """Every str inside ``values``, through tuples, lists and dicts (iteratively,
-    each container once: a payload can nest and share them)."""
-    found: list[str] = []
-    seen: set[int] = set()
-    todo = list(values)
-    while todo:
-        value = todo.pop()
-        if type(value) is str:
-            found.append(value)
-        elif type(value) in (tuple, list, dict) and id(value) not in seen:
-            seen.add(id(value))
-            todo.extend(value.values() if type(value) is dict else value)
-            if type(value) is dict:
-                todo.extend(value)
-    return found
 
 
 def _dtype_problem(dtype: Any, np: Any) -> str | None:
@@ -265,14 +404,30 @@ def _dtype_problem(dtype: Any, np: Any) -> str | None:
 
 
 def _manager_problem(manager: Any) -> str | None:
+    """Each column placed exactly once, by blocks whose placements are as long
+    as their values (counted before any placement is made into an array: a
+    placement can be a slice that states any length)."""
     if getattr(manager, "ndim", None) != 2 or not hasattr(manager, "blocks"):
         return None
+    import numpy as np
+
     try:
         columns = len(manager.axes[0])
-        placed = sorted(int(i) for block in manager.blocks for i in block.mgr_locs.as_array)
+        placed = 0
+        for block in manager.blocks:
+            values = block.values
+            width = values.shape[0] if getattr(values, "ndim", 1) == 2 else 1
+            if len(block.mgr_locs) != width:
+                return "a pandas BlockManager with a block placed at more columns than it holds"
+            placed += width
+        if placed != columns:
+            return "a pandas BlockManager whose blocks do not place each column exactly once"
+        if not columns:
+            return None
+        locs = np.sort(np.concatenate([block.mgr_locs.as_array for block in manager.blocks]))
     except (AttributeError, IndexError, TypeError, ValueError) as exc:
         return f"a pandas BlockManager whose blocks cannot be read ({type(exc).__name__})"
-    if placed != list(range(columns)):
+    if not np.array_equal(locs, np.arange(columns)):
         return "a pandas BlockManager whose blocks do not place each column exactly once"
     return None
 

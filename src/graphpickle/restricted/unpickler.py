@@ -63,8 +63,17 @@ from collections.abc import Iterable
 from typing import IO, Any, ClassVar, NoReturn
 
 from ..errors import ForbiddenGlobalError
-from .budgets import Depths, TupleWork, exceeded
-from .data_checks import check_built, check_call, check_state, reconstructor
+from . import budgets
+from .budgets import Allowance, Depths, TupleWork, exceeded
+from .data_checks import (
+    Arguments,
+    allocation,
+    check_built,
+    check_call,
+    check_constructor,
+    check_state,
+    reconstructor,
+)
 from .data_only import DATA_ONLY
 
 __all__ = ["DATA_ONLY", "AllowList"]
@@ -151,6 +160,7 @@ _PythonUnpickler: Any = pickle._Unpickler
 
 class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
     dispatch: ClassVar[dict[int, Any]] = dict(_PythonUnpickler.dispatch)
+    readline: Any  # (pickle sets it when loading starts: its frame reader's)
 
     def __init__(
         self,
@@ -169,6 +179,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self._stream = file
         self._tuple_work = TupleWork()
         self._depths = Depths()
+        self._allowance = Allowance(len(file.getbuffer()) if hasattr(file, "getbuffer") else None)
 
     # -- globals ---------------------------------------------------------------
 
@@ -274,13 +285,19 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
             )
             self._keep.append(top)
 
-    def _check_call(self, func: Any, args: Any, kwargs: Any = None) -> None:
-        """Before a call of an allowed name: arguments that make it do more than
-        build data (``data_checks.check_call``)."""
+    def _check_call(self, func: Any, args: Any, kwargs: Any, opcode: str) -> None:
+        """Before a call: what it may allocate (the ``memory`` budget), and
+        arguments that make an allowed name do more than build data
+        (``data_checks.check_call``, ``check_constructor``)."""
         name = self._globals.get(id(func))
-        problem = None if name is None else check_call(name, args, kwargs)
+        found = Arguments(args, kwargs)
+        what = f"{name or 'the call'}(...)"
+        self._allowance.allocate(allocation(name or "", args, found), opcode, self._offset, what)
+        problem = check_constructor(func, args, kwargs)
+        if problem is None and name is not None:
+            problem = check_call(name, args, kwargs, found)
         if problem is not None:
-            _refuse(f"{name}(...)", problem, str(name))
+            _refuse(f"{name or _describe(func)}(...)", problem, str(name))
 
     def _check_built(self, obj: Any, opcode: str) -> None:
         problem = check_built(obj, given_state=opcode == "BUILD")
@@ -327,6 +344,32 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
     def load_frozenset(self) -> None:
         super().load_frozenset()
         self._holds(self.stack[-1], self.stack[-1], "FROZENSET")
+
+    def load_int(self) -> None:
+        self._load_number(_PythonUnpickler.load_int, "INT")
+
+    def load_long(self) -> None:
+        self._load_number(_PythonUnpickler.load_long, "LONG")
+
+    def _load_number(self, load: Any, opcode: str) -> None:
+        """A number written as text: converting it takes time quadratic in its
+        length, so its length is held to MAX_DIGITS whatever the process's own
+        int limit (``sys.set_int_max_str_digits(0)`` lifts that one). The line
+        is then handed to pickle's own opcode, which parses it as the version
+        of Python running does."""
+        offset = self._offset()
+        line = self.readline()
+        limit = budgets.MAX_DIGITS
+        if len(line) > limit + 3:  # a sign, an "L", the newline
+            raise exceeded(
+                "digits", opcode, offset, f"it writes a number of more than {limit:,} digits"
+            )
+        readline = self.readline
+        self.readline = lambda: line
+        try:
+            load(self)
+        finally:
+            self.readline = readline
 
     def load_long_binput(self) -> None:
         offset = self._offset()
@@ -383,13 +426,13 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
 
     def load_reduce(self) -> None:
         args = self._below(1)
-        self._check_call(self._below(2), args)
+        self._check_call(self._below(2), args, None, "REDUCE")
         super().load_reduce()
         self._after_call("REDUCE", args)
 
     def load_newobj(self) -> None:
         args = self._below(1)
-        self._check_call(self._below(2), args)
+        self._check_call(self._below(2), args, None, "NEWOBJ")
         super().load_newobj()
         self._note_if_shared()
         self._count_if_tuple("NEWOBJ")
@@ -397,14 +440,14 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
 
     def load_newobj_ex(self) -> None:
         args, kwargs = self._below(2), self._below(1)
-        self._check_call(self._below(3), args, kwargs)
+        self._check_call(self._below(3), args, kwargs, "NEWOBJ_EX")
         super().load_newobj_ex()
         self._note_if_shared()
         self._count_if_tuple("NEWOBJ_EX")
         self._holds(self.stack[-1], (args, kwargs), "NEWOBJ_EX")
 
     def _instantiate(self, klass: Any, args: list[Any]) -> None:  # OBJ and INST
-        self._check_call(klass, tuple(args))
+        self._check_call(klass, tuple(args), None, "OBJ")
         super()._instantiate(klass, args)
         self._after_call("OBJ", args)
 
@@ -415,7 +458,11 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         (``__class__``, ``__setstate__``...) on an instance."""
         target, state = self._below(2), self._below(1)
         self._check_target(target, "BUILD")
-        problem = check_state(target, state)
+        found = Arguments(state)
+        self._allowance.allocate(
+            allocation("", (), found), "BUILD", self._offset, f"BUILD on a {type(target).__name__}"
+        )
+        problem = check_state(target, state, found)
         if problem is not None:
             _refuse(f"BUILD on a {type(target).__qualname__}", problem, _describe(target))
         self.stack.pop()
@@ -491,7 +538,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
 for _op in (
     "BUILD", "SETITEM", "SETITEMS", "APPEND", "APPENDS", "ADDITEMS",
     "REDUCE", "NEWOBJ", "NEWOBJ_EX", "BYTEARRAY8", "LONG_BINPUT", "PUT", "LIST", "DICT",
-    "FROZENSET",
+    "FROZENSET", "INT", "LONG",
 ):  # fmt: skip
     _RestrictedUnpickler.dispatch[_opcode(_op)] = getattr(
         _RestrictedUnpickler, f"load_{_op.lower()}"
