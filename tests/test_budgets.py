@@ -40,7 +40,55 @@ CHILD = textwrap.dedent(
             ops.append(b"h\\x00(j" + i.to_bytes(4, "little") + b"l\\x85R\\x94")
         return b"".join(ops) + b"."
 
+    def text(value):
+        data = value.encode()
+        return b"\\x8c" + bytes([len(data)]) + data
+
+    def glob(module, name):
+        return text(module) + text(name) + b"\\x93"
+
+    def long(n):
+        return b"\\x8a\\x08" + n.to_bytes(8, "little", signed=True)
+
+    def short_list(count):
+        return b"](" + b"".join(b"M" + i.to_bytes(2, "little") for i in range(count)) + b"e"
+
+    def shared_list_copied(calls=200_000, items=50_000):
+        # L = [0, ..., items - 1]; list(L) made ``calls`` times: 7 bytes each
+        head = b"\\x80\\x04" + glob("builtins", "list") + b"\\x94" + short_list(items) + b"\\x94"
+        return head + b"(" + b"h\\x00h\\x01\\x85R" * calls + b"l."
+
+    def blocks_stating_their_length():
+        # SparseArray state whose BlockIndex states a block of 2**40 positions
+        return (
+            b"\\x80\\x04" + glob("pandas._libs.sparse", "BlockIndex") + long(2**41)
+            + glob("numpy", "array") + b"]K\\x00a\\x85R"
+            + glob("numpy", "array") + b"]" + long(2**40) + b"a\\x85R\\x87R."
+        )  # fmt: skip
+
     ATTACKS = {
+        "list(range(30,000,000))": lambda: (
+            b"\\x80\\x04" + glob("builtins", "list") + glob("builtins", "range")
+            + long(30_000_000) + b"\\x85R\\x85R."
+        ),
+        "bytearray(10**10)": lambda: (
+            b"\\x80\\x04" + glob("builtins", "bytearray") + long(10**10) + b"\\x85R."
+        ),
+        "numpy _reconstruct of a 10**12-byte shape": lambda: (
+            b"\\x80\\x04" + glob("numpy._core.multiarray", "_reconstruct") + glob("numpy", "ndarray")
+            + long(10**6) + long(10**6) + b"\\x86C\\x01b\\x87R."
+        ),
+        "DataFrame(None, 20,000 rows, 20,000 columns)": lambda: (
+            b"\\x80\\x04" + glob("pandas", "DataFrame") + b"N" + short_list(20_000)
+            + short_list(20_000) + b"\\x87R."
+        ),
+        "DatetimeIndex of range(10**9)": lambda: (
+            b"\\x80\\x04" + glob("pandas.core.indexes.datetimes", "_new_DatetimeIndex")
+            + glob("pandas", "DatetimeIndex") + b"}" + text("data") + glob("builtins", "range")
+            + long(10**9) + b"\\x85Rs\\x86R."
+        ),
+        "a shared list copied by 200,000 calls": shared_list_copied,
+        "INT of 1,000,000 digits (int limit lifted)": lambda: b"\\x80\\x02I" + b"9" * 10**6 + b"\\n.",
         "deques nested 160,000 deep": nested_deques,
         "exponential tuple key": exponential_tuple_key,
         "exponential tuple in a frozenset": frozenset_of_it,
@@ -66,6 +114,8 @@ CHILD = textwrap.dedent(
     resource.setrlimit(resource.RLIMIT_CPU, (10, 11))
     load = {"restricted": restricted, "inspect": inspect}[mode]
     data = ATTACKS[name]()
+    if "int limit lifted" in name:
+        sys.set_int_max_str_digits(0)
     start = time.process_time()
     try:
         outcome = load(data)
@@ -82,6 +132,13 @@ CHILD = textwrap.dedent(
 )
 
 ATTACKS = [
+    "list(range(30,000,000))",
+    "bytearray(10**10)",
+    "numpy _reconstruct of a 10**12-byte shape",
+    "DataFrame(None, 20,000 rows, 20,000 columns)",
+    "DatetimeIndex of range(10**9)",
+    "a shared list copied by 200,000 calls",
+    "INT of 1,000,000 digits (int limit lifted)",
     "deques nested 160,000 deep",
     "exponential tuple key",
     "exponential tuple in a frozenset",

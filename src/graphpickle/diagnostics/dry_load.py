@@ -22,6 +22,7 @@ import copyreg
 import io
 import itertools
 import pickletools
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -139,6 +140,19 @@ class _DryUnpickler(_pickle.Unpickler):
 _PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"})
 _GETS = frozenset({"GET", "BINGET", "LONG_BINGET"})
 _TUPLES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+
+
+def long_text_number(data: bytes) -> int | None:
+    """Where a number written as text (INT, LONG, PUT, GET) has more digits than
+    restricted loading's ``digits`` budget, or None. Both readers of ``inspect``
+    (pickletools and the C unpickler) would convert it, in time quadratic in its
+    length once ``sys.set_int_max_str_digits(0)`` lifts CPython's own limit. A
+    search of the bytes, before any opcode is read: it may find one inside a
+    string too, and then fails closed."""
+    from ..restricted import budgets
+
+    found = re.search(rb"[ILpg][-+]?[0-9]{%d}" % (budgets.MAX_DIGITS + 1), data)
+    return None if found is None else found.start()
 
 
 def _over_budget(data: bytes) -> str | None:

@@ -40,9 +40,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import UnpicklingError
+from ..restricted import budgets
 from ..restricted.data_checks import check_call
 from ..restricted.unpickler import AllowList, imported_name, is_dunder
-from .dry_load import DryRun, dry_load
+from .dry_load import DryRun, dry_load, long_text_number
 from .gadgets import danger_of
 
 __all__ = ["Finding", "InspectReport", "inspect"]
@@ -259,9 +260,17 @@ def inspect(
     ``TypeError`` for anything else than bytes or a path.
     """
     raw = _read(data)
+    cut = long_text_number(raw)
+    if cut is not None:  # both readers stop there, as restricted loading does
+        raw = raw[:cut]
     scan = _Scan(raw, Trust(trust))
     scan.run()
     dry = dry_load(raw)
+    if cut is not None:
+        scan.error = dry.error = (
+            f"BudgetExceededError: a number written as text at byte {cut} has more than "
+            f"{budgets.MAX_DIGITS:,} digits (budget 'digits')"
+        )
     why = _not_a_pickle(raw, scan, dry)
     if why is not None:
         raise UnpicklingError(f"not a readable pickle: {why}")

@@ -217,27 +217,32 @@ class Arguments:
     __slots__ = ("lazy", "strings", "visited")
 
     def __init__(self, *values: Any) -> None:
-        self.strings: list[str] = []
-        self.lazy = 0
-        self.visited = 0
-        seen: set[int] = set()
+        strings: list[str] = []
+        lazy = visited = 0
+        seen: set[int] | None = None  # (made at the first container only)
         todo = list(values)
         while todo:
             value = todo.pop()
-            self.visited += 1
+            visited += 1
             kind = type(value)
             if kind is str:
-                self.strings.append(value)
-            elif kind in (tuple, list, dict):
+                strings.append(value)
+            elif kind is tuple or kind is list or kind is dict:
+                if seen is None:
+                    seen = set()
                 if id(value) not in seen:
                     seen.add(id(value))
                     todo.extend(value.values() if kind is dict else value)
                     if kind is dict:
                         todo.extend(value)
-            else:
+            elif kind not in _ATOMS:
                 length = lazy_length(value)
                 if length is not None:
-                    self.lazy += length
+                    lazy += length
+        self.strings, self.lazy, self.visited = strings, lazy, visited
+
+
+_ATOMS = frozenset({int, float, bool, type(None), bytes, complex})
 
 
 def check_call(

@@ -351,19 +351,27 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
     def load_long(self) -> None:
         self._load_number(_PythonUnpickler.load_long, "LONG")
 
-    def _load_number(self, load: Any, opcode: str) -> None:
-        """A number written as text: converting it takes time quadratic in its
-        length, so its length is held to MAX_DIGITS whatever the process's own
-        int limit (``sys.set_int_max_str_digits(0)`` lifts that one). The line
-        is then handed to pickle's own opcode, which parses it as the version
-        of Python running does."""
+    def load_get(self) -> None:
+        self._load_number(_PythonUnpickler.load_get, "GET")
+
+    def _number_line(self, opcode: str) -> bytes:
+        """The line of a number written as text: converting it takes time
+        quadratic in its length, so its length is held to MAX_DIGITS whatever
+        the process's own int limit (``sys.set_int_max_str_digits(0)`` lifts
+        that one)."""
         offset = self._offset()
-        line = self.readline()
+        line: bytes = self.readline()
         limit = budgets.MAX_DIGITS
         if len(line) > limit + 3:  # a sign, an "L", the newline
             raise exceeded(
                 "digits", opcode, offset, f"it writes a number of more than {limit:,} digits"
             )
+        return line
+
+    def _load_number(self, load: Any, opcode: str) -> None:
+        """pickle's own ``load`` on a checked line (it parses it as the version
+        of Python running does)."""
+        line = self._number_line(opcode)
         readline = self.readline
         self.readline = lambda: line
         try:
@@ -379,7 +387,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
 
     def load_put(self) -> None:
         offset = self._offset()
-        index = int(self.readline()[:-1])
+        index = int(self._number_line("PUT")[:-1])
         if index < 0:
             raise ValueError("negative PUT argument")
         self._memo_budget(index, "PUT", offset)
@@ -538,7 +546,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
 for _op in (
     "BUILD", "SETITEM", "SETITEMS", "APPEND", "APPENDS", "ADDITEMS",
     "REDUCE", "NEWOBJ", "NEWOBJ_EX", "BYTEARRAY8", "LONG_BINPUT", "PUT", "LIST", "DICT",
-    "FROZENSET", "INT", "LONG",
+    "FROZENSET", "INT", "LONG", "GET",
 ):  # fmt: skip
     _RestrictedUnpickler.dispatch[_opcode(_op)] = getattr(
         _RestrictedUnpickler, f"load_{_op.lower()}"
