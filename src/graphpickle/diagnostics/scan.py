@@ -20,7 +20,9 @@ in a loop reads them all). A malformed payload is reported up to the point
 where the loader would stop, with what it would have done before.
 
 The verdict has three levels, and fails closed: ``"data"`` (restricted loading
-with :data:`graphpickle.DATA_ONLY` accepts it), ``"imports"`` (it imports
+with :data:`graphpickle.DATA_ONLY` accepts it: a payload the walk finds to be
+data is then loaded so, to run the checks only real objects allow),
+``"imports"`` (it imports
 globals outside that list, each one trusted by the operator, ``trust=``, or a
 harmless builtin), ``"code"`` (anything not proven harmless: any other global,
 known to be dangerous (``gadgets.py`` says why) or not, code pickled by value,
@@ -835,8 +837,13 @@ class _Scan:
         sizes = None if buffers is None else tuple(memoryview(b).nbytes for b in buffers)
         if self.by_value_code():
             self.flag(CODE, "holds code pickled by value: it runs if the loaded objects are called")
+        verdict = max((f.level for f in self.findings), key=_RANK.__getitem__, default=DATA)
+        if verdict == DATA and self.error is None:
+            refusal = self.restricted_refusal(buffers)
+            if refusal is not None:
+                self.flag(CODE, f"restricted loading with DATA_ONLY does not accept it ({refusal})")
+                verdict = CODE
         findings = tuple(self.findings)
-        verdict = max((f.level for f in findings), key=_RANK.__getitem__, default=DATA)
         return InspectReport(
             nbytes=len(self.data),
             protocol=self.protocol,
@@ -855,6 +862,25 @@ class _Scan:
             pickles=self.pickles,
             error=self.error,
         )
+
+    def restricted_refusal(self, buffers: Iterable[Any] | None) -> str | None:
+        """What "data" means, checked by doing it: each pickle is loaded with
+        restricted loading and DATA_ONLY (under its budgets), which runs the
+        checks a walk cannot make on objects it does not build (a Categorical's
+        codes, an array's state). None if it loads; not checked when the pickle
+        takes out-of-band buffers that were not given."""
+        from ..restricted.unpickler import restricted_load
+
+        if self.buffers and buffers is None:
+            return None
+        stream = io.BytesIO(self.data)
+        given = iter(buffers) if buffers is not None else None
+        try:
+            while stream.tell() < len(self.data):
+                restricted_load(stream, _data_only(), given)
+        except Exception as exc:  # (what an allowed constructor raises counts too)
+            return f"{type(exc).__name__}: {_cut(str(exc), 200)}"
+        return None
 
     def by_value_code(self) -> bool:
         return any(o.kind in ("function", "class") for o in self.objects)

@@ -1,0 +1,321 @@
+"""Resource attacks, and states that crash the process later: generators of
+payloads, and a runner that tries one in a child interpreter under
+``RLIMIT_AS`` (256 MB above the child's baseline) and ``RLIMIT_CPU`` (10 s).
+
+    from resource_attacks import RESOURCE, CRASHERS, WIRE, try_one   # benchmarks/ on sys.path
+
+Every payload is generated here, opcode by opcode or by changing bytes of what
+``pickle.dumps`` writes, from attack classes that are publicly documented:
+
+- the ``pickle`` documentation's warning that a pickle can use memory and time
+  out of proportion to its size, and ``pickletools`` (opcode semantics: memo
+  indices, BYTEARRAY8's declared length, text opcodes);
+- the "billion laughs" and hash-flooding classes (shared structures whose
+  hash visits each share again; exponential work from a few hundred bytes);
+- CPython's int/str conversion limit (CVE-2020-10735, ``sys.set_int_max_str_digits``),
+  and ``decimal``'s and ``fractions``' handling of huge exponents;
+- compression bombs (a small frame that decompresses to gigabytes, or more than
+  it declares);
+- numpy's and pandas' pickling code (``ndarray.__setstate__``, pandas'
+  ``_unpickle_block``, ``SparseArray``, ``Categorical``), whose reconstructors
+  trust the codes, positions and lengths in their state;
+- C deallocators that recurse (nested containers freed to a crash).
+
+``try_one(mode, name)`` runs one sample (a name of ``RESOURCE``, ``CRASHERS``
+or ``WIRE``) in a child and returns ``{"outcome": ..., "cpu": ...}``. Modes:
+``control`` (plain ``pickle.loads``), ``restricted``
+(``graphpickle.loads(data, allowed=DATA_ONLY)``), ``wire`` (an unsigned wire
+message of the payload, ``wire.unpack(..., allowed=DATA_ONLY)``), ``inspect``,
+``picklescan`` and ``fickling``. After a load, a crasher's object is used
+(``repr``, ``==``, a copy, ``np.asarray``, a pickle round trip). The outcome
+is ``refused: <exception>``, ``loaded``, ``MemoryError``,
+``other: <exception>``, ``verdict: <inspect's>``, ``flagged``, ``passed``,
+``error: <exception>`` (a scanner), or ``died: <signal>`` and ``timeout``,
+told by the parent.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+
+RLIMIT_AS_ABOVE_BASELINE = 256 * 2**20
+RLIMIT_CPU_SECONDS = 10
+
+
+# -- a small assembler (protocol 4 opcodes) -------------------------------------
+
+
+def _text(value: str) -> bytes:
+    data = value.encode()
+    return b"\x8c" + bytes([len(data)]) + data
+
+
+def _global(module: str, name: str) -> bytes:
+    return _text(module) + _text(name) + b"\x93"
+
+
+def _long(n: int) -> bytes:
+    return b"\x8a\x08" + n.to_bytes(8, "little", signed=True)
+
+
+def _short_list(count: int) -> bytes:
+    return b"](" + b"".join(b"M" + i.to_bytes(2, "little") for i in range(count)) + b"e"
+
+
+PROTO4 = b"\x80\x04"
+
+
+# -- resource attacks: work or memory out of proportion to the input -------------------
+
+
+def _exponential_tuple_key() -> bytes:
+    # t0 = (); t(i+1) = (t(i), t(i)); {t60: 1}: ~200 bytes, a hash of 2**60 steps
+    ops = PROTO4 + b")\x94"
+    for i in range(60):
+        ops += b"h" + bytes([i]) + b"h" + bytes([i]) + b"\x86\x94"
+    return ops + b"}\x94h" + bytes([60]) + b"K\x01s."
+
+
+def _exponential_frozenset() -> bytes:
+    return _exponential_tuple_key()[:-7] + b"(h" + bytes([60]) + b"\x91."
+
+
+def _nested_deques(depth: int = 160_000) -> bytes:
+    # d(i+1) = deque([d(i)]): freeing 160,000 of them recurses in C to a crash
+    ops = [PROTO4 + _global("collections", "deque") + b"\x94h\x00)R\x94"]
+    for i in range(1, depth + 1):
+        ops.append(b"h\x00(j" + i.to_bytes(4, "little") + b"l\x85R\x94")
+    return b"".join(ops) + b"."
+
+
+def _shared_list_copied(calls: int = 200_000, items: int = 50_000) -> bytes:
+    # L = [0, ..., items - 1]; list(L) made ``calls`` times, 7 bytes of input each
+    head = PROTO4 + _global("builtins", "list") + b"\x94" + _short_list(items) + b"\x94"
+    return head + b"(" + b"h\x00h\x01\x85R" * calls + b"l."
+
+
+RESOURCE: dict[str, Callable[[], bytes]] = {
+    "exponential tuple key": _exponential_tuple_key,
+    "exponential tuple in a frozenset": _exponential_frozenset,
+    "deques nested 160,000 deep": _nested_deques,
+    "BYTEARRAY8 declaring 1 TiB": lambda: b"\x80\x05\x96" + (2**40).to_bytes(8, "little") + b".",
+    "memo index 2**27": lambda: b"\x80\x02N" + b"r" + (2**27).to_bytes(4, "little") + b".",
+    "Fraction of a Decimal with a huge exponent": lambda: (
+        PROTO4 + _global("fractions", "Fraction") + _global("decimal", "Decimal")
+        + _text("1e999999999") + b"\x85R\x85R."
+    ),
+    "list(range(30,000,000))": lambda: (
+        PROTO4 + _global("builtins", "list") + _global("builtins", "range") + _long(30_000_000)
+        + b"\x85R\x85R."
+    ),
+    "bytearray(10**10)": lambda: PROTO4 + _global("builtins", "bytearray") + _long(10**10) + b"\x85R.",
+    "numpy _reconstruct of a 10**12-byte shape": lambda: (
+        PROTO4 + _global("numpy._core.multiarray", "_reconstruct") + _global("numpy", "ndarray")
+        + _long(10**6) + _long(10**6) + b"\x86C\x01b\x87R."
+    ),
+    "DataFrame(None, 20,000 rows, 20,000 columns)": lambda: (
+        PROTO4 + _global("pandas", "DataFrame") + b"N" + _short_list(20_000)
+        + _short_list(20_000) + b"\x87R."
+    ),
+    "DatetimeIndex of range(10**9)": lambda: (
+        PROTO4 + _global("pandas.core.indexes.datetimes", "_new_DatetimeIndex")
+        + _global("pandas", "DatetimeIndex") + b"}" + _text("data") + _global("builtins", "range")
+        + _long(10**9) + b"\x85Rs\x86R."
+    ),
+    "a shared list copied by 200,000 calls": _shared_list_copied,
+    "INT of 1,000,000 digits (int limit lifted)": lambda: b"\x80\x02I" + b"9" * 10**6 + b"\n.",
+}  # fmt: skip
+
+
+# -- states that crash later: allowed names, state that breaks an invariant --------------
+
+
+def _changed(obj_source: str, old: bytes, new: bytes, protocol: int = 5) -> Callable[[], bytes]:
+    """The pickle of ``eval(obj_source)`` with the first ``old`` replaced by ``new``."""
+
+    def make() -> bytes:
+        import pickle
+
+        import numpy as np
+        import pandas as pd
+
+        data = pickle.dumps(eval(obj_source, {"np": np, "pd": pd}), protocol)
+        assert old in data, (obj_source, old)
+        return data.replace(old, new, 1)
+
+    return make
+
+
+CRASHERS: dict[str, Callable[[], bytes]] = {
+    # int32 codes (40,000 categories): one set 2**31 - 1 past them
+    "Categorical codes past its categories": _changed(
+        "pd.Categorical(np.arange(40_000))", b"\x05\x00\x00\x00\x06\x00\x00\x00",
+        b"\x05\x00\x00\x00\xff\xff\xff\x7f"
+    ),
+    # an object array of 3 items given a list of 1 (numpy reads past it)
+    "object array state longer than its list": _changed(
+        "np.array([None, 1, 'x'], dtype=object)", b"K\x03\x85", b"K\x7f\x85", protocol=2
+    ),
+    "StringDType array state longer than its list": _changed(
+        "np.array(['a', 'b'], dtype=np.dtypes.StringDType())", b"K\x02\x85", b"K\x7f\x85", protocol=2
+    ),
+    # a frame's two blocks placed at columns far past its two
+    "BlockManager placing columns past its axis": _changed(
+        "pd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})", b"K\x01K\x02K\x01\x87",
+        b"J\xff\xff\xff\x0fJ\x00\x00\x00\x10K\x01\x87"
+    ),
+}  # fmt: skip
+
+
+# -- the wire: sizes a message states ------------------------------------------------------
+
+
+def _wire_frames(payload: bytes) -> list[bytes]:
+    """An unsigned wire message whose pickle is ``payload``."""
+    import graphpickle.wire as wire
+
+    header = bytes(wire.pack(None)[0])
+    return [header[:-8] + len(payload).to_bytes(8, "little"), payload]
+
+
+def _declared_raw_length(frames: list[bytes], declared: int, real: int) -> list[bytes]:
+    header = frames[0]
+    at = header.find(real.to_bytes(8, "little"))
+    assert at > 0
+    return [header[:at] + declared.to_bytes(8, "little") + header[at + 8 :], *frames[1:]]
+
+
+def _compressed_zeros(nbytes: int) -> list[bytes]:
+    import numpy as np
+
+    import graphpickle.wire as wire
+
+    return [bytes(f) for f in wire.pack(np.zeros(nbytes // 8), compression="zstd")]
+
+
+WIRE: dict[str, Callable[[], list[bytes]]] = {
+    # declares 16 GiB: refused before anything is decompressed
+    "a frame declaring 16 GiB": lambda: _declared_raw_length(
+        _compressed_zeros(2**20), 2**34, 2**20
+    ),
+    # declares 1 MiB, decompresses to 512 MiB
+    "a frame decompressing past what it declares": lambda: _declared_raw_length(
+        _compressed_zeros(2**29), 2**20, 2**29
+    ),
+}
+
+
+# -- the child -------------------------------------------------------------------------------
+
+
+def _use(obj: object) -> None:
+    import contextlib
+    import copy
+    import pickle
+
+    import numpy as np
+
+    for use in (
+        repr,
+        lambda o: o == o,
+        copy.copy,
+        np.asarray,
+        lambda o: pickle.loads(pickle.dumps(o)),
+    ):
+        with contextlib.suppress(Exception):  # (a clear exception is fine: a crash is not)
+            use(obj)
+
+
+def _scan(mode: str, data: bytes) -> str:
+    import io
+
+    if mode == "picklescan":
+        from picklescan.scanner import scan_pickle_bytes
+
+        result = scan_pickle_bytes(io.BytesIO(data), "sample")
+        return "flagged" if result.issues_count > 0 else "passed"
+    from fickling.analysis import Severity, check_safety
+    from fickling.fickle import StackedPickle
+
+    stacked = StackedPickle.load(io.BytesIO(data), fail_on_decode_error=False)
+    flagged = any(
+        p.has_invalid_opcode or check_safety(p).severity > Severity.LIKELY_SAFE for p in stacked
+    )
+    return "flagged" if flagged else "passed"
+
+
+def _child(mode: str, name: str) -> None:
+    import contextlib
+    import io
+    import logging
+    import pickle
+    import resource
+    import time
+
+    import graphpickle
+    import graphpickle.wire as wire
+    from graphpickle import DATA_ONLY
+
+    logging.getLogger("picklescan").setLevel(logging.CRITICAL)
+    if name in WIRE:
+        frames, data = WIRE[name](), b""
+    else:
+        data = (RESOURCE.get(name) or CRASHERS[name])()
+        frames = _wire_frames(data)
+    if mode in ("picklescan", "fickling"):
+        import fickling  # noqa: F401  (imported before the limits: they are the attack's)
+        import picklescan.scanner  # noqa: F401
+    if "int limit lifted" in name:
+        sys.set_int_max_str_digits(0)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as statm:
+        baseline = int(statm.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (baseline + RLIMIT_AS_ABOVE_BASELINE, hard))
+    resource.setrlimit(resource.RLIMIT_CPU, (RLIMIT_CPU_SECONDS, RLIMIT_CPU_SECONDS + 1))
+    start = time.process_time()
+    try:
+        if mode == "inspect":
+            outcome = "verdict: " + graphpickle.inspect(data).verdict
+        elif mode in ("picklescan", "fickling"):
+            with contextlib.redirect_stdout(io.StringIO()):
+                outcome = _scan(mode, data)
+        else:
+            if mode == "control":
+                obj = pickle.loads(data)
+            elif mode == "restricted":
+                obj = graphpickle.loads(data, allowed=DATA_ONLY)
+            else:
+                obj = wire.unpack(frames, allowed=DATA_ONLY)
+            if name in CRASHERS:
+                _use(obj)
+            del obj
+            outcome = "loaded"
+    except MemoryError:
+        outcome = "MemoryError"
+    except graphpickle.UnpicklingError as exc:
+        outcome = f"refused: {type(exc).__name__}: {str(exc)[:300]}"
+    except Exception as exc:
+        words = f"{type(exc).__name__}: {str(exc)[:300]}"
+        outcome = ("error: " if mode in ("picklescan", "fickling") else "other: ") + words
+    print(json.dumps({"outcome": outcome, "cpu": time.process_time() - start}), flush=True)
+
+
+def try_one(mode: str, name: str, timeout: float = 120) -> dict[str, object]:
+    """Run sample ``name`` in ``mode`` in a child (see the module docstring)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, mode, name], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {"outcome": "timeout", "cpu": None}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if lines:
+        return json.loads(lines[-1])  # type: ignore[no-any-return]
+    return {"outcome": f"died: {done.returncode}", "cpu": None, "stderr": done.stderr[-1500:]}
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1], sys.argv[2])
