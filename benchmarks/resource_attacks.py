@@ -29,7 +29,7 @@ message of the payload, ``wire.unpack(..., allowed=DATA_ONLY)``), ``inspect``,
 ``picklescan`` and ``fickling``. After a load, a crasher's object is used
 (``repr``, ``==``, a copy, ``np.asarray``, a pickle round trip). The outcome
 is ``refused: <exception>``, ``loaded``, ``MemoryError``,
-``other: <exception>``, ``verdict: <inspect's>``, ``flagged``, ``passed``,
+``other: <exception>``, ``verdict: <inspect's>`` (and ``(malformed)``), ``flagged``, ``passed``,
 ``error: <exception>`` (a scanner), or ``died: <signal>`` and ``timeout``,
 told by the parent.
 """
@@ -120,13 +120,13 @@ RESOURCE: dict[str, Callable[[], bytes]] = {
         PROTO4 + _global("pandas", "DataFrame") + b"N" + _short_list(20_000)
         + _short_list(20_000) + b"\x87R."
     ),
-    "DatetimeIndex of range(10**9)": lambda: (
-        PROTO4 + _global("pandas.core.indexes.datetimes", "_new_DatetimeIndex")
-        + _global("pandas", "DatetimeIndex") + b"}" + _text("data") + _global("builtins", "range")
-        + _long(10**9) + b"\x85Rs\x86R."
+    "a float Index of range(10**9)": lambda: (
+        PROTO4 + _global("pandas.core.indexes.base", "_new_Index") + _global("pandas", "Index")
+        + b"}(" + _text("data") + _global("builtins", "range") + _long(10**9) + b"\x85R"
+        + _text("dtype") + _text("float64") + b"u\x86R."
     ),
     "a shared list copied by 200,000 calls": _shared_list_copied,
-    "INT of 1,000,000 digits (int limit lifted)": lambda: b"\x80\x02I" + b"9" * 10**6 + b"\n.",
+    "INT of 3,000,000 digits (int limit lifted)": lambda: b"\x80\x02I" + b"9" * 3 * 10**6 + b"\n.",
 }  # fmt: skip
 
 
@@ -278,7 +278,8 @@ def _child(mode: str, name: str) -> None:
     start = time.process_time()
     try:
         if mode == "inspect":
-            outcome = "verdict: " + graphpickle.inspect(data).verdict
+            report = graphpickle.inspect(data)
+            outcome = "verdict: " + report.verdict + (" (malformed)" if report.error else "")
         elif mode in ("picklescan", "fickling"):
             with contextlib.redirect_stdout(io.StringIO()):
                 outcome = _scan(mode, data)
