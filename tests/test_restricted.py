@@ -276,13 +276,16 @@ def test_the_security_review_cases_are_refused():
 def test_a_shared_immutable_call_result_fails_as_pickle_fails():
     # int() returns the cached 0, which something else holds: no opcode can
     # change an int, so APPEND on it fails with pickle's own error, and is not
-    # reported as a forbidden change (inspect calls such a payload data).
+    # reported as a forbidden change (inspect calls such a payload data, and
+    # malformed: restricted loading stops on it).
     data = b"cbuiltins\nint\n(tRcbuiltins\nint\na."
     with pytest.raises(AttributeError):
         pickle.loads(data)
     with pytest.raises(AttributeError):
         graphpickle.loads(data, allowed=["builtins.int"])
-    assert graphpickle.inspect(data).verdict == "data"
+    report = graphpickle.inspect(data)
+    assert report.verdict == "data"
+    assert "stops: AttributeError" in str(report.error)
 
 
 def test_a_dtype_given_a_state_of_another_shape_is_refused_not_a_crash():

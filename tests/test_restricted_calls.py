@@ -111,3 +111,60 @@ def test_a_refusal_names_the_opcode_and_its_byte_offset():
         restricted(shell)
     [at] = [position for op, _, position in pickletools.genops(shell) if op.name == "STACK_GLOBAL"]
     assert (caught.value.opcode, caught.value.offset) == ("STACK_GLOBAL", at)
+
+
+@pytest.fixture
+def module_with_a_singleton(monkeypatch):
+    """A module whose function returns an object that only the module holds."""
+    import types
+
+    module = types.ModuleType("graphpickle_test_singleton")
+    module.SINGLE = []
+    module.get = lambda: module.SINGLE
+    module.get.__module__ = module.__name__
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    return module
+
+
+def test_a_call_result_held_once_elsewhere_is_not_changed(module_with_a_singleton):
+    """An object a call returns that one other reference holds existed before
+    the load (CPython 3.14 borrows references where 3.11 counted them)."""
+    import graphpickle
+    from graphpickle import ForbiddenGlobalError
+
+    name = module_with_a_singleton.__name__
+    head = b"\x80\x04\x8c" + bytes([len(name)]) + name.encode() + b"\x8c\x03get\x93)R"
+    for change in (b"(K\x01e.", b"K\x01a.", b"}\x8c\x01aK\x01sb."):
+        with pytest.raises(ForbiddenGlobalError, match="existed before this load"):
+            graphpickle.loads(head + change, allowed={f"{name}.get"})
+    assert module_with_a_singleton.SINGLE == []
+    fresh = b"\x80\x04\x8c\x08builtins\x8c\x04list\x93)R(K\x01e."
+    assert graphpickle.loads(fresh, allowed={"builtins.list"}) == [1]
+
+
+def test_reference_counts_are_read_on_this_python():
+    """The rule above reads reference counts, checked at import: on every
+    declared Python the check passes (else every call result would be refused
+    a change, silently stricter)."""
+    from graphpickle.restricted import unpickler
+
+    assert unpickler._FRESH is not None
+    assert unpickler._references([object()]) == unpickler._FRESH
+
+
+def test_without_reference_counts_every_call_result_is_left_unchanged():
+    import subprocess
+
+    code = (
+        "import graphpickle\n"
+        "data = b'\\x80\\x04\\x8c\\x08builtins\\x8c\\x04list\\x93)R(K\\x01e.'\n"
+        "try:\n"
+        "    graphpickle.loads(data, allowed={'builtins.list'})\n"
+        "except graphpickle.ForbiddenGlobalError as exc:\n"
+        "    print(exc)\n"
+    )
+    env = {**__import__("os").environ, "GRAPHPICKLE_NO_REFCOUNT": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert "cannot tell from one that existed before" in done.stdout, done.stdout + done.stderr

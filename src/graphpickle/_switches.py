@@ -9,3 +9,11 @@ import os
 #: payloads' code cache too), and the C hook's answers for functions and
 #: classes found importable before.
 CACHING = not os.environ.get("GRAPHPICKLE_NO_CACHE")
+
+#: ``GRAPHPICKLE_NO_REFCOUNT=1`` makes restricted loading stop reading reference
+#: counts to tell an object a call made from one that existed before (see
+#: ``restricted/unpickler.py``): every object a call returns is then treated as
+#: existing before the load, and may not be changed (pickles that BUILD what a
+#: call made, as pandas' and many classes' do, are refused). It is what happens
+#: anyway on an interpreter whose counts do not pass the check made at import.
+READ_REFCOUNTS = not os.environ.get("GRAPHPICKLE_NO_REFCOUNT")

@@ -839,10 +839,12 @@ class _Scan:
             self.flag(CODE, "holds code pickled by value: it runs if the loaded objects are called")
         verdict = max((f.level for f in self.findings), key=_RANK.__getitem__, default=DATA)
         if verdict == DATA and self.error is None:
-            refusal = self.restricted_refusal(buffers)
-            if refusal is not None:
-                self.flag(CODE, f"restricted loading with DATA_ONLY does not accept it ({refusal})")
+            failure = self.restricted_failure(buffers)
+            if isinstance(failure, UnpicklingError):  # a refusal, a budget
+                self.flag(CODE, f"restricted loading with DATA_ONLY refuses it ({_words(failure)})")
                 verdict = CODE
+            elif failure is not None:  # an allowed constructor's own error: malformed data
+                self.error = f"restricted loading with DATA_ONLY stops: {_words(failure)}"
         findings = tuple(self.findings)
         return InspectReport(
             nbytes=len(self.data),
@@ -863,12 +865,12 @@ class _Scan:
             error=self.error,
         )
 
-    def restricted_refusal(self, buffers: Iterable[Any] | None) -> str | None:
+    def restricted_failure(self, buffers: Iterable[Any] | None) -> Exception | None:
         """What "data" means, checked by doing it: each pickle is loaded with
         restricted loading and DATA_ONLY (under its budgets), which runs the
         checks a walk cannot make on objects it does not build (a Categorical's
-        codes, an array's state). None if it loads; not checked when the pickle
-        takes out-of-band buffers that were not given."""
+        codes, an array's state). What it raised, or None; not checked when the
+        pickle takes out-of-band buffers that were not given."""
         from ..restricted.unpickler import restricted_load
 
         if self.buffers and buffers is None:
@@ -878,12 +880,18 @@ class _Scan:
         try:
             while stream.tell() < len(self.data):
                 restricted_load(stream, _data_only(), given)
-        except Exception as exc:  # (what an allowed constructor raises counts too)
-            return f"{type(exc).__name__}: {_cut(str(exc), 200)}"
+        except pickle.UnpicklingError as exc:  # (graphpickle's own are subclasses)
+            return exc if isinstance(exc, UnpicklingError) else UnpicklingError(str(exc))
+        except Exception as exc:
+            return exc
         return None
 
     def by_value_code(self) -> bool:
         return any(o.kind in ("function", "class") for o in self.objects)
+
+
+def _words(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {_cut(str(exc), 200)}"
 
 
 def _stream_at(data: bytes, start: int) -> io.BytesIO:

@@ -62,6 +62,7 @@ import types
 from collections.abc import Iterable
 from typing import IO, Any, ClassVar, NoReturn
 
+from .._switches import READ_REFCOUNTS
 from ..errors import ForbiddenGlobalError
 from . import budgets
 from .budgets import Allowance, Depths, TupleWork, exceeded
@@ -275,14 +276,20 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         already holds (a cache, a singleton such as ``numpy.dtype("f8", False,
         False)`` or pandas' ``NaT``, one of the call's own arguments) existed
         before the call. The payload did not create it, so it may not change it.
-        A new object is held only by the stack (CPython's reference counts)."""
+        A new object is held only by the stack: its count is ``_FRESH``, which
+        was measured at import (``_fresh_references``)."""
+        held = _references(self.stack)  # (before this frame holds it too)
         top = self.stack[-1]
         if type(top) in _IMMUTABLE:
             return  # BUILD, SETITEM(S), APPEND(S) on it fail, as with plain pickle
-        if sys.getrefcount(top) > 3:  # the stack, ``top`` and getrefcount's argument
-            self._globals.setdefault(
-                id(top), _describe(top) + " (an object that existed before this load)"
+        if _FRESH is None or held > _FRESH:
+            why = (
+                "an object that existed before this load"
+                if _FRESH is not None
+                else "an object a call returned, which this interpreter's reference counts "
+                "cannot tell from one that existed before this load"
             )
+            self._globals.setdefault(id(top), f"{_describe(top)} ({why})")
             self._keep.append(top)
 
     def _check_call(self, func: Any, args: Any, kwargs: Any, opcode: str) -> None:
@@ -566,6 +573,30 @@ def _counted(opcode: str) -> Any:
 
 for _op in ("TUPLE", "TUPLE1", "TUPLE2", "TUPLE3"):
     _RestrictedUnpickler.dispatch[_opcode(_op)] = _counted(_op)
+
+
+def _references(stack: list[Any]) -> int:
+    """The reference count of the top of ``stack``, as this function reads it
+    (what the interpreter adds for the call, a local or a borrowed reference,
+    differs by version: 3 for an object only the stack holds on 3.11-3.13, 2 on
+    3.14 and 3.15)."""
+    top = stack[-1]
+    return sys.getrefcount(top)
+
+
+def _fresh_references() -> int | None:
+    """What ``_references`` reads for an object only a stack holds, if it reads
+    one more for an object held once elsewhere too; None otherwise (an
+    interpreter whose counts say nothing here: restricted loading then treats
+    every call's result as existing before the load)."""
+    if not READ_REFCOUNTS:
+        return None
+    fresh = _references([object()])
+    held = object()
+    return fresh if _references([held]) == fresh + 1 else None
+
+
+_FRESH = _fresh_references()
 
 
 def _method_of_type(obj: Any, name: str) -> Any:
