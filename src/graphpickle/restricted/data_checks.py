@@ -39,6 +39,7 @@ __all__ = [
     "check_call",
     "check_constructor",
     "check_state",
+    "digits_problem",
     "reconstructor",
 ]
 
@@ -57,10 +58,24 @@ def check_built(obj: Any, *, given_state: bool = False) -> str | None:
             # A block's placement, changed after its manager was checked.
             return "a pandas block given new state (pandas rebuilds blocks by a call)"
         return _manager_problem(obj)
-    elif module.startswith("pandas") and any(  # (pandas 3 names its classes' module "pandas")
-        klass.__name__ == "ExtensionArray" for klass in type(obj).__mro__
-    ):
+    elif _is_pandas(type(obj), "ExtensionArray"):
         return _array_problem(obj)
+    elif _is_pandas(type(obj), "MultiIndex"):
+        return _multi_index_problem(obj)
+    return None
+
+
+def _multi_index_problem(index: Any) -> str | None:
+    """A MultiIndex whose codes point outside its levels (pandas checks only
+    some: an int8 code of -128 loads, and crashes the process when compared)."""
+    try:
+        for level, codes in zip(index.levels, index.codes, strict=True):
+            if len(codes) != len(index.codes[0]):
+                return "a pandas MultiIndex whose levels' codes differ in length"
+            if len(codes) and (codes.min() < -1 or codes.max() >= len(level)):
+                return "a pandas MultiIndex with codes past its levels"
+    except (AttributeError, TypeError, ValueError) as exc:
+        return f"a pandas MultiIndex whose codes cannot be read ({type(exc).__name__})"
     return None
 
 
@@ -268,20 +283,31 @@ def check_call(
         ):
             return f"{name} given a class that is no pandas Index (it makes the class it is given)"
     elif name == "fractions.Fraction":
-        found = found or Arguments(args, kwargs)
-        for text in found.strings:
-            if len(text) > 2 * MAX_DIGITS:
-                return f"a Fraction of a string of more than {2 * MAX_DIGITS} characters"
-            for exponent in _EXPONENT.findall(text):
-                if abs(int(exponent)) > MAX_DIGITS:
-                    return f"a Fraction with an exponent beyond {MAX_DIGITS} digits"
-        # A Decimal's exponent is computed as a power of ten as well (minutes
-        # for Fraction(Decimal("1e999999999"))).
-        for value in (*(args if isinstance(args, tuple) else ()), *(kwargs or {}).values()):
-            if isinstance(value, decimal.Decimal):
-                exponent = value.as_tuple().exponent
-                if isinstance(exponent, int) and abs(exponent) > MAX_DIGITS:
-                    return f"a Fraction of a Decimal with an exponent beyond {MAX_DIGITS} digits"
+        return digits_problem(name, args, kwargs, found)
+    return None
+
+
+def digits_problem(
+    name: str, args: Any, kwargs: Any = None, found: Arguments | None = None
+) -> str | None:
+    """A number built from text past the ``digits`` budget: ``Fraction`` makes
+    the power of ten of a string's or a Decimal's exponent, and converts a long
+    string of digits in time quadratic in its length."""
+    if name != "fractions.Fraction":
+        return None
+    found = found or Arguments(args, kwargs)
+    for text in found.strings:
+        if len(text) > 2 * MAX_DIGITS:
+            return f"a Fraction of a string of more than {2 * MAX_DIGITS} characters"
+        for exponent in _EXPONENT.findall(text):
+            if abs(int(exponent)) > MAX_DIGITS:
+                return f"a Fraction with an exponent beyond {MAX_DIGITS} digits"
+    # (minutes for Fraction(Decimal("1e999999999")))
+    for value in (*(args if isinstance(args, tuple) else ()), *(kwargs or {}).values()):
+        if isinstance(value, decimal.Decimal):
+            exponent = value.as_tuple().exponent
+            if isinstance(exponent, int) and abs(exponent) > MAX_DIGITS:
+                return f"a Fraction of a Decimal with an exponent beyond {MAX_DIGITS} digits"
     return None
 
 

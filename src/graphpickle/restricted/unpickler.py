@@ -63,7 +63,7 @@ from collections.abc import Iterable
 from typing import IO, Any, ClassVar, NoReturn
 
 from .._switches import READ_REFCOUNTS
-from ..errors import ForbiddenGlobalError
+from ..errors import BudgetExceededError, ForbiddenGlobalError
 from . import budgets
 from .budgets import Allowance, Depths, TupleWork, exceeded
 from .data_checks import (
@@ -73,6 +73,7 @@ from .data_checks import (
     check_call,
     check_constructor,
     check_state,
+    digits_problem,
     reconstructor,
 )
 from .data_only import DATA_ONLY
@@ -300,6 +301,9 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         found = Arguments(args, kwargs)
         what = f"{name or 'the call'}(...)"
         self._allowance.allocate(allocation(name or "", args, found), opcode, self._offset, what)
+        digits = digits_problem(name or "", args, kwargs, found)
+        if digits is not None:
+            raise exceeded("digits", opcode, self._offset(), f"{what} is {digits}")
         problem = check_constructor(func, args, kwargs)
         if problem is None and name is not None:
             problem = check_call(name, args, kwargs, found)
@@ -761,22 +765,22 @@ def restricted_load(
     start = file.tell() if hasattr(file, "getbuffer") else None
     try:
         return unpickler.load()
-    except ForbiddenGlobalError as exc:
-        if start is not None:
+    except Exception as exc:
+        if isinstance(exc, (IndexError, KeyError, struct.error)) and _raised_by_unpickler(exc):
+            # The pure-Python unpickler's own slips on malformed input; the C one
+            # (pickle.loads) says UnpicklingError, so restricted loading does too.
+            raise pickle.UnpicklingError(_malformed(exc)) from exc
+        # A refusal, or what an allowed constructor raised (its own exception,
+        # as pickle raises it): a note says where.
+        if start is not None and not isinstance(exc, BudgetExceededError):
             _note_where(exc, file, start, unpickler._offset())
         raise
-    except (IndexError, KeyError, struct.error) as exc:
-        if not _raised_by_unpickler(exc):
-            raise  # an object's own constructor failed: pickle's behaviour
-        # The pure-Python unpickler's own slips on malformed input; the C one
-        # (pickle.loads) says UnpicklingError, so restricted loading does too.
-        raise pickle.UnpicklingError(_malformed(exc)) from exc
 
 
-def _note_where(exc: ForbiddenGlobalError, file: Any, start: int, end: int | None) -> None:
-    """Name the opcode that was refused and its byte offset: the last opcode that
+def _note_where(exc: Exception, file: Any, start: int, end: int | None) -> None:
+    """Name the opcode that failed and its byte offset: the last opcode that
     starts at or before ``end``, where reading stopped (a walk of this pickle's
-    opcodes, made only when a refusal needs it)."""
+    opcodes, made only when a load fails). A refusal keeps them as attributes."""
     if end is None:
         return
     found = None
@@ -786,10 +790,13 @@ def _note_where(exc: ForbiddenGlobalError, file: Any, start: int, end: int | Non
                 break
             found = (opcode.name, start + (position or 0))
     except ValueError:
-        pass  # past the refusal, the bytes may be anything
+        pass  # past the failure, the bytes may be anything
     if found is not None:
-        exc.opcode, exc.offset = found
-        exc.add_note(f"graphpickle: refused at {found[0]}, byte {found[1]}")
+        if isinstance(exc, ForbiddenGlobalError):
+            exc.opcode, exc.offset = found
+            exc.add_note(f"graphpickle: refused at {found[0]}, byte {found[1]}")
+        else:
+            exc.add_note(f"graphpickle: raised at {found[0]}, byte {found[1]}")
 
 
 def _raising_frame(exc: BaseException) -> Any:
