@@ -254,7 +254,12 @@ def resource_table(results: dict[tuple[str, str], dict[str, object]]) -> str:
     for category, group in RESOURCE_GROUPS:
         cells = [category, str(len(group))]
         for mode in RESOURCE_MODES:
-            done = [results[(mode, name)] for name in group if (mode, name) in results]
+            done = [
+                results[(mode, name)]
+                for name in group
+                if (mode, name) in results
+                and not str(results[(mode, name)]["outcome"]).startswith("not applicable")
+            ]
             hits = sum(1 for result in done if _resource_hit(mode, result))
             cells.append(f"{hits}/{len(done)}" if done else "-")
         rows.append(tuple(cells))
@@ -265,7 +270,9 @@ def resource_misses(results: dict[tuple[str, str], dict[str, object]]) -> list[s
     return [
         f"{mode}: {name} ({result['outcome']}; CPU {result['cpu']})"
         for (mode, name), result in results.items()
-        if not _resource_hit(mode, result) and mode not in ("picklescan", "fickling")
+        if not _resource_hit(mode, result)
+        and mode not in ("picklescan", "fickling")
+        and not str(result["outcome"]).startswith("not applicable")
     ]
 
 

@@ -68,6 +68,13 @@ def _short_list(count: int) -> bytes:
 PROTO4 = b"\x80\x04"
 
 
+def _numpy_core() -> str:
+    """Where this numpy's pickles name its reconstructors (numpy 2: numpy._core)."""
+    import numpy as np
+
+    return "numpy._core" if int(np.__version__.split(".")[0]) >= 2 else "numpy.core"
+
+
 # -- resource attacks: work or memory out of proportion to the input -------------------
 
 
@@ -113,7 +120,7 @@ RESOURCE: dict[str, Callable[[], bytes]] = {
     ),
     "bytearray(10**10)": lambda: PROTO4 + _global("builtins", "bytearray") + _long(10**10) + b"\x85R.",
     "numpy _reconstruct of a 10**12-byte shape": lambda: (
-        PROTO4 + _global("numpy._core.multiarray", "_reconstruct") + _global("numpy", "ndarray")
+        PROTO4 + _global(_numpy_core() + ".multiarray", "_reconstruct") + _global("numpy", "ndarray")
         + _long(10**6) + _long(10**6) + b"\x86C\x01b\x87R."
     ),
     "DataFrame(None, 20,000 rows, 20,000 columns)": lambda: (
@@ -133,6 +140,11 @@ RESOURCE: dict[str, Callable[[], bytes]] = {
 # -- states that crash later: allowed names, state that breaks an invariant --------------
 
 
+class NotApplicable(Exception):
+    """A sample made by changing bytes that this environment's pickle lacks (or
+    of a type it lacks): ``try_one`` says ``not applicable``."""
+
+
 def _changed(obj_source: str, old: bytes, new: bytes, protocol: int = 5) -> Callable[[], bytes]:
     """The pickle of ``eval(obj_source)`` with the first ``old`` replaced by ``new``."""
 
@@ -142,8 +154,12 @@ def _changed(obj_source: str, old: bytes, new: bytes, protocol: int = 5) -> Call
         import numpy as np
         import pandas as pd
 
+        if "StringDType" in obj_source and not hasattr(np.dtypes, "StringDType"):
+            raise NotApplicable("numpy 1 has no StringDType")
+
         data = pickle.dumps(eval(obj_source, {"np": np, "pd": pd}), protocol)
-        assert old in data, (obj_source, old)
+        if old not in data:
+            raise NotApplicable(f"this numpy and pandas pickle {obj_source} without {old!r}")
         return data.replace(old, new, 1)
 
     return make
@@ -266,11 +282,15 @@ def _child(mode: str, name: str) -> None:
     from graphpickle import DATA_ONLY
 
     logging.getLogger("picklescan").setLevel(logging.CRITICAL)
-    if name in WIRE:
-        frames, data = WIRE[name](), b""
-    else:
-        data = (RESOURCE.get(name) or CRASHERS[name])()
-        frames = _wire_frames(data)
+    try:
+        if name in WIRE:
+            frames, data = WIRE[name](), b""
+        else:
+            data = (RESOURCE.get(name) or CRASHERS[name])()
+            frames = _wire_frames(data)
+    except NotApplicable as exc:
+        print(json.dumps({"outcome": f"not applicable: {exc}", "cpu": 0.0}), flush=True)
+        return
     if mode in ("picklescan", "fickling"):
         import fickling  # noqa: F401  (imported before the limits: they are the attack's)
         import picklescan.scanner  # noqa: F401

@@ -46,11 +46,15 @@ def test_the_wire_refuses_what_a_message_states(name):
 
 @pytest.mark.parametrize("name", list(CRASHERS))
 def test_a_state_that_crashes_plain_pickle_later_is_refused(name):
-    control = try_one("control", name)
-    assert str(control["outcome"]).startswith("died: "), f"the sample is broken: {control}"
     restricted = str(try_one("restricted", name)["outcome"])
+    if restricted.startswith("not applicable"):
+        pytest.skip(restricted)
     assert restricted.startswith("refused: ForbiddenGlobalError"), restricted
     assert try_one("inspect", name)["outcome"] == "verdict: code"
+    control = try_one("control", name)
+    if control["outcome"] == "loaded":  # (an older pandas reads it without crashing)
+        pytest.skip("plain pickle does not crash on it with this numpy and pandas")
+    assert str(control["outcome"]).startswith("died: "), f"the sample is broken: {control}"
 
 
 def test_a_budget_error_names_the_budget_the_opcode_and_where():

@@ -77,7 +77,6 @@ OBJECTS = {
     "numpy object array": np.array([1, "a", None, (1, 2)], dtype=object),
     "numpy datetime array": np.array(["2020-01-01", "NaT"], dtype="M8[s]"),
     "numpy Fortran array": np.asfortranarray(np.arange(6, dtype="f4").reshape(2, 3)),
-    "numpy StringDType array": np.array(["a", "bcd"], dtype=np.dtypes.StringDType()),
     "Series": pd.Series([1.5, None, 3.0], index=["a", "b", "c"], name="s"),
     "Index": pd.Index(["a", "b", None]),
     "CategoricalIndex": pd.CategoricalIndex(["a", "b", "a"]),
@@ -124,6 +123,18 @@ OBJECTS = {
         columns=pd.period_range("2020", periods=3, freq="D"),
     ),
 }  # fmt: skip
+if hasattr(np.dtypes, "StringDType"):  # numpy 2
+    OBJECTS["numpy StringDType array"] = np.array(["a", "bcd"], dtype=np.dtypes.StringDType())
+try:  # pandas 2 turns zone names into pytz zones
+    import pytz
+except ImportError:
+    pass
+else:
+    OBJECTS["pytz"] = [
+        datetime.datetime(2020, 1, 1, tzinfo=pytz.utc),
+        pytz.FixedOffset(90).localize(datetime.datetime(2020, 1, 1)),
+        pytz.timezone("Europe/Paris").localize(datetime.datetime(2020, 6, 1)),
+    ]
 
 # Names that no payload above reaches, and why their types need no test here.
 # CPython's own types are built by opcodes or by constructors that check their

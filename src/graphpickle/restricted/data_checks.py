@@ -62,6 +62,26 @@ def check_built(obj: Any, *, given_state: bool = False) -> str | None:
         return _array_problem(obj)
     elif _is_pandas(type(obj), "MultiIndex"):
         return _multi_index_problem(obj)
+    elif given_state and _is_pandas(type(obj), "ExtensionDtype"):
+        return _pandas_dtype_problem(obj)
+    return None
+
+
+def _pandas_dtype_problem(dtype: Any) -> str | None:
+    """A pandas dtype given state whose parts are not what its constructor
+    makes: a callable anywhere (a class or function from the payload), a
+    subtype that is no dtype, categories that are no Index (pandas 2's
+    SparseDtype given the numpy.dtype class as its subtype crashes on repr)."""
+    import numpy as np
+
+    for key, value in vars(dtype).items():
+        if callable(value):
+            return f"a pandas {type(dtype).__name__} whose {key} is a callable"
+        is_dtype = isinstance(value, np.dtype) or _is_pandas(type(value), "ExtensionDtype")
+        if key in ("_dtype", "_subtype") and value is not None and not is_dtype:
+            return f"a pandas {type(dtype).__name__} whose {key} is no dtype"
+        if key == "_categories" and value is not None and not _is_pandas(type(value), "Index"):
+            return f"a pandas {type(dtype).__name__} whose categories are no Index"
     return None
 
 
