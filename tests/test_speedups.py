@@ -86,3 +86,39 @@ def test_bad_arguments_to_dispatch():
         _pickler._speedups.Dispatch({}, 3, None)
     assert dispatch(object()) is NotImplemented
     assert pickle.dumps(1)  # nothing above broke the interpreter
+
+
+def test_each_part_declares_whether_it_needs_the_gil_as_native_says():
+    """Each C part's Py_mod_gil slot (_extension.h) and _native.GIL_FREE agree."""
+    import re
+    from pathlib import Path
+
+    from graphpickle import _native
+
+    root = Path(_native.__file__).parent
+    declared = {}
+    for part, (extension, _) in _native.PARTS.items():
+        source = root.joinpath(*extension.split(".")[1:]).with_suffix(".c").read_text()
+        (gil,) = re.findall(r"GRAPHPICKLE_MODULE_SLOTS\(\w+, \w+, GRAPHPICKLE_(GIL_\w+)\)", source)
+        declared[part] = gil
+    assert {part for part, gil in declared.items() if gil == "GIL_NOT_USED"} == _native.GIL_FREE
+    assert set(declared.values()) <= {"GIL_USED", "GIL_NOT_USED"}
+
+
+def test_a_part_that_needs_the_gil_is_not_imported_where_the_gil_is_off(monkeypatch):
+    import importlib
+
+    from graphpickle import _native
+
+    monkeypatch.setattr(_native, "_status", {})
+    monkeypatch.setattr(_native, "gil_is_off", lambda: True)
+    if os.environ.get("GRAPHPICKLE_NO_SPEEDUPS"):
+        pytest.skip("the extensions are switched off")
+
+    def must_not_import():
+        raise AssertionError("imported: it would turn the GIL back on")
+
+    assert _native.load("core", must_not_import, 0, ()) is None
+    frames = importlib.import_module("graphpickle.wire._frames")
+    assert _native.load("wire", lambda: frames, frames.VERSION, ()) is frames
+    assert _native._status == {"core": "needs the GIL", "wire": "active"}

@@ -6,10 +6,17 @@
  * Python side relies on.
  *
  * Each part keeps process-wide state in static variables, made once (see
- * `once`), and relies on the GIL to guard it. The slots say so: no
- * subinterpreter may load it (3.12+), and a free-threaded interpreter that
- * imports it turns the GIL back on (Py_MOD_GIL_USED, 3.13+; it warns when it
- * does, and GRAPHPICKLE_NO_SPEEDUPS=1 avoids it).
+ * `once`), while its module is imported (under the import lock). No
+ * subinterpreter may load a part (3.12+). Whether a part needs the GIL is
+ * said by its slots (Py_mod_gil, 3.13+):
+ * - GRAPHPICKLE_GIL_NOT_USED: its static state is constant once made (opcode
+ *   tables, a hash seed), it reads its arguments through buffers it holds or
+ *   items it owns (a list is copied under its lock on a free-threaded build),
+ *   and it shares nothing else between calls (_sets, _values, _frames);
+ * - GRAPHPICKLE_GIL_USED: it keeps caches between calls, guarded by the GIL
+ *   (_speedups). `_native.load` does not import such a part on a free-threaded
+ *   interpreter whose GIL is off (its Python version runs), so importing
+ *   graphpickle never turns the GIL back on.
  */
 #ifndef GRAPHPICKLE_EXTENSION_H
 #define GRAPHPICKLE_EXTENSION_H
@@ -23,17 +30,21 @@
 #define GRAPHPICKLE_INTERPRETERS_SLOT
 #endif
 #if PY_VERSION_HEX >= 0x030D0000
-#define GRAPHPICKLE_GIL_SLOT {Py_mod_gil, Py_MOD_GIL_USED},
+#define GRAPHPICKLE_GIL_USED {Py_mod_gil, Py_MOD_GIL_USED},
+#define GRAPHPICKLE_GIL_NOT_USED {Py_mod_gil, Py_MOD_GIL_NOT_USED},
 #else
-#define GRAPHPICKLE_GIL_SLOT
+#define GRAPHPICKLE_GIL_USED
+#define GRAPHPICKLE_GIL_NOT_USED
 #endif
 
 /* The slots of a part's module: `exec` fills a new module (it may run again
- * for a module imported anew), then the declarations above. */
-#define GRAPHPICKLE_MODULE_SLOTS(name, exec)                  \
+ * for a module imported anew), then the declarations above; `gil` is
+ * GRAPHPICKLE_GIL_USED or GRAPHPICKLE_GIL_NOT_USED (`_native.GIL_FREE` lists
+ * the parts that say NOT_USED). */
+#define GRAPHPICKLE_MODULE_SLOTS(name, exec, gil)             \
     static PyModuleDef_Slot name[] = {                        \
         {Py_mod_exec, (void *)(exec)},                        \
-        GRAPHPICKLE_INTERPRETERS_SLOT GRAPHPICKLE_GIL_SLOT {0, NULL}, \
+        GRAPHPICKLE_INTERPRETERS_SLOT gil {0, NULL},          \
     }
 
 /* Run `init` the first time only (the process-wide state it makes is shared by

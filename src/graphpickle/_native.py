@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import os
+import sys
 import types
 import warnings
 from collections.abc import Callable
@@ -26,8 +27,9 @@ from typing import Literal
 #: What a part runs: ``"active"`` its C extension; otherwise its Python
 #: version, because the extension is switched off (``"off"``:
 #: ``GRAPHPICKLE_NO_SPEEDUPS``), was not built (``"not built"``), was built
-#: from an older C file (``"stale"``) or fails to import (``"broken"``).
-NativeStatus = Literal["active", "off", "not built", "stale", "broken"]
+#: from an older C file (``"stale"``), fails to import (``"broken"``), or needs
+#: the GIL on a free-threaded interpreter running without it (``"needs the GIL"``).
+NativeStatus = Literal["active", "off", "not built", "stale", "broken", "needs the GIL"]
 
 #: Each part with C code: its extension module, and the Python module that
 #: loads it (what :func:`native_parts` imports to ask a part not loaded yet).
@@ -37,6 +39,11 @@ PARTS: dict[str, tuple[str, str]] = {
     "determinism": ("graphpickle.determinism._sets", "graphpickle.determinism.sets"),
     "values": ("graphpickle.determinism._values", "graphpickle.determinism.values"),
 }
+
+#: The parts whose extension declares that it does not need the GIL
+#: (``Py_MOD_GIL_NOT_USED``, ``_extension.h``); the others keep caches that the
+#: GIL guards, and are not imported where the GIL is off.
+GIL_FREE = frozenset({"wire", "determinism", "values"})
 
 _status: dict[str, NativeStatus] = {}
 _checked_builds = False
@@ -63,6 +70,9 @@ def load(
         raise ValueError(f"{part!r} is not a part with C code: {', '.join(PARTS)}")
     if os.environ.get("GRAPHPICKLE_NO_SPEEDUPS"):
         _status[part] = "off"
+        return None
+    if part not in GIL_FREE and gil_is_off():
+        _status[part] = "needs the GIL"  # (importing it would turn the GIL back on)
         return None
     _warn_unbuilt_once()
     try:
@@ -105,12 +115,21 @@ def checked(
     return None
 
 
+def gil_is_off() -> bool:
+    """Whether this is a free-threaded interpreter running without the GIL
+    (3.13t+, unless ``PYTHON_GIL=1`` turned it on)."""
+    is_enabled = getattr(sys, "_is_gil_enabled", None)
+    return is_enabled is not None and not is_enabled()
+
+
 def native_parts() -> dict[str, NativeStatus]:
     """What each part of graphpickle with C code runs, by part name (``"core"``,
     ``"wire"``, ``"determinism"``, ``"values"``): ``"active"`` (its C extension), or why its
     Python version runs (the same output, slower): ``"off"``
     (``GRAPHPICKLE_NO_SPEEDUPS`` is set), ``"not built"``, ``"stale"`` (built
-    from an older C file) or ``"broken"`` (it fails to import). A part not
+    from an older C file), ``"broken"`` (it fails to import) or ``"needs the
+    GIL"`` (a free-threaded interpreter runs without it, and this part's C code
+    relies on it: ``"core"``). A part not
     loaded yet (``graphpickle.wire`` until it is imported) is loaded first."""
     for part, (_, loader) in PARTS.items():
         if part not in _status:

@@ -1593,7 +1593,7 @@ speedups_exec(PyObject *module)
     return 0;
 }
 
-GRAPHPICKLE_MODULE_SLOTS(speedups_slots, speedups_exec);
+GRAPHPICKLE_MODULE_SLOTS(speedups_slots, speedups_exec, GRAPHPICKLE_GIL_USED);
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,

@@ -188,7 +188,7 @@ sets_exec(PyObject *module)
     return add_version(module, 1); /* VERSION: checked by sets.py */
 }
 
-GRAPHPICKLE_MODULE_SLOTS(sets_slots, sets_exec);
+GRAPHPICKLE_MODULE_SLOTS(sets_slots, sets_exec, GRAPHPICKLE_GIL_NOT_USED);
 
 static struct PyModuleDef sets_module = {
     PyModuleDef_HEAD_INIT,

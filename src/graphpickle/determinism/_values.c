@@ -814,7 +814,7 @@ values_exec(PyObject *module)
     return add_version(module, 1); /* VERSION: checked by values.py */
 }
 
-GRAPHPICKLE_MODULE_SLOTS(values_slots, values_exec);
+GRAPHPICKLE_MODULE_SLOTS(values_slots, values_exec, GRAPHPICKLE_GIL_NOT_USED);
 
 static struct PyModuleDef values_module = {
     PyModuleDef_HEAD_INIT,

@@ -23,6 +23,7 @@
 static Py_ssize_t
 frame_length(PyObject *frame)
 {
+#ifndef Py_GIL_DISABLED /* (free-threaded: another thread may release the buffer meanwhile) */
     if (PyPickleBuffer_Check(frame)) {
         /* A PickleBuffer already holds its view: no call into the exporter. */
         const Py_buffer *held = PyPickleBuffer_GetBuffer(frame);
@@ -40,6 +41,7 @@ frame_length(PyObject *frame)
         }
         return held->len;
     }
+#endif
     Py_buffer view;
     /* A frame must be one contiguous block of bytes (C or Fortran order). */
     if (PyObject_GetBuffer(frame, &view, PyBUF_ANY_CONTIGUOUS) < 0) {
@@ -50,10 +52,25 @@ frame_length(PyObject *frame)
     return length;
 }
 
+/* The items of `seq` (PySequence_Fast). On a free-threaded build a list is
+ * copied to a tuple first, under the list's lock: another thread changing the
+ * list meanwhile cannot free an item this call reads. */
+static PyObject *
+items_of(PyObject *seq, const char *message)
+{
+    PyObject *fast = PySequence_Fast(seq, message);
+#ifdef Py_GIL_DISABLED
+    if (fast != NULL && PyList_CheckExact(fast)) {
+        Py_SETREF(fast, PyList_AsTuple(fast));
+    }
+#endif
+    return fast;
+}
+
 static PyObject *
 buffer_nbytes(PyObject *module, PyObject *frames)
 {
-    PyObject *fast = PySequence_Fast(frames, "buffer_nbytes() needs a sequence");
+    PyObject *fast = items_of(frames, "buffer_nbytes() needs a sequence");
     if (fast == NULL) {
         return NULL;
     }
@@ -97,7 +114,7 @@ frame_table(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (first == (unsigned long long)-1 && PyErr_Occurred()) {
         return NULL;
     }
-    PyObject *fast = PySequence_Fast(args[1], "buffers must be a sequence");
+    PyObject *fast = items_of(args[1], "buffers must be a sequence");
     if (fast == NULL) {
         return NULL;
     }
@@ -151,7 +168,7 @@ frames_have_lengths(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "expected must be an array of unsigned 64-bit ints");
         goto done;
     }
-    fast = PySequence_Fast(args[0], "frames must be a sequence");
+    fast = items_of(args[0], "frames must be a sequence");
     if (fast == NULL) {
         goto done;
     }
@@ -244,7 +261,7 @@ frames_exec(PyObject *module)
     return add_version(module, 1); /* VERSION: checked by frames.py */
 }
 
-GRAPHPICKLE_MODULE_SLOTS(frames_slots, frames_exec);
+GRAPHPICKLE_MODULE_SLOTS(frames_slots, frames_exec, GRAPHPICKLE_GIL_NOT_USED);
 
 static struct PyModuleDef frames_module = {
     PyModuleDef_HEAD_INIT,
