@@ -24,7 +24,8 @@ Every payload is generated here, opcode by opcode or by changing bytes of what
 ``try_one(mode, name)`` runs one sample (a name of ``RESOURCE``, ``CRASHERS``
 or ``WIRE``) in a child and returns ``{"outcome": ..., "cpu": ...}``. Modes:
 ``control`` (plain ``pickle.loads``), ``restricted``
-(``graphpickle.loads(data, allowed=DATA_ONLY)``), ``wire`` (an unsigned wire
+(``graphpickle.loads(data, allowed=DATA_ONLY)``), ``file`` (the same, by
+``graphpickle.load`` from a file), ``wire`` (an unsigned wire
 message of the payload, ``wire.unpack(..., allowed=DATA_ONLY)``), ``inspect``,
 ``picklescan`` and ``fickling``. After a load, a crasher's object is used
 (``repr``, ``==``, a copy, ``np.asarray``, a pickle round trip). The outcome
@@ -109,6 +110,7 @@ RESOURCE: dict[str, Callable[[], bytes]] = {
     "exponential tuple in a frozenset": _exponential_frozenset,
     "deques nested 160,000 deep": _nested_deques,
     "BYTEARRAY8 declaring 1 TiB": lambda: b"\x80\x05\x96" + (2**40).to_bytes(8, "little") + b".",
+    "BINBYTES8 declaring 64 GiB": lambda: b"\x80\x04\x8e" + (2**36).to_bytes(8, "little") + b"x.",
     "memo index 2**27": lambda: b"\x80\x02N" + b"r" + (2**27).to_bytes(4, "little") + b".",
     "Fraction of a Decimal with a huge exponent": lambda: (
         PROTO4 + _global("fractions", "Fraction") + _global("decimal", "Decimal")
@@ -275,6 +277,7 @@ def _child(mode: str, name: str) -> None:
     import logging
     import pickle
     import resource
+    import tempfile
     import time
 
     import graphpickle
@@ -314,6 +317,11 @@ def _child(mode: str, name: str) -> None:
                 obj = pickle.loads(data)
             elif mode == "restricted":
                 obj = graphpickle.loads(data, allowed=DATA_ONLY)
+            elif mode == "file":  # (a file's read(n) allocates n bytes first)
+                with tempfile.TemporaryFile() as file:
+                    file.write(data)
+                    file.seek(0)
+                    obj = graphpickle.load(file, allowed=DATA_ONLY)
             else:
                 obj = wire.unpack(frames, allowed=DATA_ONLY)
             if name in CRASHERS:
@@ -322,7 +330,7 @@ def _child(mode: str, name: str) -> None:
             outcome = "loaded"
     except MemoryError:
         outcome = "MemoryError"
-    except graphpickle.UnpicklingError as exc:
+    except (pickle.UnpicklingError, EOFError) as exc:  # (graphpickle's are subclasses)
         outcome = f"refused: {type(exc).__name__}: {str(exc)[:300]}"
     except Exception as exc:
         words = f"{type(exc).__name__}: {str(exc)[:300]}"

@@ -759,8 +759,9 @@ def restricted_load(
 ) -> Any:
     """Load one pickle from ``file``, importing only what ``allowed`` names and
     changing only what it creates (the other arguments are ``pickle.load``'s)."""
+    source: Any = file if hasattr(file, "getbuffer") else _GrowingReader(file)
     unpickler = _RestrictedUnpickler(
-        file, allowed, buffers, fix_imports=fix_imports, encoding=encoding, errors=errors
+        source, allowed, buffers, fix_imports=fix_imports, encoding=encoding, errors=errors
     )
     start = file.tell() if hasattr(file, "getbuffer") else None
     try:
@@ -775,6 +776,37 @@ def restricted_load(
         if start is not None and not isinstance(exc, BudgetExceededError):
             _note_where(exc, file, start, unpickler._offset())
         raise
+
+
+class _GrowingReader:
+    """A stream read so that memory grows as the bytes come: a length the
+    payload declares (BINBYTES8 of 2**40) is read in pieces, where a file's own
+    ``read(n)`` allocates ``n`` bytes first (the ``input`` budget, for streams;
+    bytes in memory are sliced, never allocated ahead)."""
+
+    __slots__ = ("_file",)
+    _PIECE = 1 << 24
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self._file = file
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0 or n <= self._PIECE:
+            return self._file.read(n)
+        pieces = []
+        while n > 0:
+            piece = self._file.read(min(n, self._PIECE))
+            if not piece:
+                break
+            pieces.append(piece)
+            n -= len(piece)
+        return b"".join(pieces)
+
+    def readline(self) -> bytes:
+        return self._file.readline()
+
+    def tell(self) -> int:  # (for messages: where an opcode starts)
+        return self._file.tell()
 
 
 def _note_where(exc: Exception, file: Any, start: int, end: int | None) -> None:
