@@ -79,10 +79,13 @@ def test_append_calls_the_types_append():
     assert restricted(data).data == [HUGE]
 
 
-def test_an_object_with_no_append_fails_as_pickle_fails():
+def test_an_object_with_no_append_fails_with_pickles_error_as_the_cause():
     data = program(Raw(ops(Call(G("collections", "OrderedDict"))) + ops(1) + pickle.APPEND))
     with pytest.raises(AttributeError, match="append"):
+        pickle.loads(data)
+    with pytest.raises(graphpickle.UnpicklingError, match=r"stopped at APPEND.*append") as caught:
         restricted(data)
+    assert isinstance(caught.value.__cause__, AttributeError)
 
 
 def test_persistent_ids_have_no_loader():

@@ -21,7 +21,7 @@ from typing import IO, Any, NoReturn, TypeVar, cast
 
 from .. import determinism
 from ..determinism.canonical import DeterministicState
-from ..errors import ForbiddenGlobalError
+from ..errors import UnpicklingError
 from ..restricted.unpickler import AllowList, compile_allowed, restricted_load
 from .captures import no_capture_warnings
 from .locate import pickling_error
@@ -228,13 +228,19 @@ def loads(
 
     With ``allowed`` (for example :data:`graphpickle.DATA_ONLY`), only the globals
     the allow-list names are imported; any other raises
-    :class:`graphpickle.ForbiddenGlobalError` before it is imported.
+    :class:`graphpickle.ForbiddenGlobalError` before it is imported. Untrusted
+    bytes then fail with one family: every failure is a
+    :class:`graphpickle.UnpicklingError` (a refusal, a budget, malformed data,
+    or what an allowed constructor raised, chained as ``__cause__``), but
+    ``EOFError`` for data that ends before a pickle starts, as with pickle.
     """
     allow_list = None if allowed is None else compile_allowed(allowed)
     try:
         return load_bytes(data, allow_list, buffers, fix_imports, encoding, errors)
-    except ForbiddenGlobalError:
-        raise
+    except UnpicklingError as exc:
+        if allow_list is None:
+            _loads_failed(exc, data)
+        raise  # restricted loading's own errors say what and where
     except Exception as exc:
         _loads_failed(exc, data)
 
@@ -257,8 +263,10 @@ def load(
         return _pickle.load(
             file, fix_imports=fix_imports, encoding=encoding, errors=errors, buffers=buffers
         )
-    except ForbiddenGlobalError:
-        raise
+    except UnpicklingError as exc:
+        if allow_list is None:
+            _note_load_failure(exc)
+        raise  # (restricted loading's own errors say what and where)
     except OSError:
         raise  # trouble reading the file, not with its content
     except Exception as exc:

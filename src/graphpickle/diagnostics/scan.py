@@ -840,10 +840,10 @@ class _Scan:
         verdict = max((f.level for f in self.findings), key=_RANK.__getitem__, default=DATA)
         if verdict == DATA and self.error is None:
             failure = self.restricted_failure(buffers)
-            if isinstance(failure, UnpicklingError):  # a refusal, a budget
+            if failure is not None and failure.__cause__ is None:  # a refusal, a budget
                 self.flag(CODE, f"restricted loading with DATA_ONLY refuses it ({_words(failure)})")
                 verdict = CODE
-            elif failure is not None:  # an allowed constructor's own error: malformed data
+            elif failure is not None:  # an allowed constructor's error: malformed data
                 self.error = f"restricted loading with DATA_ONLY stops: {_words(failure)}"
         findings = tuple(self.findings)
         return InspectReport(
@@ -869,8 +869,10 @@ class _Scan:
         """What "data" means, checked by doing it: each pickle is loaded with
         restricted loading and DATA_ONLY (under its budgets), which runs the
         checks a walk cannot make on objects it does not build (a Categorical's
-        codes, an array's state). What it raised, or None; not checked when the
-        pickle takes out-of-band buffers that were not given."""
+        codes, an array's state). What it raised (an UnpicklingError: a refusal
+        or a budget, or, with a cause, what an allowed constructor raised), or
+        None; not checked when the pickle takes out-of-band buffers that were
+        not given."""
         from ..restricted.unpickler import restricted_load
 
         if self.buffers and buffers is None:
@@ -880,9 +882,7 @@ class _Scan:
         try:
             while stream.tell() < len(self.data):
                 restricted_load(stream, _data_only(), given)
-        except pickle.UnpicklingError as exc:  # (graphpickle's own are subclasses)
-            return exc if isinstance(exc, UnpicklingError) else UnpicklingError(str(exc))
-        except Exception as exc:
+        except (pickle.UnpicklingError, EOFError) as exc:
             return exc
         return None
 

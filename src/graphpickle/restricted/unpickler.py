@@ -63,7 +63,7 @@ from collections.abc import Iterable
 from typing import IO, Any, ClassVar, NoReturn
 
 from .._switches import READ_REFCOUNTS
-from ..errors import BudgetExceededError, ForbiddenGlobalError
+from ..errors import ForbiddenGlobalError, UnpicklingError
 from . import budgets
 from .budgets import Allowance, Depths, TupleWork, exceeded
 from .data_checks import (
@@ -766,16 +766,29 @@ def restricted_load(
     start = file.tell() if hasattr(file, "getbuffer") else None
     try:
         return unpickler.load()
+    except EOFError:
+        raise  # the end of the stream: a loop of load() stops on it, as with pickle
     except Exception as exc:
+        if isinstance(exc, pickle.UnpicklingError) and not isinstance(exc, ForbiddenGlobalError):
+            raise  # a budget (which says where), or malformed data as pickle words it
+        # (Every opcode before the failing one passed the budgets: the walk that
+        # finds where is bounded.)
+        where = None if start is None else _where(file, start, unpickler._offset())
+        if isinstance(exc, ForbiddenGlobalError):
+            if where is not None:
+                exc.opcode, exc.offset = where
+                exc.add_note(f"graphpickle: refused at {where[0]}, byte {where[1]}")
+            raise
         if isinstance(exc, (IndexError, KeyError, struct.error)) and _raised_by_unpickler(exc):
             # The pure-Python unpickler's own slips on malformed input; the C one
             # (pickle.loads) says UnpicklingError, so restricted loading does too.
             raise pickle.UnpicklingError(_malformed(exc)) from exc
-        # A refusal, or what an allowed constructor raised (its own exception,
-        # as pickle raises it): a note says where.
-        if start is not None and not isinstance(exc, BudgetExceededError):
-            _note_where(exc, file, start, unpickler._offset())
-        raise
+        # What an allowed constructor raised on the payload's arguments or state:
+        # untrusted input fails with one family of exceptions, the cause chained.
+        at = "" if where is None else f" at {where[0]}, byte {where[1]}"
+        raise UnpicklingError(
+            f"restricted loading stopped{at}: {type(exc).__name__}: {_cut(str(exc))}"
+        ) from exc
 
 
 class _GrowingReader:
@@ -809,12 +822,16 @@ class _GrowingReader:
         return self._file.tell()
 
 
-def _note_where(exc: Exception, file: Any, start: int, end: int | None) -> None:
-    """Name the opcode that failed and its byte offset: the last opcode that
-    starts at or before ``end``, where reading stopped (a walk of this pickle's
-    opcodes, made only when a load fails). A refusal keeps them as attributes."""
+def _cut(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _where(file: Any, start: int, end: int | None) -> tuple[str, int] | None:
+    """The opcode that failed and its byte offset: the last opcode that starts
+    at or before ``end``, where reading stopped (a walk of this pickle's
+    opcodes, made only when a load fails)."""
     if end is None:
-        return
+        return None
     found = None
     try:
         for opcode, _, position in pickletools.genops(bytes(file.getbuffer()[start:])):
@@ -823,12 +840,7 @@ def _note_where(exc: Exception, file: Any, start: int, end: int | None) -> None:
             found = (opcode.name, start + (position or 0))
     except ValueError:
         pass  # past the failure, the bytes may be anything
-    if found is not None:
-        if isinstance(exc, ForbiddenGlobalError):
-            exc.opcode, exc.offset = found
-            exc.add_note(f"graphpickle: refused at {found[0]}, byte {found[1]}")
-        else:
-            exc.add_note(f"graphpickle: raised at {found[0]}, byte {found[1]}")
+    return found
 
 
 def _raising_frame(exc: BaseException) -> Any:
