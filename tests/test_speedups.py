@@ -106,9 +106,8 @@ def test_each_part_declares_whether_it_needs_the_gil_as_native_says():
 
 
 def test_a_part_that_needs_the_gil_is_not_imported_where_the_gil_is_off(monkeypatch):
-    import importlib
-
     from graphpickle import _native
+    from graphpickle.wire import _frames as frames  # (imported first: it records its status)
 
     monkeypatch.setattr(_native, "_status", {})
     monkeypatch.setattr(_native, "gil_is_off", lambda: True)
@@ -119,6 +118,28 @@ def test_a_part_that_needs_the_gil_is_not_imported_where_the_gil_is_off(monkeypa
         raise AssertionError("imported: it would turn the GIL back on")
 
     assert _native.load("core", must_not_import, 0, ()) is None
-    frames = importlib.import_module("graphpickle.wire._frames")
     assert _native.load("wire", lambda: frames, frames.VERSION, ()) is frames
     assert _native._status == {"core": "needs the GIL", "wire": "active"}
+
+
+def test_a_snapshot_whose_lookups_change_the_function_fails_cleanly():
+    """function_snapshot holds the function's __dict__ while it looks names up:
+    a name whose __eq__ replaces that dict makes it fail, not read freed memory."""
+    if _pickler._speedups is None:
+        pytest.skip("the extension is switched off")
+
+    def func():
+        return 1
+
+    func.attribute = 1
+
+    class Rebinding(str):
+        def __hash__(self):
+            return hash("pytest")  # (a key of func's globals: __eq__ runs)
+
+        def __eq__(self, other):
+            func.__dict__ = {"a": 1, "b": 2, "c": 3}
+            return False
+
+    with pytest.raises(RuntimeError, match="changed size"):
+        _pickler._speedups.function_snapshot(func, (Rebinding("x"),), object())

@@ -196,14 +196,19 @@ known_by_reference(PyObject *obj)
     if (!Py_IS_TYPE(obj, &PyFunction_Type) && !is_plain_class(obj)) {
         return 0; /* a metaclass may hash and compare in Python */
     }
-    PyObject *entry = PyDict_GetItemWithError(by_reference, obj); /* borrowed */
+    PyObject *entry = Py_XNewRef(PyDict_GetItemWithError(by_reference, obj));
     PyObject *module_name, *qualname;
-    if (entry == NULL || !current_names(obj, entry, &module_name, &qualname)) {
-        return 0;
+    int known = 0;
+    if (entry != NULL && current_names(obj, entry, &module_name, &qualname)) {
+        /* A module whose class was changed (a lazy module) may answer getattr otherwise. */
+        PyObject *module = PyTuple_GET_ITEM(entry, 0);
+        known = PyModule_CheckExact(module) && found_as(obj, module, module_name, qualname);
     }
-    /* A module whose class was changed (a lazy module) may answer getattr otherwise. */
-    PyObject *module = PyTuple_GET_ITEM(entry, 0);
-    return PyModule_CheckExact(module) && found_as(obj, module, module_name, qualname);
+    Py_XDECREF(entry); /* (held while the lookups ran: they may change the table) */
+    if (!known) {
+        PyErr_Clear(); /* a miss, whatever the lookups raised: the Python policy decides */
+    }
+    return known;
 }
 
 static PyObject *function_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
@@ -211,27 +216,26 @@ static int same_items(PyObject *a, PyObject *b);
 
 /* The dict a by-value function's globals are rebuilt from: one per module and
  * payload (state.globals_ref, keyed by id of the module's globals), as
- * reducers._base_globals makes it. A borrowed reference, or NULL with an error. */
+ * reducers._base_globals makes it. A new reference, or NULL with an error. */
 static PyObject *
 base_globals(PyObject *state, PyObject *module_globals)
 {
     PyObject *names[4] = {str_package, str_name, str_path, str_file};
     PyObject *globals_ref = PyObject_GetAttr(state, str_globals_ref);
     PyObject *key = globals_ref == NULL ? NULL : PyLong_FromVoidPtr(module_globals);
-    PyObject *base = key == NULL ? NULL : PyDict_SetDefault(globals_ref, key, empty_dict);
-    if (base == empty_dict) { /* this payload's first: a dict of its own */
+    PyObject *base = key == NULL ? NULL : Py_XNewRef(PyDict_GetItemWithError(globals_ref, key));
+    if (base == NULL && key != NULL && !PyErr_Occurred()) { /* this payload's first */
         base = PyDict_New();
         if (base != NULL && PyDict_SetItem(globals_ref, key, base) < 0) {
             Py_CLEAR(base);
         }
-        Py_XDECREF(base); /* globals_ref holds it */
     }
     int fill = base != NULL && PyDict_Check(base) && PyDict_GET_SIZE(base) == 0;
     for (size_t i = 0; fill && base != NULL && i < 4; i++) {
         PyObject *value = PyDict_GetItemWithError(module_globals, names[i]);
         if ((value == NULL && PyErr_Occurred())
             || (value != NULL && PyDict_SetItem(base, names[i], value) < 0)) {
-            base = NULL;
+            Py_CLEAR(base);
         }
     }
     Py_XDECREF(key);
@@ -306,6 +310,7 @@ remembered_function(DispatchObject *self, PyObject *func)
                                              PyTuple_GET_ITEM(parts, PARTS_STATE), Py_None, Py_None,
                                              PyTuple_GET_ITEM(parts, PARTS_SETSTATE));
         Py_XDECREF(args);
+        Py_DECREF(base);
     }
 release:
     Py_DECREF(entry);
@@ -346,11 +351,14 @@ remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
         || PyTuple_GET_ITEM(entry, 0) != obj) {
         return NULL;
     }
+    Py_INCREF(entry); /* reading the state's mode may run Python code, which may drop it */
     int default_mode = in_default_mode(self);
     if (default_mode < 0) {
         PyErr_Clear(); /* the handler runs, and answers */
     }
-    return default_mode == 1 ? Py_NewRef(PyTuple_GET_ITEM(entry, 1)) : NULL;
+    PyObject *result = default_mode == 1 ? Py_NewRef(PyTuple_GET_ITEM(entry, 1)) : NULL;
+    Py_DECREF(entry);
+    return result;
 }
 
 static PyObject *
@@ -1409,11 +1417,14 @@ function_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n_names = PyTuple_GET_SIZE(names);
     PyObject *closure = func->func_closure;
     Py_ssize_t n_cells = closure == NULL ? 0 : PyTuple_GET_SIZE(closure);
-    PyObject *attributes = func->func_dict;
+    /* Held: a lookup below may run Python code (a name that is no exact str, a
+     * globals dict with such keys), which may replace the function's __dict__. */
+    PyObject *attributes = Py_XNewRef(func->func_dict);
     Py_ssize_t n_attributes = attributes == NULL ? 0 : PyDict_GET_SIZE(attributes);
     Py_ssize_t size = SNAPSHOT_FIXED + n_names + n_cells + 2 * n_attributes;
     PyObject *snapshot = PyTuple_New(size);
     if (snapshot == NULL) {
+        Py_XDECREF(attributes);
         return NULL;
     }
     PyObject *fields[SNAPSHOT_FIXED] = {
@@ -1430,6 +1441,7 @@ function_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *value = PyDict_GetItemWithError(func->func_globals, PyTuple_GET_ITEM(names, i));
         if (value == NULL && PyErr_Occurred()) {
             Py_DECREF(snapshot);
+            Py_XDECREF(attributes);
             return NULL;
         }
         PyTuple_SET_ITEM(snapshot, at++, Py_NewRef(or_missing(value, missing)));
@@ -1445,7 +1457,10 @@ function_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyTuple_SET_ITEM(snapshot, at++, Py_NewRef(key));
         PyTuple_SET_ITEM(snapshot, at++, Py_NewRef(value));
     }
-    if (at != size) { /* (cannot happen: nothing ran that could change the dict) */
+    int changed = at != size || func->func_dict != attributes
+                  || (attributes != NULL && PyDict_GET_SIZE(attributes) != n_attributes);
+    Py_XDECREF(attributes);
+    if (changed) { /* (a lookup ran Python code that replaced or resized the function's __dict__) */
         Py_DECREF(snapshot);
         PyErr_SetString(PyExc_RuntimeError, "function_snapshot: __dict__ changed size");
         return NULL;
