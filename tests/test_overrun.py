@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pickle
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -126,3 +128,27 @@ def test_c_and_python_give_the_same_answer(data, edits, cut, splice):
             mutated[position % len(mutated)] = value
     sample = bytes(mutated[: max(0, len(mutated) - cut)])
     assert _overrun.bytearray8_overruns(sample) == _overrun._bytearray8_overruns_in_python(sample)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="a Python __buffer__ is 3.12's")
+def test_an_exporter_that_changes_its_bytes_is_read_once():
+    """The overrun check and the unpickler read one view: an object whose
+    __buffer__ shows the check harmless bytes and then an overrun is refused
+    (in a child: the C unpickler could crash on it)."""
+    code = (
+        "import graphpickle, pickle\n"
+        f"bad = {OVERRUNS['alone']!r}\n"
+        "class Shifty:\n"
+        "    calls = 0\n"
+        "    def __buffer__(self, flags):\n"
+        "        Shifty.calls += 1\n"
+        "        return memoryview(pickle.dumps(1, 5) if Shifty.calls == 1 else bad)\n"
+        "try:\n"
+        "    print(graphpickle.loads(Shifty()))\n"
+        "except pickle.UnpicklingError as exc:\n"
+        "    print('refused', exc)\n"
+        "print('calls', Shifty.calls)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert done.stdout.splitlines()[-1] == "calls 1", done.stdout

@@ -1124,7 +1124,13 @@ loader_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     }
     PyObject *result;
     if (self->signature == SIGNATURE_GRAPHPICKLE) {
-        int refused = data_overruns(args[0]);
+        PyObject *data = args[0];
+        if (!PyBytes_CheckExact(data) && !PyByteArray_CheckExact(data) && !PyMemoryView_Check(data)) {
+            /* Another exporter (a Python __buffer__, 3.12+) may give other bytes to
+             * the check and to the unpickler: the Python loads reads one view. */
+            return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+        }
+        int refused = data_overruns(data);
         if (refused) { /* the Python loads refuses it in words (or passes on an error) */
             return refused < 0 ? NULL : PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
         }

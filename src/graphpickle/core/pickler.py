@@ -13,6 +13,7 @@ the same single pass.
 from __future__ import annotations
 
 import _pickle
+import contextlib
 import functools
 import io
 import pickle
@@ -283,6 +284,11 @@ def load_bytes(
     errors: str = "strict",
 ) -> Any:
     """:func:`loads` without its error notes (the wire words its own errors)."""
+    if type(data) not in (bytes, bytearray, memoryview):
+        # One view for the overrun check and the unpickler: another exporter (a
+        # Python __buffer__, 3.12+) may give each of them other bytes.
+        with contextlib.suppress(TypeError):  # (not bytes-like: pickle says so itself)
+            data = memoryview(data)
     if allow_list is not None:
         return restricted_load(io.BytesIO(data), allow_list, buffers, fix_imports, encoding, errors)
     refuse_overrun(data)
