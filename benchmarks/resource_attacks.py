@@ -185,11 +185,12 @@ CRASHERS: dict[str, Callable[[], bytes]] = {
         "pd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})", b"K\x01K\x02K\x01\x87",
         b"J\xff\xff\xff\x0fJ\x00\x00\x00\x10K\x01\x87"
     ),
-    # int16 codes of a MultiIndex's first level (300 strings), one set to -32768
-    # (pandas lets a code below -1 pass; its repr reads the level there)
-    "MultiIndex code of -32768": _changed(
-        "pd.MultiIndex.from_product([[f's{i}' for i in range(300)], [1, 2]])",
-        b"\x00\x00\x00\x00\x01\x00\x01\x00", b"\x00\x00\x00\x80\x01\x00\x01\x00"
+    # int32 codes of a MultiIndex's first level (40,000 strings), the first set to
+    # -2**31 (pandas lets a code below -1 pass; its repr reads the level there)
+    "MultiIndex code of -2**31": _changed(
+        "pd.MultiIndex.from_product([[f's{i:05}' for i in range(40_000)], [1]])",
+        b"\x00\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00",
+        b"\x00\x00\x00\x80\x01\x00\x00\x00\x02\x00\x00\x00",
     ),
 }  # fmt: skip
 
