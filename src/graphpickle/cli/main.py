@@ -80,8 +80,8 @@ def _main(argv: list[str] | None) -> int:
     )
     inspect = commands.add_parser(
         "inspect",
-        help="read a pickle without executing it: a verdict, imports, by-value objects",
-        description="Read a pickle without executing it. Exit status: 0 the verdict passes "
+        help="read a pickle without running what it names: a verdict, imports, by-value objects",
+        description="Read a pickle without running what it names. Exit status: 0 the verdict passes "
         "the gate; 1 it fails (verdict 'code', or 'imports' with --fail-on imports); 2 the "
         "file cannot be read or is not a pickle; 3 it passes, but is malformed (loading "
         f"would stop with an error); {EXIT_CLOSED_OUTPUT} standard output was closed "

@@ -1,4 +1,4 @@
-"""``inspect(data)``: read a pickle without executing it, and judge it.
+"""``inspect(data)``: read a pickle without running what it names, and judge it.
 
 Loading a pickle runs code: it imports modules and calls what the payload
 names. ``inspect`` never loads. It reads the payload twice:
@@ -242,7 +242,9 @@ def inspect(
     trust: Iterable[str] = (),
 ) -> InspectReport:
     """Report what loading the pickle ``data`` would import, build and do,
-    without loading it, with a verdict: ``"data"``, ``"imports"`` or ``"code"``.
+    without running what it names, with a verdict: ``"data"``, ``"imports"`` or
+    ``"code"`` (a pickle that reads as data is then loaded with restricted
+    loading and DATA_ONLY to confirm it).
     ``data`` is the pickle's bytes (any bytes-like object), or the path of a
     file that holds it (``str`` or ``os.PathLike``: the file is read, as
     ``graphpickle inspect FILE`` reads it). ``buffers``, if given, are the
