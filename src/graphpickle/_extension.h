@@ -5,18 +5,22 @@
  * build, is not used). Bump a part's VERSION with any change of behaviour its
  * Python side relies on.
  *
- * Each part keeps process-wide state in static variables, made once (see
- * `once`), while its module is imported (under the import lock). No
- * subinterpreter may load a part (3.12+). Whether a part needs the GIL is
- * said by its slots (Py_mod_gil, 3.13+):
- * - GRAPHPICKLE_GIL_NOT_USED: its static state is constant once made (opcode
- *   tables, a hash seed), it reads its arguments through buffers it holds or
- *   items it owns (a list is copied under its lock on a free-threaded build),
- *   and it shares nothing else between calls (_sets, _values, _frames);
- * - GRAPHPICKLE_GIL_USED: it keeps caches between calls, guarded by the GIL
- *   (_speedups). `_native.load` does not import such a part on a free-threaded
- *   interpreter whose GIL is off (its Python version runs), so importing
- *   graphpickle never turns the GIL back on.
+ * What a part keeps between calls lives in its module state (PEP 630), made
+ * by `exec` for each module object: `_speedups`'s caches and its heap types.
+ * Static variables hold only constant tables (opcode layouts, a hash seed),
+ * made once (see `once`) while the first module is imported (under the import
+ * lock) and never changed after. No subinterpreter may load a part (3.12+):
+ * graphpickle's Python side is not checked there. Whether a part needs the
+ * GIL is said by its slots (Py_mod_gil, 3.13+):
+ * - GRAPHPICKLE_GIL_NOT_USED: it reads its arguments through buffers it holds
+ *   or items it owns (a list is copied under its lock on a free-threaded
+ *   build), and shares nothing between calls but the constant tables (_sets,
+ *   _values, _frames);
+ * - GRAPHPICKLE_GIL_USED: it keeps caches between calls, which the GIL guards
+ *   (_speedups: see its file for what a free-threaded build would still need).
+ *   `_native.load` does not import such a part on a free-threaded interpreter
+ *   whose GIL is off (its Python version runs), so importing graphpickle never
+ *   turns the GIL back on.
  */
 #ifndef GRAPHPICKLE_EXTENSION_H
 #define GRAPHPICKLE_EXTENSION_H

@@ -22,6 +22,16 @@
  * `same_objects` and `same_modules` (what a remembered by-value reduction
  * depends on, `snapshots.py`) and `bytearray8_overruns` (`overrun.py`). Each has its
  * Python version in the module named, with the same results.
+ *
+ * Threads. Its tables live in module state (SpeedupsState); an item of a table
+ * is read as a new reference (dict_get_ref), and the Dumper's pool and counter
+ * change only in a critical section on it. The module still declares that it
+ * needs the GIL (Py_MOD_GIL_USED), because two things are safe only under it:
+ * set_remembered and set_by_reference_policy replace tables that the hook reads
+ * without a lock, and the hook reads a function's and a class's fields
+ * (__module__, __qualname__, globals, closure, __dict__) in place, which another
+ * thread may assign, freeing the old value, between the read and its use. On a
+ * free-threaded interpreter without the GIL, `_native.load` does not import it.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -31,18 +41,87 @@
 #include "../_extension.h"
 #include "../_opcodes.h"
 
+#if PY_VERSION_HEX < 0x030C0000 /* the names 3.12 gave structmember.h's */
+#include <structmember.h>
+#define Py_T_PYSSIZET T_PYSSIZET
+#define Py_READONLY READONLY
+#endif
+#if PY_VERSION_HEX < 0x030D0000 /* before 3.13 there is always a GIL to serialise them */
+#define Py_BEGIN_CRITICAL_SECTION(op) {
+#define Py_END_CRITICAL_SECTION() }
+#endif
 
-static PyObject *str_module, *str_by_value, *str_reset, *str_memo, *str_join, *str_qualname;
-static PyObject *str_protocol, *str_buffer_callback, *str_deterministic, *str_buffers;
-static PyObject *str_fix_imports, *str_encoding, *str_errors, *str_speedups, *str_buffer;
-static PyObject *str_generation, *str_globals_ref, *str_package, *str_name, *str_path, *str_file;
-static PyObject *empty_bytes, *empty_dict;
+/* Every type here is a heap type of its module (PyType_FromModuleAndSpec), not
+ * subclassable, so that Py_TYPE(obj) of one of its objects is that very type,
+ * whose module state it reads; none can be changed from Python. */
+#define TYPE_FLAGS (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE)
+
+
+/* Everything the module keeps between calls, in its module state (PEP 630): a
+ * module object made anew from this file (a second import, another
+ * interpreter) starts with tables of its own. An object of one of its types
+ * holds a pointer to this state, which lives as long as the object: the object
+ * holds its type, and a heap type holds its module. */
+typedef struct {
+    PyTypeObject *dispatch_type, *sink_type, *dumper_type, *loader_type;
+    PyObject *str_module, *str_by_value, *str_reset, *str_memo, *str_join, *str_qualname;
+    PyObject *str_protocol, *str_buffer_callback, *str_deterministic, *str_buffers;
+    PyObject *str_fix_imports, *str_encoding, *str_errors, *str_speedups, *str_buffer;
+    PyObject *str_generation, *str_globals_ref, *str_package, *str_name, *str_path, *str_file;
+    PyObject *empty_bytes, *empty_dict;
+    /* Importable functions and classes, remembered once the Python policy
+     * found them importable (remember_by_reference): object -> (module, module
+     * name, qualified name). A hit still checks, in a few dict lookups, what the
+     * policy checked: no module is registered for pickling by value, sys.modules
+     * still holds that module under that name, and the module holds the object
+     * under its (undotted) qualified name; a rebound global, a reloaded module or
+     * a changed __module__/__qualname__ misses, and the Python policy decides
+     * again. Only exact functions and classes of plain metaclasses
+     * (is_plain_class: identity hashing, type's attributes) are remembered, at
+     * most MAX_BY_REFERENCE of them. */
+    PyObject *by_reference;
+    PyObject *by_value_registry; /* cloudpickle's set of module names registered by value */
+    /* The policy's handlers of functions and classes: another handler (a
+     * reducer registered for all functions) is never bypassed. */
+    PyObject *function_handler, *class_handler;
+    /* What the hook answers without calling a handler, set by set_remembered
+     * (reducers.py); a hit is the handler's answer, and a miss asks it:
+     * - builtin_types maps the classes of `types` that are not importable by
+     *   name to their constant reduction (every code object's payload names
+     *   types.CodeType);
+     * - codes maps id(code) to (code, reduction), read only in default mode
+     *   (the code handler answers otherwise);
+     * - functions holds the by-value functions remembered between payloads
+     *   (reducers._functions: id -> an entry laid out as ENTRY_FIELDS),
+     *   captures_globals the globals of core/captures.py (its _generation),
+     *   missing_marker what a snapshot found missing. */
+    PyObject *code_handler, *builtin_types, *codes;
+    PyObject *functions, *captures_globals, *missing_marker;
+} SpeedupsState;
+
+/* Every field of SpeedupsState, for the module's traverse and clear. */
+#define FOR_EACH_STATE_FIELD(DO)                                                                  \
+    DO(dispatch_type) DO(sink_type) DO(dumper_type) DO(loader_type) DO(str_module)               \
+    DO(str_by_value) DO(str_reset) DO(str_memo) DO(str_join) DO(str_qualname) DO(str_protocol)   \
+    DO(str_buffer_callback) DO(str_deterministic) DO(str_buffers) DO(str_fix_imports)            \
+    DO(str_encoding) DO(str_errors) DO(str_speedups) DO(str_buffer) DO(str_generation)           \
+    DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(empty_bytes)   \
+    DO(empty_dict) DO(by_reference) DO(by_value_registry) DO(function_handler) DO(class_handler) \
+    DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
+    DO(missing_marker)
+
+static inline SpeedupsState *
+module_state(PyObject *module)
+{
+    return (SpeedupsState *)PyModule_GetState(module);
+}
 
 typedef struct {
     PyObject_HEAD
     PyObject *handlers; /* dict: type -> handler, or None for "the C pickler's default" */
     PyObject *resolve;  /* callable(type) -> handler or None, called on a dict miss */
     PyObject *state;    /* first argument of every handler */
+    SpeedupsState *st;  /* its module's */
     vectorcallfunc vectorcall;
     int touched; /* a handler ran since the last reset: the state may have changed */
 } DispatchObject;
@@ -54,34 +133,7 @@ call_handler(DispatchObject *self, PyObject *handler, PyObject *obj)
     return PyObject_Vectorcall(handler, args, 2, NULL);
 }
 
-/* Importable functions and classes, remembered once the Python policy found
- * them importable (remember_by_reference): object -> (module, module name,
- * qualified name). A hit still checks, in a few dict lookups, what the policy
- * checked: no module is registered for pickling by value, sys.modules still
- * holds that module under that name, and the module holds the object under its
- * (undotted) qualified name; a rebound global, a reloaded module or a changed
- * __module__/__qualname__ misses, and the Python policy decides again. Only
- * exact functions and classes of plain metaclasses (is_plain_class: identity
- * hashing, type's attributes) are remembered, at most MAX_BY_REFERENCE of them. */
 #define MAX_BY_REFERENCE 4096
-static PyObject *by_reference;      /* dict: function or class -> (module, name, qualname) */
-static PyObject *by_value_registry; /* cloudpickle's set of module names registered by value */
-/* The policy's handlers of functions and classes: another handler (a reducer
- * registered for all functions) is never bypassed. */
-static PyObject *function_handler, *class_handler;
-/* What the hook answers without calling a handler, set by set_remembered
- * (reducers.py); a hit is the handler's answer, and a miss asks it:
- * - builtin_types maps the classes of `types` that are not importable by name
- *   to their constant reduction (every code object's payload names
- *   types.CodeType);
- * - codes maps id(code) to (code, reduction), read only in default mode (the
- *   code handler answers otherwise);
- * - functions holds the by-value functions remembered between payloads
- *   (reducers._functions: id -> an entry laid out as ENTRY_FIELDS),
- *   captures_globals the globals of core/captures.py (its _generation),
- *   missing_marker what a snapshot found missing. */
-static PyObject *code_handler, *builtin_types, *codes;
-static PyObject *functions, *captures_globals, *missing_marker;
 
 /* A class whose metaclass hashes, compares and reads attributes as `type` does
  * (ABCMeta, numpy's DTypeMeta): its identity and its names are type's. */
@@ -97,92 +149,108 @@ is_plain_class(PyObject *obj)
            && meta->tp_getattro == PyType_Type.tp_getattro;
 }
 
-/* obj's current module name and qualified name (borrowed): 1; 0 if they cannot
- * be read without Python code; for a static type (whose names cannot change),
- * the names in `remembered` (a tuple), or NULL names if there is none yet. */
+/* dict[key] as a new reference in *value (NULL if missing): 1 found, 0
+ * missing, -1 with an exception set. A borrowed item could be dropped by
+ * Python code run before its use, or by another thread on a free-threaded
+ * build: every table this module shares between calls is read this way. */
 static int
-current_names(PyObject *obj, PyObject *remembered, PyObject **module_name, PyObject **qualname)
+dict_get_ref(PyObject *dict, PyObject *key, PyObject **value)
 {
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyDict_GetItemRef(dict, key, value);
+#else
+    *value = Py_XNewRef(PyDict_GetItemWithError(dict, key));
+    return *value != NULL ? 1 : (PyErr_Occurred() ? -1 : 0);
+#endif
+}
+
+/* obj's current module name and qualified name, as new references: 1; 0 if
+ * they cannot be read without Python code (or a lookup failed); for a static
+ * type (whose names cannot change), the names in `remembered` (a tuple), or
+ * none if there is no such tuple yet. */
+static int
+current_names(SpeedupsState *st, PyObject *obj, PyObject *remembered, PyObject **module_name,
+              PyObject **qualname)
+{
+    *module_name = *qualname = NULL;
     if (Py_IS_TYPE(obj, &PyFunction_Type)) {
-        *module_name = ((PyFunctionObject *)obj)->func_module;
-        *qualname = ((PyFunctionObject *)obj)->func_qualname;
+        *module_name = Py_XNewRef(((PyFunctionObject *)obj)->func_module);
+        *qualname = Py_XNewRef(((PyFunctionObject *)obj)->func_qualname);
     }
     else if (is_plain_class(obj) && (((PyTypeObject *)obj)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
         PyObject *type_dict = ((PyTypeObject *)obj)->tp_dict;
-        *module_name = type_dict == NULL ? NULL : PyDict_GetItemWithError(type_dict, str_module);
-        *qualname = ((PyHeapTypeObject *)obj)->ht_qualname;
+        if (type_dict != NULL && dict_get_ref(type_dict, st->str_module, module_name) >= 0) {
+            *qualname = Py_XNewRef(((PyHeapTypeObject *)obj)->ht_qualname);
+        }
     }
     else if (is_plain_class(obj) && remembered != NULL) {
-        *module_name = PyTuple_GET_ITEM(remembered, 1);
-        *qualname = PyTuple_GET_ITEM(remembered, 2);
+        *module_name = Py_NewRef(PyTuple_GET_ITEM(remembered, 1));
+        *qualname = Py_NewRef(PyTuple_GET_ITEM(remembered, 2));
     }
-    else {
-        return 0;
+    if (*module_name != NULL && PyUnicode_CheckExact(*module_name) && *qualname != NULL
+        && PyUnicode_CheckExact(*qualname)) {
+        return 1;
     }
-    return *module_name != NULL && PyUnicode_CheckExact(*module_name) && *qualname != NULL
-           && PyUnicode_CheckExact(*qualname);
+    Py_CLEAR(*module_name);
+    Py_CLEAR(*qualname);
+    return 0;
 }
 
-/* Whether sys.modules[module_name] is `module` and holds obj as `qualname`. */
+/* Whether sys.modules[module_name] is `module` and holds obj as `qualname`
+ * (the caller holds all four: a lookup may run Python code). */
 static int
-found_as(PyObject *obj, PyObject *module, PyObject *module_name, PyObject *qualname)
+found_as(SpeedupsState *st, PyObject *obj, PyObject *module, PyObject *module_name,
+         PyObject *qualname)
 {
-    if (PySet_GET_SIZE(by_value_registry) != 0) {
+    if (PySet_GET_SIZE(st->by_value_registry) != 0) {
         return 0;
     }
-    PyObject *modules = PyImport_GetModuleDict();
+    PyObject *modules = PyImport_GetModuleDict(); /* borrowed: the interpreter holds it */
     if (modules == NULL || PyDict_GetItemWithError(modules, module_name) != module) {
-        return 0;
+        return 0; /* (compared by identity only: the item may be gone) */
     }
     return PyDict_GetItemWithError(PyModule_GetDict(module), qualname) == obj;
 }
 
 static PyObject *
-remember_by_reference(PyObject *unused, PyObject *obj)
+remember_by_reference(PyObject *self_module, PyObject *obj)
 {
-    PyObject *module_name = NULL, *qualname = NULL, *names = NULL;
+    SpeedupsState *st = module_state(self_module);
+    PyObject *module_name = NULL, *qualname = NULL, *names = NULL, *module = NULL;
+    PyObject *entry = NULL;
+    int failed = 0;
     if (is_plain_class(obj) && !(((PyTypeObject *)obj)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
         /* A static type's names come from tp_name, as type.__module__ reads them. */
-        module_name = PyObject_GetAttr(obj, str_module);
-        qualname = module_name == NULL ? NULL : PyObject_GetAttr(obj, str_qualname);
-        if (qualname == NULL) {
-            Py_XDECREF(module_name);
-            return NULL;
-        }
-        names = PyTuple_Pack(3, Py_None, module_name, qualname);
-        Py_DECREF(module_name);
-        Py_DECREF(qualname);
+        module_name = PyObject_GetAttr(obj, st->str_module);
+        qualname = module_name == NULL ? NULL : PyObject_GetAttr(obj, st->str_qualname);
+        names = qualname == NULL ? NULL : PyTuple_Pack(3, Py_None, module_name, qualname);
+        Py_XDECREF(module_name);
+        Py_XDECREF(qualname);
         if (names == NULL) {
             return NULL;
         }
     }
-    if (!current_names(obj, names, &module_name, &qualname)) {
-        Py_XDECREF(names);
-        if (PyErr_Occurred()) {
-            return NULL;
+    if (current_names(st, obj, names, &module_name, &qualname)) {
+        PyObject *modules = PyImport_GetModuleDict();
+        if (modules != NULL && dict_get_ref(modules, module_name, &module) > 0
+            && PyModule_CheckExact(module)
+            && found_as(st, obj, module, module_name, qualname)) { /* not: a dotted name, registrations */
+            entry = PyTuple_Pack(3, module, module_name, qualname);
+            failed = entry == NULL;
         }
-        Py_RETURN_NONE;
     }
-    PyObject *modules = PyImport_GetModuleDict();
-    PyObject *module = modules == NULL ? NULL : PyDict_GetItemWithError(modules, module_name);
-    if (module == NULL || !PyModule_CheckExact(module)
-        || !found_as(obj, module, module_name, qualname)) { /* a dotted name, or registrations */
-        Py_XDECREF(names);
-        if (PyErr_Occurred()) {
-            return NULL;
+    if (entry != NULL) {
+        if (PyDict_GET_SIZE(st->by_reference) >= MAX_BY_REFERENCE) {
+            PyDict_Clear(st->by_reference);
         }
-        Py_RETURN_NONE;
+        failed = PyDict_SetItem(st->by_reference, obj, entry) < 0;
     }
-    PyObject *entry = PyTuple_Pack(3, module, module_name, qualname);
+    failed = failed || PyErr_Occurred() != NULL;
+    Py_XDECREF(entry);
+    Py_XDECREF(module);
+    Py_XDECREF(module_name);
+    Py_XDECREF(qualname);
     Py_XDECREF(names);
-    if (entry == NULL) {
-        return NULL;
-    }
-    if (PyDict_GET_SIZE(by_reference) >= MAX_BY_REFERENCE) {
-        PyDict_Clear(by_reference);
-    }
-    int failed = PyDict_SetItem(by_reference, obj, entry);
-    Py_DECREF(entry);
     if (failed) {
         return NULL;
     }
@@ -191,20 +259,22 @@ remember_by_reference(PyObject *unused, PyObject *obj)
 
 /* Whether obj is a remembered function or class that is still importable. */
 static int
-known_by_reference(PyObject *obj)
+known_by_reference(SpeedupsState *st, PyObject *obj)
 {
     if (!Py_IS_TYPE(obj, &PyFunction_Type) && !is_plain_class(obj)) {
         return 0; /* a metaclass may hash and compare in Python */
     }
-    PyObject *entry = Py_XNewRef(PyDict_GetItemWithError(by_reference, obj));
-    PyObject *module_name, *qualname;
+    PyObject *entry, *module_name, *qualname;
     int known = 0;
-    if (entry != NULL && current_names(obj, entry, &module_name, &qualname)) {
+    if (dict_get_ref(st->by_reference, obj, &entry) > 0
+        && current_names(st, obj, entry, &module_name, &qualname)) {
         /* A module whose class was changed (a lazy module) may answer getattr otherwise. */
         PyObject *module = PyTuple_GET_ITEM(entry, 0);
-        known = PyModule_CheckExact(module) && found_as(obj, module, module_name, qualname);
+        known = PyModule_CheckExact(module) && found_as(st, obj, module, module_name, qualname);
+        Py_DECREF(module_name);
+        Py_DECREF(qualname);
     }
-    Py_XDECREF(entry); /* (held while the lookups ran: they may change the table) */
+    Py_XDECREF(entry);
     if (!known) {
         PyErr_Clear(); /* a miss, whatever the lookups raised: the Python policy decides */
     }
@@ -218,13 +288,13 @@ static int same_items(PyObject *a, PyObject *b);
  * payload (state.globals_ref, keyed by id of the module's globals), as
  * reducers._base_globals makes it. A new reference, or NULL with an error. */
 static PyObject *
-base_globals(PyObject *state, PyObject *module_globals)
+base_globals(SpeedupsState *st, PyObject *state, PyObject *module_globals)
 {
-    PyObject *names[4] = {str_package, str_name, str_path, str_file};
-    PyObject *globals_ref = PyObject_GetAttr(state, str_globals_ref);
+    PyObject *names[4] = {st->str_package, st->str_name, st->str_path, st->str_file};
+    PyObject *globals_ref = PyObject_GetAttr(state, st->str_globals_ref);
     PyObject *key = globals_ref == NULL ? NULL : PyLong_FromVoidPtr(module_globals);
-    PyObject *base = key == NULL ? NULL : Py_XNewRef(PyDict_GetItemWithError(globals_ref, key));
-    if (base == NULL && key != NULL && !PyErr_Occurred()) { /* this payload's first */
+    PyObject *base = NULL;
+    if (key != NULL && dict_get_ref(globals_ref, key, &base) == 0) { /* this payload's first */
         base = PyDict_New();
         if (base != NULL && PyDict_SetItem(globals_ref, key, base) < 0) {
             Py_CLEAR(base);
@@ -232,11 +302,12 @@ base_globals(PyObject *state, PyObject *module_globals)
     }
     int fill = base != NULL && PyDict_Check(base) && PyDict_GET_SIZE(base) == 0;
     for (size_t i = 0; fill && base != NULL && i < 4; i++) {
-        PyObject *value = PyDict_GetItemWithError(module_globals, names[i]);
-        if ((value == NULL && PyErr_Occurred())
+        PyObject *value;
+        if (dict_get_ref(module_globals, names[i], &value) < 0
             || (value != NULL && PyDict_SetItem(base, names[i], value) < 0)) {
             Py_CLEAR(base);
         }
+        Py_XDECREF(value);
     }
     Py_XDECREF(key);
     Py_XDECREF(globals_ref);
@@ -248,7 +319,8 @@ base_globals(PyObject *state, PyObject *module_globals)
 static int
 in_default_mode(DispatchObject *self)
 {
-    PyObject *mode = PyObject_GetAttr(self->state, str_deterministic);
+    SpeedupsState *st = self->st;
+    PyObject *mode = PyObject_GetAttr(self->state, st->str_deterministic);
     if (mode == NULL) {
         return -1;
     }
@@ -270,37 +342,35 @@ enum { PARTS_MAKE, PARTS_CODE, PARTS_CLOSURE, PARTS_STATE, PARTS_SETSTATE, PARTS
 static PyObject *
 remembered_function(DispatchObject *self, PyObject *func)
 {
-    if (functions == NULL || !PyFunction_Check(func) || PyDict_GET_SIZE(functions) == 0) {
+    SpeedupsState *st = self->st;
+    if (st->functions == NULL || !PyFunction_Check(func) || PyDict_GET_SIZE(st->functions) == 0) {
         return NULL;
     }
-    PyObject *result = NULL, *obj = NULL, *snapshot = NULL;
+    PyObject *result = NULL, *obj = NULL, *snapshot = NULL, *entry = NULL, *generation = NULL;
     PyObject *key = PyLong_FromVoidPtr(func);
-    PyObject *entry = key == NULL ? NULL : PyDict_GetItemWithError(functions, key);
-    Py_XDECREF(key);
-    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != ENTRY_SIZE
-        || PyTuple_GET_ITEM(entry, ENTRY_MODULES) != Py_None
+    if (key == NULL || dict_get_ref(st->functions, key, &entry) <= 0 || !PyTuple_CheckExact(entry)
+        || PyTuple_GET_SIZE(entry) != ENTRY_SIZE || PyTuple_GET_ITEM(entry, ENTRY_MODULES) != Py_None
         || PyTuple_GET_ITEM(entry, ENTRY_GROWABLE) != Py_None) {
         goto done;
     }
-    Py_INCREF(entry); /* the snapshot below runs no Python code, but the table may change after */
     PyObject *parts = PyTuple_GET_ITEM(entry, ENTRY_PARTS);
-    PyObject *generation = PyDict_GetItemWithError(captures_globals, str_generation);
-    if (generation == NULL || !PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != PARTS_SIZE
+    if (dict_get_ref(st->captures_globals, st->str_generation, &generation) <= 0
+        || !PyTuple_CheckExact(parts) || PyTuple_GET_SIZE(parts) != PARTS_SIZE
         || PyObject_RichCompareBool(generation, PyTuple_GET_ITEM(entry, ENTRY_GENERATION), Py_EQ) != 1) {
-        goto release;
+        goto done;
     }
     obj = in_default_mode(self) == 1 ? PyObject_CallNoArgs(PyTuple_GET_ITEM(entry, ENTRY_REF)) : NULL;
     if (obj != func) {
-        goto release;
+        goto done;
     }
-    PyObject *snapshot_args[3] = {func, PyTuple_GET_ITEM(entry, ENTRY_NAMES), missing_marker};
+    PyObject *snapshot_args[3] = {func, PyTuple_GET_ITEM(entry, ENTRY_NAMES), st->missing_marker};
     snapshot = function_snapshot(NULL, snapshot_args, 3);
     if (snapshot == NULL || !same_items(snapshot, PyTuple_GET_ITEM(entry, ENTRY_SNAPSHOT))
-        || PyObject_SetAttr(self->state, str_by_value, Py_True) < 0) {
-        goto release;
+        || PyObject_SetAttr(self->state, st->str_by_value, Py_True) < 0) {
+        goto done;
     }
     self->touched = 1;
-    PyObject *base = base_globals(self->state, ((PyFunctionObject *)func)->func_globals);
+    PyObject *base = base_globals(self->st, self->state, ((PyFunctionObject *)func)->func_globals);
     if (base != NULL) {
         /* (code, base_globals, None, None, closure), as _function_getnewargs */
         PyObject *args = PyTuple_Pack(5, PyTuple_GET_ITEM(parts, PARTS_CODE), base, Py_None,
@@ -312,9 +382,10 @@ remembered_function(DispatchObject *self, PyObject *func)
         Py_XDECREF(args);
         Py_DECREF(base);
     }
-release:
-    Py_DECREF(entry);
 done:
+    Py_XDECREF(key);
+    Py_XDECREF(entry);
+    Py_XDECREF(generation);
     Py_XDECREF(obj);
     Py_XDECREF(snapshot);
     if (result == NULL) {
@@ -328,16 +399,19 @@ done:
 static PyObject *
 remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
 {
-    if (handler == function_handler) {
+    SpeedupsState *st = self->st;
+    if (handler == st->function_handler) {
         return remembered_function(self, obj);
     }
-    if (handler == class_handler) {
-        if (builtin_types == NULL || !is_plain_class(obj)) { /* a metaclass may hash in Python */
+    if (handler == st->class_handler) {
+        if (st->builtin_types == NULL || !is_plain_class(obj)) { /* a metaclass may hash in Python */
             return NULL;
         }
-        return Py_XNewRef(PyDict_GetItemWithError(builtin_types, obj)); /* by identity */
+        PyObject *reduction;
+        dict_get_ref(st->builtin_types, obj, &reduction); /* by identity */
+        return reduction;
     }
-    if (handler != code_handler || codes == NULL || PyDict_GET_SIZE(codes) == 0) {
+    if (handler != st->code_handler || st->codes == NULL || PyDict_GET_SIZE(st->codes) == 0) {
         return NULL;
     }
     PyObject *key = PyLong_FromVoidPtr(obj); /* id(obj) */
@@ -345,13 +419,14 @@ remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
         PyErr_Clear(); /* the handler runs, and answers */
         return NULL;
     }
-    PyObject *entry = PyDict_GetItemWithError(codes, key); /* borrowed */
+    PyObject *entry;
+    int found = dict_get_ref(st->codes, key, &entry);
     Py_DECREF(key);
-    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2
+    if (found <= 0 || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2
         || PyTuple_GET_ITEM(entry, 0) != obj) {
+        Py_XDECREF(entry);
         return NULL;
     }
-    Py_INCREF(entry); /* reading the state's mode may run Python code, which may drop it */
     int default_mode = in_default_mode(self);
     if (default_mode < 0) {
         PyErr_Clear(); /* the handler runs, and answers */
@@ -365,30 +440,27 @@ static PyObject *
 dispatch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     DispatchObject *self = (DispatchObject *)op;
+    SpeedupsState *st = self->st;
     if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
         PyErr_SetString(PyExc_TypeError, "reducer_override() takes exactly one argument");
         return NULL;
     }
     PyObject *obj = args[0];
     PyObject *type = (PyObject *)Py_TYPE(obj);
-    PyObject *handler = PyDict_GetItemWithError(self->handlers, type); /* borrowed */
-    if (handler == NULL) {
-        if (PyErr_Occurred()) {
-            return NULL;
-        }
-        handler = PyObject_CallOneArg(self->resolve, type); /* new reference */
-        if (handler == NULL) {
-            return NULL;
-        }
+    PyObject *handler; /* held: a handler may change the dict while it runs */
+    int found = dict_get_ref(self->handlers, type, &handler);
+    if (found == 0) {
+        handler = PyObject_CallOneArg(self->resolve, type);
     }
-    else {
-        Py_INCREF(handler); /* a handler may change the dict while it runs */
+    if (handler == NULL) {
+        return NULL;
     }
     PyObject *result;
     if (handler == Py_None) {
         result = Py_NewRef(Py_NotImplemented);
     }
-    else if ((handler == function_handler || handler == class_handler) && known_by_reference(obj)) {
+    else if ((handler == st->function_handler || handler == st->class_handler)
+             && known_by_reference(st, obj)) {
         result = Py_NewRef(Py_NotImplemented); /* what the policy answered for it */
     }
     else if ((result = remembered_reduction(self, handler, obj)) != NULL) {
@@ -425,6 +497,7 @@ dispatch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->handlers = Py_NewRef(handlers);
     self->resolve = Py_NewRef(resolve);
     self->state = Py_NewRef(state);
+    self->st = PyType_GetModuleState(type);
     self->vectorcall = dispatch_vectorcall;
     return (PyObject *)self;
 }
@@ -432,6 +505,7 @@ dispatch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static int
 dispatch_traverse(DispatchObject *self, visitproc visit, void *arg)
 {
+    Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->handlers);
     Py_VISIT(self->resolve);
     Py_VISIT(self->state);
@@ -450,23 +524,34 @@ dispatch_clear(DispatchObject *self)
 static void
 dispatch_dealloc(DispatchObject *self)
 {
+    PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     dispatch_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type); /* each object of a heap type holds it */
 }
 
-static PyTypeObject DispatchType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "graphpickle.core._speedups.Dispatch",
-    .tp_doc = PyDoc_STR("Dispatch(handlers, resolve, state): a reducer_override in C."),
-    .tp_basicsize = sizeof(DispatchObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_new = dispatch_new,
-    .tp_dealloc = (destructor)dispatch_dealloc,
-    .tp_traverse = (traverseproc)dispatch_traverse,
-    .tp_clear = (inquiry)dispatch_clear,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(DispatchObject, vectorcall),
+static PyMemberDef dispatch_members[] = {
+    {"__vectorcalloffset__", Py_T_PYSSIZET, offsetof(DispatchObject, vectorcall), Py_READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot dispatch_slots[] = {
+    {Py_tp_doc, (void *)PyDoc_STR("Dispatch(handlers, resolve, state): a reducer_override in C.")},
+    {Py_tp_new, dispatch_new},
+    {Py_tp_dealloc, dispatch_dealloc},
+    {Py_tp_traverse, dispatch_traverse},
+    {Py_tp_clear, dispatch_clear},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_members, dispatch_members},
+    {0, NULL},
+};
+
+static PyType_Spec dispatch_spec = {
+    .name = "graphpickle.core._speedups.Dispatch",
+    .basicsize = sizeof(DispatchObject),
+    .flags = TYPE_FLAGS | Py_TPFLAGS_HAVE_VECTORCALL,
+    .slots = dispatch_slots,
 };
 
 /* ---- dumps and loads without a Python call or a new pickler per message ----
@@ -540,20 +625,20 @@ sink_buffer(SinkObject *self, PyObject *buffer)
 
 /* The payload written since the last take (a new reference), and an empty sink. */
 static PyObject *
-sink_take(SinkObject *self)
+sink_take(SpeedupsState *st, SinkObject *self)
 {
     PyObject *first = self->first, *rest = self->rest;
     self->first = self->rest = NULL;
     if (first == NULL) {
         Py_XDECREF(rest);
-        return Py_NewRef(empty_bytes);
+        return Py_NewRef(st->empty_bytes);
     }
     if (rest == NULL) {
         return first;
     }
     PyObject *joined = NULL;
     if (PyList_Insert(rest, 0, first) == 0) {
-        joined = PyObject_CallMethodOneArg(empty_bytes, str_join, rest);
+        joined = PyObject_CallMethodOneArg(st->empty_bytes, st->str_join, rest);
     }
     Py_DECREF(first);
     Py_DECREF(rest);
@@ -563,6 +648,7 @@ sink_take(SinkObject *self)
 static int
 sink_traverse(SinkObject *self, visitproc visit, void *arg)
 {
+    Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->first);
     Py_VISIT(self->rest);
     Py_VISIT(self->callback);
@@ -581,9 +667,11 @@ sink_clear(SinkObject *self)
 static void
 sink_dealloc(SinkObject *self)
 {
+    PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     sink_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
 }
 
 static PyMethodDef sink_methods[] = {
@@ -593,17 +681,21 @@ static PyMethodDef sink_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject SinkType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "graphpickle.core._speedups.Sink",
-    .tp_doc = PyDoc_STR("Sink(): the output file and buffer_callback of a pooled pickler."),
-    .tp_basicsize = sizeof(SinkObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = (destructor)sink_dealloc,
-    .tp_traverse = (traverseproc)sink_traverse,
-    .tp_clear = (inquiry)sink_clear,
-    .tp_methods = sink_methods,
+static PyType_Slot sink_slots[] = {
+    {Py_tp_doc, (void *)PyDoc_STR("Sink(): the output file and buffer_callback of a pooled pickler.")},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, sink_dealloc},
+    {Py_tp_traverse, sink_traverse},
+    {Py_tp_clear, sink_clear},
+    {Py_tp_methods, sink_methods},
+    {0, NULL},
+};
+
+static PyType_Spec sink_spec = {
+    .name = "graphpickle.core._speedups.Sink",
+    .basicsize = sizeof(SinkObject),
+    .flags = TYPE_FLAGS,
+    .slots = sink_slots,
 };
 
 enum { SIGNATURE_GRAPHPICKLE = 0, SIGNATURE_DISTRIBUTED = 1 };
@@ -634,6 +726,7 @@ typedef struct {
     PyObject *switch_ns;  /* a namespace whose "_speedups" is this module, or None to */
     PyObject *module;     /* run the Python hook: then every call takes the slow path */
     PyObject *dict;       /* __dict__: __wrapped__, __doc__, __name__, ... */
+    SpeedupsState *st;
     vectorcallfunc vectorcall;
     int signature;
     int deep_limit;       /* a recursion limit above this takes the slow path (0: never) */
@@ -661,8 +754,8 @@ entry_make(DumperObject *self, int protocol, PoolEntry *entry)
         return -1;
     }
     if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 3
-        || !PyObject_TypeCheck(PyTuple_GET_ITEM(made, 1), &SinkType)
-        || !PyObject_TypeCheck(PyTuple_GET_ITEM(made, 2), &DispatchType)) {
+        || !Py_IS_TYPE(PyTuple_GET_ITEM(made, 1), self->st->sink_type)
+        || !Py_IS_TYPE(PyTuple_GET_ITEM(made, 2), self->st->dispatch_type)) {
         Py_DECREF(made);
         PyErr_SetString(PyExc_TypeError, "make() must return (pickler, Sink, Dispatch)");
         return -1;
@@ -697,9 +790,10 @@ take_exception(void)
 static int
 entry_reset(DumperObject *self, PoolEntry *entry, Py_ssize_t payload_size, int protocol)
 {
+    SpeedupsState *st = self->st;
     PyObject *done;
     if (payload_size > FIRST_BUFFER) {
-        PyObject *callback = protocol >= 5 ? PyObject_GetAttr((PyObject *)entry->sink, str_buffer)
+        PyObject *callback = protocol >= 5 ? PyObject_GetAttr((PyObject *)entry->sink, st->str_buffer)
                                            : Py_NewRef(Py_None);
         PyObject *proto = PyLong_FromLong(protocol);
         if (callback == NULL || proto == NULL) {
@@ -718,7 +812,7 @@ entry_reset(DumperObject *self, PoolEntry *entry, Py_ssize_t payload_size, int p
         done = PyObject_Vectorcall(self->clear_memo, &entry->pickler, 1, NULL);
     }
     else { /* a fresh 8-entry table, so that later small dumps do not clear a big one */
-        done = PyObject_SetAttr(entry->pickler, str_memo, empty_dict) < 0 ? NULL : Py_NewRef(Py_None);
+        done = PyObject_SetAttr(entry->pickler, st->str_memo, st->empty_dict) < 0 ? NULL : Py_NewRef(Py_None);
     }
     if (done == NULL) {
         return -1;
@@ -728,7 +822,7 @@ entry_reset(DumperObject *self, PoolEntry *entry, Py_ssize_t payload_size, int p
     if (dispatch->touched) {
         dispatch->touched = 0;
         /* Only a by-value reduction writes to the state (its globals map). */
-        PyObject *by_value = PyObject_GetAttr(dispatch->state, str_by_value);
+        PyObject *by_value = PyObject_GetAttr(dispatch->state, st->str_by_value);
         if (by_value == NULL) {
             return -1;
         }
@@ -738,7 +832,7 @@ entry_reset(DumperObject *self, PoolEntry *entry, Py_ssize_t payload_size, int p
             return -1;
         }
         if (dirty) {
-            PyObject *reset = PyObject_CallMethodNoArgs(dispatch->state, str_reset);
+            PyObject *reset = PyObject_CallMethodNoArgs(dispatch->state, st->str_reset);
             if (reset == NULL) {
                 return -1;
             }
@@ -756,6 +850,7 @@ static int
 dumper_parse(DumperObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
              PyObject **obj, int *protocol, PyObject **callback)
 {
+    SpeedupsState *st = self->st;
     PyObject *proto = Py_None, *cb = Py_None, *deterministic = Py_False;
     Py_ssize_t max_positional = self->signature == SIGNATURE_GRAPHPICKLE ? 3 : 1;
     if (nargs < 1 || nargs > max_positional) {
@@ -772,13 +867,13 @@ dumper_parse(DumperObject *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     for (Py_ssize_t i = 0; i < nkw; i++) {
         PyObject *name = PyTuple_GET_ITEM(kwnames, i);
         PyObject *value = args[nargs + i];
-        if (is_name(name, str_protocol) && (nargs < 2 || self->signature != SIGNATURE_GRAPHPICKLE)) {
+        if (is_name(name, st->str_protocol) && (nargs < 2 || self->signature != SIGNATURE_GRAPHPICKLE)) {
             proto = value;
         }
-        else if (is_name(name, str_buffer_callback) && nargs < 3) {
+        else if (is_name(name, st->str_buffer_callback) && nargs < 3) {
             cb = value;
         }
-        else if (self->signature == SIGNATURE_GRAPHPICKLE && is_name(name, str_deterministic)) {
+        else if (self->signature == SIGNATURE_GRAPHPICKLE && is_name(name, st->str_deterministic)) {
             deterministic = value;
         }
         else {
@@ -834,7 +929,8 @@ dumper_parse(DumperObject *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     if (self->deep_limit && Py_GetRecursionLimit() > self->deep_limit) {
         return 0;
     }
-    PyObject *current = PyDict_GetItemWithError(self->switch_ns, str_speedups); /* borrowed */
+    /* (compared by identity only: borrowed, it may be gone) */
+    PyObject *current = PyDict_GetItemWithError(self->switch_ns, st->str_speedups);
     if (current != self->module) {
         PyErr_Clear();
         return 0;
@@ -842,6 +938,38 @@ dumper_parse(DumperObject *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     *protocol = (int)p;
     *callback = cb == Py_None ? NULL : cb;
     return 1;
+}
+
+/* The pool and the generation are read and changed only in a critical section
+ * on the Dumper (on a build with a GIL, the GIL is that section), never
+ * while Python code runs: a pickler is taken out, used, and given back. */
+static int
+pool_take(DumperObject *self, int protocol, PoolEntry *entry, unsigned long long *generation)
+{
+    int taken = 0;
+    Py_BEGIN_CRITICAL_SECTION(self);
+    *generation = self->generation;
+    if (self->npool[protocol] > 0) {
+        *entry = self->pool[protocol][--self->npool[protocol]];
+        taken = 1;
+    }
+    Py_END_CRITICAL_SECTION();
+    return taken;
+}
+
+/* Keep a used pickler taken at `generation`: 1, or 0 if the pool is full or
+ * was cleared since (the caller drops it). */
+static int
+pool_give(DumperObject *self, int protocol, PoolEntry *entry, unsigned long long generation)
+{
+    int kept = 0;
+    Py_BEGIN_CRITICAL_SECTION(self);
+    if (self->npool[protocol] < POOL_SIZE && generation == self->generation) {
+        self->pool[protocol][self->npool[protocol]++] = *entry;
+        kept = 1;
+    }
+    Py_END_CRITICAL_SECTION();
+    return kept;
 }
 
 static PyObject *
@@ -855,13 +983,11 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
     }
     PoolEntry entry;
-    /* Read before the entry is taken or made: make() may read a table that a
-     * clear() during it (another thread, a reduction) has already dropped. */
-    unsigned long long generation = self->generation;
-    if (self->npool[protocol] > 0) {
-        entry = self->pool[protocol][--self->npool[protocol]];
-    }
-    else if (entry_make(self, protocol, &entry) < 0) {
+    /* The generation is read before the entry is taken or made: make() may read
+     * a table that a clear() during it (another thread, a reduction) has
+     * already dropped. */
+    unsigned long long generation;
+    if (!pool_take(self, protocol, &entry, &generation) && entry_make(self, protocol, &entry) < 0) {
         return NULL;
     }
     Py_XINCREF(callback);
@@ -890,35 +1016,42 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         return NULL;
     }
     Py_DECREF(done);
-    PyObject *data = sink_take(entry.sink);
+    PyObject *data = sink_take(self->st, entry.sink);
     if (data == NULL || entry_reset(self, &entry, PyBytes_GET_SIZE(data), protocol) < 0
-        || self->npool[protocol] == POOL_SIZE || generation != self->generation) {
+        || !pool_give(self, protocol, &entry, generation)) {
         entry_drop(&entry);
         if (data != NULL && PyErr_Occurred()) {
             Py_CLEAR(data);
         }
-        return data;
     }
-    self->pool[protocol][self->npool[protocol]++] = entry;
     return data;
 }
 
+/* Drop the ready picklers; with `next_generation`, the ones now in a dump do
+ * not come back either. Dropping one may run Python code (finalizers), so they
+ * are taken out of the pool first. */
 static void
-dumper_clear_pool(DumperObject *self)
+dumper_clear_pool(DumperObject *self, int next_generation)
 {
+    PoolEntry dropped[N_PROTOCOLS * POOL_SIZE];
+    int n = 0;
+    Py_BEGIN_CRITICAL_SECTION(self);
+    self->generation += next_generation;
     for (int p = 0; p < N_PROTOCOLS; p++) {
         while (self->npool[p] > 0) {
-            PoolEntry entry = self->pool[p][--self->npool[p]];
-            entry_drop(&entry);
+            dropped[n++] = self->pool[p][--self->npool[p]];
         }
+    }
+    Py_END_CRITICAL_SECTION();
+    while (n > 0) {
+        entry_drop(&dropped[--n]);
     }
 }
 
 static PyObject *
 dumper_clear_method(DumperObject *self, PyObject *unused)
 {
-    self->generation++; /* the picklers now in a dump do not come back either */
-    dumper_clear_pool(self);
+    dumper_clear_pool(self, 1);
     Py_RETURN_NONE;
 }
 
@@ -926,7 +1059,8 @@ static PyObject *
 reduce_by_qualname(PyObject *self, PyObject *unused)
 {
     /* Pickled by reference, as the function it stands for. */
-    return PyObject_GetAttr(self, str_qualname);
+    SpeedupsState *st = PyType_GetModuleState(Py_TYPE(self));
+    return PyObject_GetAttr(self, st->str_qualname);
 }
 
 static PyObject *
@@ -943,28 +1077,28 @@ dumper_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                      &max_types, &PyDict_Type, &switch_ns)) {
         return NULL;
     }
-    PyObject *module = PyDict_GetItemWithError(switch_ns, str_speedups);
+    SpeedupsState *st = PyType_GetModuleState(type);
+    PyObject *module; /* held: the lookup of __init__ below may run Python code */
+    if (dict_get_ref(switch_ns, st->str_speedups, &module) == 0) {
+        PyErr_SetString(PyExc_KeyError, "switch has no _speedups");
+    }
     if (module == NULL) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_KeyError, "switch has no _speedups");
-        }
         return NULL;
     }
+    PyObject *init = NULL;
     if (signature != SIGNATURE_GRAPHPICKLE && signature != SIGNATURE_DISTRIBUTED) {
         PyErr_SetString(PyExc_ValueError, "signature must be 0 (graphpickle) or 1 (distributed)");
-        return NULL;
     }
-    if (!PyObject_TypeCheck(dump, &PyMethodDescr_Type)) {
+    else if (!PyObject_TypeCheck(dump, &PyMethodDescr_Type)) {
         PyErr_SetString(PyExc_TypeError, "dump must be _pickle.Pickler.dump");
-        return NULL;
     }
-    PyObject *init = PyObject_GetAttrString((PyObject *)PyDescr_TYPE(dump), "__init__");
-    if (init == NULL) {
-        return NULL;
+    else {
+        init = PyObject_GetAttrString((PyObject *)PyDescr_TYPE(dump), "__init__");
     }
-    DumperObject *self = (DumperObject *)type->tp_alloc(type, 0);
+    DumperObject *self = init == NULL ? NULL : (DumperObject *)type->tp_alloc(type, 0);
     if (self == NULL) {
-        Py_DECREF(init);
+        Py_XDECREF(init);
+        Py_DECREF(module);
         return NULL;
     }
     self->make = Py_NewRef(make);
@@ -974,7 +1108,8 @@ dumper_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->clear_memo = Py_NewRef(clear_memo);
     self->init = init;
     self->switch_ns = Py_NewRef(switch_ns);
-    self->module = Py_NewRef(module);
+    self->module = module;
+    self->st = st;
     self->signature = signature;
     self->deep_limit = deep_limit;
     self->max_types = max_types;
@@ -985,6 +1120,7 @@ dumper_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static int
 dumper_traverse(DumperObject *self, visitproc visit, void *arg)
 {
+    Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->make);
     Py_VISIT(self->slow);
     Py_VISIT(self->failed);
@@ -1007,7 +1143,7 @@ dumper_traverse(DumperObject *self, visitproc visit, void *arg)
 static int
 dumper_clear(DumperObject *self)
 {
-    dumper_clear_pool(self);
+    dumper_clear_pool(self, 0);
     Py_CLEAR(self->make);
     Py_CLEAR(self->slow);
     Py_CLEAR(self->failed);
@@ -1023,18 +1159,22 @@ dumper_clear(DumperObject *self)
 static void
 dumper_dealloc(DumperObject *self)
 {
+    PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     dumper_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
 }
 
 static PyObject *
 dumper_pooled(DumperObject *self, PyObject *unused)
 {
     Py_ssize_t total = 0;
+    Py_BEGIN_CRITICAL_SECTION(self);
     for (int p = 0; p < N_PROTOCOLS; p++) {
         total += self->npool[p];
     }
+    Py_END_CRITICAL_SECTION();
     return PyLong_FromSsize_t(total);
 }
 
@@ -1052,24 +1192,33 @@ static PyGetSetDef with_dict_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject DumperType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "graphpickle.core._speedups.Dumper",
-    .tp_doc = PyDoc_STR("Dumper(make, slow, failed, dump, clear_memo, signature, deep_limit, "
-                        "max_types, switch): dumps() on pooled picklers."),
-    .tp_basicsize = sizeof(DumperObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_new = dumper_new,
-    .tp_dealloc = (destructor)dumper_dealloc,
-    .tp_traverse = (traverseproc)dumper_traverse,
-    .tp_clear = (inquiry)dumper_clear,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(DumperObject, vectorcall),
-    .tp_dictoffset = offsetof(DumperObject, dict),
-    .tp_getattro = PyObject_GenericGetAttr,
-    .tp_setattro = PyObject_GenericSetAttr,
-    .tp_methods = dumper_methods,
-    .tp_getset = with_dict_getset,
+static PyMemberDef dumper_members[] = {
+    {"__vectorcalloffset__", Py_T_PYSSIZET, offsetof(DumperObject, vectorcall), Py_READONLY, NULL},
+    {"__dictoffset__", Py_T_PYSSIZET, offsetof(DumperObject, dict), Py_READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot dumper_slots[] = {
+    {Py_tp_doc, (void *)PyDoc_STR("Dumper(make, slow, failed, dump, clear_memo, signature, "
+                                  "deep_limit, max_types, switch): dumps() on pooled picklers.")},
+    {Py_tp_new, dumper_new},
+    {Py_tp_dealloc, dumper_dealloc},
+    {Py_tp_traverse, dumper_traverse},
+    {Py_tp_clear, dumper_clear},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_getattro, PyObject_GenericGetAttr},
+    {Py_tp_setattro, PyObject_GenericSetAttr},
+    {Py_tp_methods, dumper_methods},
+    {Py_tp_members, dumper_members},
+    {Py_tp_getset, with_dict_getset},
+    {0, NULL},
+};
+
+static PyType_Spec dumper_spec = {
+    .name = "graphpickle.core._speedups.Dumper",
+    .basicsize = sizeof(DumperObject),
+    .flags = TYPE_FLAGS | Py_TPFLAGS_HAVE_VECTORCALL,
+    .slots = dumper_slots,
 };
 
 static int bytearray8_overruns(const unsigned char *start, const unsigned char *end);
@@ -1109,6 +1258,7 @@ typedef struct {
     PyObject *slow;   /* the Python loads: every call the fast path does not take */
     PyObject *failed; /* failed(exc, data): raises exc, with a note in words */
     PyObject *dict;
+    SpeedupsState *st;
     vectorcallfunc vectorcall;
     int signature;
 } LoaderObject;
@@ -1117,6 +1267,7 @@ static PyObject *
 loader_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     LoaderObject *self = (LoaderObject *)op;
+    SpeedupsState *st = self->st;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     if (nargs != 1) {
@@ -1137,8 +1288,8 @@ loader_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         /* pickle.loads's own keywords go to it as they are; `allowed` is not its. */
         for (Py_ssize_t i = 0; i < nkw; i++) {
             PyObject *name = PyTuple_GET_ITEM(kwnames, i);
-            if (!is_name(name, str_buffers) && !is_name(name, str_fix_imports)
-                && !is_name(name, str_encoding) && !is_name(name, str_errors)) {
+            if (!is_name(name, st->str_buffers) && !is_name(name, st->str_fix_imports)
+                && !is_name(name, st->str_encoding) && !is_name(name, st->str_errors)) {
                 return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
             }
         }
@@ -1146,7 +1297,7 @@ loader_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     }
     else { /* distributed's loads(x, *, buffers=()): buffers only when there are some */
         PyObject *buffers = NULL;
-        if (nkw == 1 && is_name(PyTuple_GET_ITEM(kwnames, 0), str_buffers)) {
+        if (nkw == 1 && is_name(PyTuple_GET_ITEM(kwnames, 0), st->str_buffers)) {
             buffers = args[1];
         }
         else if (nkw) {
@@ -1194,6 +1345,7 @@ loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->loads = Py_NewRef(loads);
     self->slow = Py_NewRef(slow);
     self->failed = Py_NewRef(failed);
+    self->st = PyType_GetModuleState(type);
     self->signature = signature;
     self->vectorcall = loader_vectorcall;
     return (PyObject *)self;
@@ -1202,6 +1354,7 @@ loader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static int
 loader_traverse(LoaderObject *self, visitproc visit, void *arg)
 {
+    Py_VISIT(Py_TYPE(self));
     Py_VISIT(self->loads);
     Py_VISIT(self->slow);
     Py_VISIT(self->failed);
@@ -1222,9 +1375,11 @@ loader_clear(LoaderObject *self)
 static void
 loader_dealloc(LoaderObject *self)
 {
+    PyTypeObject *type = Py_TYPE(self);
     PyObject_GC_UnTrack(self);
     loader_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    type->tp_free((PyObject *)self);
+    Py_DECREF(type);
 }
 
 static PyMethodDef loader_methods[] = {
@@ -1232,60 +1387,34 @@ static PyMethodDef loader_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject LoaderType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "graphpickle.core._speedups.Loader",
-    .tp_doc = PyDoc_STR("Loader(loads, slow, failed, signature): loads() without a Python call."),
-    .tp_basicsize = sizeof(LoaderObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_new = loader_new,
-    .tp_dealloc = (destructor)loader_dealloc,
-    .tp_traverse = (traverseproc)loader_traverse,
-    .tp_clear = (inquiry)loader_clear,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(LoaderObject, vectorcall),
-    .tp_dictoffset = offsetof(LoaderObject, dict),
-    .tp_getattro = PyObject_GenericGetAttr,
-    .tp_setattro = PyObject_GenericSetAttr,
-    .tp_methods = loader_methods,
-    .tp_getset = with_dict_getset,
+static PyMemberDef loader_members[] = {
+    {"__vectorcalloffset__", Py_T_PYSSIZET, offsetof(LoaderObject, vectorcall), Py_READONLY, NULL},
+    {"__dictoffset__", Py_T_PYSSIZET, offsetof(LoaderObject, dict), Py_READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
 };
 
-static int
-init_fast_calls(void)
-{
-    struct {
-        PyObject **slot;
-        const char *text;
-    } names[] = {
-        {&str_module, "__module__"}, {&str_by_value, "by_value"}, {&str_reset, "reset"}, {&str_memo, "memo"},
-        {&str_join, "join"}, {&str_qualname, "__qualname__"}, {&str_protocol, "protocol"},
-        {&str_buffer_callback, "buffer_callback"}, {&str_deterministic, "deterministic"},
-        {&str_buffers, "buffers"}, {&str_fix_imports, "fix_imports"},
-        {&str_encoding, "encoding"}, {&str_errors, "errors"}, {&str_speedups, "_speedups"},
-        {&str_buffer, "buffer"}, {&str_generation, "_generation"}, {&str_globals_ref, "globals_ref"},
-        {&str_package, "__package__"}, {&str_name, "__name__"}, {&str_path, "__path__"},
-        {&str_file, "__file__"},
-    };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) {
-            return -1;
-        }
-    }
-    empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
-    empty_dict = PyDict_New();
-    by_reference = PyDict_New();
-    by_value_registry = PySet_New(NULL); /* until set_by_reference_policy() */
-    if (empty_bytes == NULL || empty_dict == NULL || by_reference == NULL
-        || by_value_registry == NULL) {
-        return -1;
-    }
-    if (PyType_Ready(&SinkType) < 0 || PyType_Ready(&DumperType) < 0
-        || PyType_Ready(&LoaderType) < 0) {
-        return -1;
-    }
-    return 0;
-}
+static PyType_Slot loader_slots[] = {
+    {Py_tp_doc, (void *)PyDoc_STR("Loader(loads, slow, failed, signature): loads() without a "
+                                  "Python call.")},
+    {Py_tp_new, loader_new},
+    {Py_tp_dealloc, loader_dealloc},
+    {Py_tp_traverse, loader_traverse},
+    {Py_tp_clear, loader_clear},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_getattro, PyObject_GenericGetAttr},
+    {Py_tp_setattro, PyObject_GenericSetAttr},
+    {Py_tp_methods, loader_methods},
+    {Py_tp_members, loader_members},
+    {Py_tp_getset, with_dict_getset},
+    {0, NULL},
+};
+
+static PyType_Spec loader_spec = {
+    .name = "graphpickle.core._speedups.Loader",
+    .basicsize = sizeof(LoaderObject),
+    .flags = TYPE_FLAGS | Py_TPFLAGS_HAVE_VECTORCALL,
+    .slots = loader_slots,
+};
 
 /* Whether the byte at p, read as BYTEARRAY8, declares more bytes than follow
  * (and few enough for the unpickler to try: past PY_SSIZE_T_MAX it raises
@@ -1360,8 +1489,9 @@ bytearray8_overruns_py(PyObject *module, PyObject *data)
 /* set_remembered(code_handler, builtin_types, codes, functions, captures_globals,
  * missing): the tables above. */
 static PyObject *
-set_remembered(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+set_remembered(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
+    SpeedupsState *st = module_state(module);
     if (nargs != 6 || !PyDict_CheckExact(args[1]) || !PyDict_CheckExact(args[2])
         || !PyDict_CheckExact(args[3]) || !PyDict_CheckExact(args[4])) {
         PyErr_SetString(PyExc_TypeError,
@@ -1369,8 +1499,8 @@ set_remembered(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
                         "functions: dict, captures_globals: dict, missing)");
         return NULL;
     }
-    PyObject **tables[6] = {&code_handler, &builtin_types,    &codes,
-                            &functions,    &captures_globals, &missing_marker};
+    PyObject **tables[6] = {&st->code_handler, &st->builtin_types,    &st->codes,
+                            &st->functions,    &st->captures_globals, &st->missing_marker};
     for (int i = 0; i < 6; i++) {
         Py_XSETREF(*tables[i], Py_NewRef(args[i]));
     }
@@ -1378,17 +1508,18 @@ set_remembered(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *
-set_by_reference_policy(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+set_by_reference_policy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
+    SpeedupsState *st = module_state(module);
     if (nargs != 3 || !PySet_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError,
                         "set_by_reference_policy(registry: set, function_handler, class_handler)");
         return NULL;
     }
-    Py_SETREF(by_value_registry, Py_NewRef(args[0]));
-    Py_XSETREF(function_handler, Py_NewRef(args[1]));
-    Py_XSETREF(class_handler, Py_NewRef(args[2]));
-    PyDict_Clear(by_reference);
+    Py_SETREF(st->by_value_registry, Py_NewRef(args[0]));
+    Py_XSETREF(st->function_handler, Py_NewRef(args[1]));
+    Py_XSETREF(st->class_handler, Py_NewRef(args[2]));
+    PyDict_Clear(st->by_reference);
     Py_RETURN_NONE;
 }
 
@@ -1584,28 +1715,69 @@ static PyMethodDef speedups_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* The state of a new module: its names, tables and types. */
 static int
-init_state(void)
+init_state(PyObject *module, SpeedupsState *st)
 {
-    if (PyType_Ready(&DispatchType) < 0 || init_fast_calls() < 0) {
+    struct {
+        PyObject **slot;
+        const char *text;
+    } names[] = {
+        {&st->str_module, "__module__"}, {&st->str_by_value, "by_value"}, {&st->str_reset, "reset"},
+        {&st->str_memo, "memo"}, {&st->str_join, "join"}, {&st->str_qualname, "__qualname__"},
+        {&st->str_protocol, "protocol"}, {&st->str_buffer_callback, "buffer_callback"},
+        {&st->str_deterministic, "deterministic"}, {&st->str_buffers, "buffers"},
+        {&st->str_fix_imports, "fix_imports"}, {&st->str_encoding, "encoding"},
+        {&st->str_errors, "errors"}, {&st->str_speedups, "_speedups"}, {&st->str_buffer, "buffer"},
+        {&st->str_generation, "_generation"}, {&st->str_globals_ref, "globals_ref"},
+        {&st->str_package, "__package__"}, {&st->str_name, "__name__"}, {&st->str_path, "__path__"},
+        {&st->str_file, "__file__"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) {
+            return -1;
+        }
+    }
+    struct {
+        PyTypeObject **slot;
+        PyType_Spec *spec;
+    } types[] = {
+        {&st->dispatch_type, &dispatch_spec}, {&st->sink_type, &sink_spec},
+        {&st->dumper_type, &dumper_spec}, {&st->loader_type, &loader_spec},
+    };
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        PyObject *type = PyType_FromModuleAndSpec(module, types[i].spec, NULL);
+        if (type == NULL || PyModule_AddType(module, (PyTypeObject *)type) < 0) {
+            Py_XDECREF(type);
+            return -1;
+        }
+        *types[i].slot = (PyTypeObject *)type;
+    }
+    st->empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
+    st->empty_dict = PyDict_New();
+    st->by_reference = PyDict_New();
+    st->by_value_registry = PySet_New(NULL); /* until set_by_reference_policy() */
+    if (st->empty_bytes == NULL || st->empty_dict == NULL || st->by_reference == NULL
+        || st->by_value_registry == NULL) {
         return -1;
     }
+    return 0;
+}
+
+static int
+init_tables(void)
+{
     init_opcode_args();
     return 0;
 }
 
-static int state_ready;
+static int tables_ready; /* the opcode table: made once, then constant */
 
 static int
 speedups_exec(PyObject *module)
 {
-    if (once(&state_ready, init_state) < 0 || add_version(module, 9) < 0) { /* VERSION: native.py */
-        return -1;
-    }
-    if (PyModule_AddObjectRef(module, "Dispatch", (PyObject *)&DispatchType) < 0
-        || PyModule_AddObjectRef(module, "Sink", (PyObject *)&SinkType) < 0
-        || PyModule_AddObjectRef(module, "Dumper", (PyObject *)&DumperType) < 0
-        || PyModule_AddObjectRef(module, "Loader", (PyObject *)&LoaderType) < 0
+    if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
+        || add_version(module, 10) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {
@@ -1614,15 +1786,44 @@ speedups_exec(PyObject *module)
     return 0;
 }
 
+static int
+speedups_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    SpeedupsState *st = module_state(module);
+#define VISIT_FIELD(field) Py_VISIT(st->field);
+    FOR_EACH_STATE_FIELD(VISIT_FIELD)
+#undef VISIT_FIELD
+    return 0;
+}
+
+static int
+speedups_clear(PyObject *module)
+{
+    SpeedupsState *st = module_state(module);
+#define CLEAR_FIELD(field) Py_CLEAR(st->field);
+    FOR_EACH_STATE_FIELD(CLEAR_FIELD)
+#undef CLEAR_FIELD
+    return 0;
+}
+
+static void
+speedups_free(void *module)
+{
+    speedups_clear((PyObject *)module);
+}
+
 GRAPHPICKLE_MODULE_SLOTS(speedups_slots, speedups_exec, GRAPHPICKLE_GIL_USED);
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "graphpickle.core._speedups",
     .m_doc = "The pickler's per-object hook, dumps and loads for small messages, in C.",
-    .m_size = 0,
+    .m_size = sizeof(SpeedupsState),
     .m_methods = speedups_methods,
     .m_slots = speedups_slots,
+    .m_traverse = speedups_traverse,
+    .m_clear = speedups_clear,
+    .m_free = speedups_free,
 };
 
 PyMODINIT_FUNC
