@@ -23,8 +23,8 @@ targets to them.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import functools
-import operator
 import os
 import platform
 import re
@@ -69,20 +69,48 @@ def _calls() -> list[tuple[int, str, str, Any]]:
     return calls
 
 
+# Each measured loop runs inside libffi's ffi_call, whose instructions callgrind
+# counts: a ctypes callback is called through it. It is a function of a shared
+# library, found by name in every CPython build (Debian's stripped interpreters
+# have no symbol of their own to count between), and nothing measured uses ctypes.
+_CALLBACK = ctypes.CFUNCTYPE(None)
+
+
 def _loop(call: Any, n: int) -> None:
-    for _ in range(n):
-        call()
+    raised: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            for _ in range(n):
+                call()
+        except BaseException as exc:  # (a callback's exception is only printed)
+            raised.append(exc)
+
+    _CALLBACK(body)()
+    if raised:
+        raise raised[0]
 
 
 def under_callgrind(n: int) -> None:
-    """Each call n times inside operator.call, after an empty loop (callgrind
-    dumps its counts after each operator.call)."""
+    """Each call n times, after an empty loop (callgrind dumps its counts after
+    each loop): half of them in a first round over the calls, half in a second
+    round in the reverse order, as the wall clock takes turns. A call's cost can
+    depend on what ran before it: loading a by-value class sets its attributes
+    again on the class it finds already made, which changes that class's state
+    for every later load."""
     calls = _calls()
     for *_, call in calls:
-        _loop(call, 3)  # first-use caches, as in a running cluster
-    operator.call(_loop, int, n)
+        for _ in range(3):
+            call()  # first-use caches, as in a running cluster
+    modules = len(sys.modules)
+    _loop(int, n // 2)  # the loops' own cost, in two halves as every call's
+    _loop(int, n - n // 2)
     for *_, call in calls:
-        operator.call(_loop, call, n)
+        _loop(call, n // 2)
+    for *_, call in reversed(calls):
+        _loop(call, n - n // 2)
+    if len(sys.modules) != modules:
+        raise SystemExit("a measured call imported a module: its counts are not the call's")
 
 
 def instruction_rows(n: int) -> list[dict[str, Any]]:
@@ -90,14 +118,19 @@ def instruction_rows(n: int) -> list[dict[str, Any]]:
         out = Path(where) / "cg.out"
         command = [
             "setarch", "-R", "valgrind", "--tool=callgrind", "--collect-atstart=no",
-            "--toggle-collect=_operator_call", "--dump-after=_operator_call",
+            "--toggle-collect=ffi_call", "--dump-after=ffi_call",
             f"--callgrind-out-file={out}", sys.executable, __file__, "--under-callgrind", str(n),
         ]  # fmt: skip
         env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
         subprocess.run(command, check=True, env=env, capture_output=True)
         parts = sorted(Path(where).glob("cg.out.*"), key=lambda p: int(p.suffix[1:]))
         totals = [int(re.search(r"^summary:\s+(\d+)", p.read_text(), re.M)[1]) for p in parts]
-    base, counts = totals[0], totals[1:]
+    # The last loops are the measured ones (any use of ctypes before them dumped parts too).
+    calls = _calls()
+    measured = totals[-(2 + 2 * len(calls)) :]
+    base = measured[0] + measured[1]
+    first, second = measured[2 : 2 + len(calls)], measured[2 + len(calls) :]
+    counts = [a + b for a, b in zip(first, reversed(second), strict=True)]  # both rounds
     plan = message_plan()
     rows = [
         {"message": name, "kind": kind, "limit": limit, "dumps": {}, "loads": {}}
@@ -105,7 +138,7 @@ def instruction_rows(n: int) -> list[dict[str, Any]]:
     ]
     import graphpickle
 
-    for (index, op, lib, _), total in zip(_calls(), counts, strict=True):
+    for (index, op, lib, _), total in zip(calls, counts, strict=True):
         rows[index][op][lib] = (total - base) / n  # instructions, in the seconds' place
     for row, (_, _, message, _) in zip(rows, plan, strict=True):
         row["bytes"] = len(graphpickle.dumps(message))
