@@ -1281,10 +1281,12 @@ loader_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
              * the check and to the unpickler: the Python loads reads one view. */
             return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
         }
+#if PY_VERSION_HEX < 0x030F0000 /* 3.15's unpickler reads such bytes in pieces: overrun.NEEDED */
         int refused = data_overruns(data);
         if (refused) { /* the Python loads refuses it in words (or passes on an error) */
             return refused < 0 ? NULL : PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
         }
+#endif
         /* pickle.loads's own keywords go to it as they are; `allowed` is not its. */
         for (Py_ssize_t i = 0; i < nkw; i++) {
             PyObject *name = PyTuple_GET_ITEM(kwnames, i);
@@ -1444,9 +1446,10 @@ next_suspect(const unsigned char *p, const unsigned char *end)
 
 /* Whether the unpickler, reading the pickle at [start, end), would meet a
  * BYTEARRAY8 that declares more bytes than the data holds. CPython's C
- * unpickler (3.11-3.13) allocates the bytearray before it reads: when that
+ * unpickler (3.11-3.14) allocates the bytearray before it reads: when that
  * allocation fails, the half-made bytearray is freed with an uninitialized
- * export count, which prints a SystemError or crashes the process. So loads()
+ * export count, which prints a SystemError or crashes the process (3.15
+ * reads in pieces: overrun.NEEDED). So loads()
  * refuses such data before the unpickler sees it, as "pickle data was truncated"
  * (what the unpickler says when the allocation succeeds).
  *
@@ -1777,7 +1780,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 10) < 0 /* VERSION: native.py */
+        || add_version(module, 11) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {

@@ -1,11 +1,17 @@
 """Refuse the one kind of malformed pickle that crashes CPython's C unpickler.
 
-The C unpickler (CPython 3.11-3.13) allocates a BYTEARRAY8's bytearray before
+The C unpickler (CPython 3.11-3.14) allocates a BYTEARRAY8's bytearray before
 it reads the bytes. When the declared length is too large to allocate, the
 half-made bytearray is freed with an uninitialized export count: the process
 prints ``SystemError: deallocated bytearray object has exported buffers`` or
 crashes. Any such length runs past the end of the data, so ``loads`` refuses
 the pickle first, with the unpickler's own words for data that ends too soon.
+
+3.15's unpickler reads the bytes in pieces as they come and refuses the data
+without allocating: there ``NEEDED`` is false and ``loads`` (the C one too)
+skips the check. ``tests/test_overrun.py`` runs plain ``pickle.loads`` on each
+overrun in a child under a memory limit, on every Python, and fails if
+``NEEDED`` says otherwise than what the unpickler does.
 
 ``bytearray8_overruns`` is in C when the extension is built (``_speedups.c``,
 the same answer); this Python one is the reference.
@@ -19,6 +25,9 @@ import sys
 from typing import Any
 
 from .native import speedups as _speedups
+
+#: Whether the C unpickler needs the check (see above).
+NEEDED = sys.version_info < (3, 15)
 
 _BYTEARRAY8 = 0x96
 _STOP = ord(".")
@@ -116,5 +125,5 @@ bytearray8_overruns = (
 def refuse_overrun(data: Any) -> None:
     """Raise ``pickle.UnpicklingError`` if ``data`` (bytes-like) holds a
     BYTEARRAY8 the C unpickler must not read; anything else passes."""
-    if bytearray8_overruns(data):
+    if NEEDED and bytearray8_overruns(data):
         raise pickle.UnpicklingError(_TRUNCATED)

@@ -22,6 +22,12 @@ A pickle can call anything it can import. With ``loads(data, allowed=...)``:
   would (``data_checks.check_state``).
 - **EXT opcodes are refused**: they name globals through the receiver's
   ``copyreg`` registry, and a cached entry would skip the allow-list.
+- **Only reviewed opcodes run.** The dispatch table is built from
+  ``REVIEWED_OPCODES``, never copied whole from ``pickle``'s pure-Python
+  unpickler: an opcode a later Python adds is refused by name until it has
+  been reviewed here. The opcodes that call (INST, OBJ) or name globals through
+  another table (EXT1/2/4) are implemented here, so that no check depends on
+  which private method ``pickle``'s own implementation happens to call.
 - **Work and memory are budgeted** (``budgets.py``): a tuple whose hash would
   visit more than a million items, objects nested more than 10,000 deep, a
   length the data does not hold, and a memo index past the data's length raise
@@ -155,13 +161,69 @@ def _opcode(name: str) -> int:
     return code[0]
 
 
+def _opcode_name(code: int) -> str | None:
+    """The name pickletools gives an opcode's byte (None for a byte it does not know)."""
+    return _OPCODE_NAMES.get(code)
+
+
+_OPCODE_NAMES = {ord(op.code): op.name for op in pickletools.opcodes}
+
+
 # typeshed types pickle._Unpickler as the C Unpickler, without the opcode
 # methods, stack and dispatch table this module works with.
 _PythonUnpickler: Any = pickle._Unpickler
 
 
+#: Every opcode restricted loading has reviewed, by name: what pickle's own
+#: implementation does for it changes nothing the load did not make, or it is
+#: checked or implemented below. No other opcode runs (see _refused_opcode).
+REVIEWED_OPCODES = frozenset({
+    # the frame, the protocol and the end
+    "PROTO", "FRAME", "STOP",
+    # atoms
+    "NONE", "NEWTRUE", "NEWFALSE", "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1",
+    "LONG4", "FLOAT", "BINFLOAT", "STRING", "BINSTRING", "SHORT_BINSTRING", "BINBYTES",
+    "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE",
+    "BINUNICODE8", "NEXT_BUFFER", "READONLY_BUFFER",
+    # containers made and filled (the filling ones are checked)
+    "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "EMPTY_LIST", "LIST", "APPEND",
+    "APPENDS", "EMPTY_DICT", "DICT", "SETITEM", "SETITEMS", "EMPTY_SET", "ADDITEMS",
+    "FROZENSET",
+    # the stack and the memo
+    "MARK", "POP", "POP_MARK", "DUP", "PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE", "GET",
+    "BINGET", "LONG_BINGET",
+    # names, calls and state (each checked)
+    "GLOBAL", "STACK_GLOBAL", "REDUCE", "NEWOBJ", "NEWOBJ_EX", "INST", "OBJ", "BUILD",
+    "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID",
+})  # fmt: skip
+
+
+def _refused_opcode(name: str) -> Any:
+    def refuse(self: _RestrictedUnpickler) -> None:
+        refused = ForbiddenGlobalError(
+            f"restricted loading refused opcode {name}: this Python's pickle has it, "
+            "and restricted loading has not reviewed what it does",
+            name=f"opcode {name}",
+        )
+        refused.opcode, refused.offset = name, self._offset()  # (a walk stops before it)
+        raise refused
+
+    return refuse
+
+
+def reviewed_table(table: dict[int, Any]) -> dict[int, Any]:
+    """pickle's dispatch ``table`` with each opcode the review has not seen
+    refused by name (none on 3.11-3.15: tests/test_restricted_opcodes.py)."""
+    return {
+        code: load
+        if _opcode_name(code) in REVIEWED_OPCODES
+        else _refused_opcode(_opcode_name(code) or f"0x{code:02x}")
+        for code, load in table.items()
+    }
+
+
 class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
-    dispatch: ClassVar[dict[int, Any]] = dict(_PythonUnpickler.dispatch)
+    dispatch: ClassVar[dict[int, Any]] = reviewed_table(_PythonUnpickler.dispatch)
     readline: Any  # (pickle sets it when loading starts: its frame reader's)
 
     def __init__(
@@ -237,6 +299,15 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
             )
         module, name = found
         return self.find_class(module, f"{name}.{attr}")
+
+    def load_ext1(self) -> None:
+        self.get_extension(self.read(1)[0])
+
+    def load_ext2(self) -> None:
+        self.get_extension(int.from_bytes(self.read(2), "little"))
+
+    def load_ext4(self) -> None:
+        self.get_extension(int.from_bytes(self.read(4), "little", signed=True))
 
     def get_extension(self, code: int) -> None:
         raise ForbiddenGlobalError(
@@ -465,10 +536,26 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self._count_if_tuple("NEWOBJ_EX")
         self._holds(self.stack[-1], (args, kwargs), "NEWOBJ_EX")
 
-    def _instantiate(self, klass: Any, args: list[Any]) -> None:  # OBJ and INST
-        self._check_call(klass, tuple(args), None, "OBJ")
-        super()._instantiate(klass, args)
-        self._after_call("OBJ", args)
+    def load_inst(self) -> None:
+        module = self.readline()[:-1].decode("ascii")
+        name = self.readline()[:-1].decode("ascii")
+        self._instantiate(self.find_class(module, name), self.pop_mark(), "INST")
+
+    def load_obj(self) -> None:
+        args = self.pop_mark()
+        self._instantiate(args.pop(0), args, "OBJ")
+
+    def _instantiate(self, klass: Any, args: list[Any], opcode: str) -> None:
+        """INST and OBJ: the call pickle makes (a class with no arguments and no
+        __getinitargs__ is only made, not initialized), checked as every call."""
+        self._check_call(klass, tuple(args), None, opcode)
+        made: Any = klass
+        if args or not isinstance(klass, type) or hasattr(klass, "__getinitargs__"):
+            value = made(*args)
+        else:
+            value = made.__new__(made)
+        self.append(value)
+        self._after_call(opcode, args)
 
     def load_build(self) -> None:
         """BUILD as pickle does it, with what it calls looked up on the type: an
@@ -557,7 +644,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
 for _op in (
     "BUILD", "SETITEM", "SETITEMS", "APPEND", "APPENDS", "ADDITEMS",
     "REDUCE", "NEWOBJ", "NEWOBJ_EX", "BYTEARRAY8", "LONG_BINPUT", "PUT", "LIST", "DICT",
-    "FROZENSET", "INT", "LONG", "GET",
+    "FROZENSET", "INT", "LONG", "GET", "INST", "OBJ", "EXT1", "EXT2", "EXT4",
 ):  # fmt: skip
     _RestrictedUnpickler.dispatch[_opcode(_op)] = getattr(
         _RestrictedUnpickler, f"load_{_op.lower()}"
@@ -775,9 +862,10 @@ def restricted_load(
         # finds where is bounded.)
         where = None if start is None else _where(file, start, unpickler._offset())
         if isinstance(exc, ForbiddenGlobalError):
-            if where is not None:
+            if exc.opcode is None and where is not None:
                 exc.opcode, exc.offset = where
-                exc.add_note(f"graphpickle: refused at {where[0]}, byte {where[1]}")
+            if exc.opcode is not None and exc.offset is not None:
+                exc.add_note(f"graphpickle: refused at {exc.opcode}, byte {exc.offset}")
             raise
         if isinstance(exc, (IndexError, KeyError, struct.error)) and _raised_by_unpickler(exc):
             # The pure-Python unpickler's own slips on malformed input; the C one
