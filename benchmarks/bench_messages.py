@@ -3,6 +3,8 @@
     scripts/bench-messages [--repeat 15]
 
     scripts/bench-messages --instructions   # instruction counts under callgrind instead
+    PYTHON=3.14 scripts/bench-messages --instructions \
+        --output benchmarks/results/messages-instructions-3.14.md   # each declared Python
 
 Tuples, distributed's message dicts, dask Task/DataNode/Alias objects, small
 numpy arrays, datetimes and Decimals, lists of dicts (by reference), and tasks
@@ -17,7 +19,8 @@ otherwise.
 Wall-clock ratios on a shared 2-core machine move by 10% or more between runs;
 ``--instructions`` counts instructions per call under valgrind's callgrind
 (``setarch -R``, ``PYTHONHASHSEED=0``), which do not drift, and applies the same
-targets to them.
+targets to them. 3.14 and 3.15 run in the Debian chroot (scripts/debian-python),
+which has valgrind.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import functools
+import gc
 import os
 import platform
 import re
@@ -77,6 +81,9 @@ _CALLBACK = ctypes.CFUNCTYPE(None)
 
 
 def _loop(call: Any, n: int) -> None:
+    """``call`` n times, with the collector off, as the wall clock times it: a
+    collection's instructions fall on whichever loop crosses its threshold (3.14's
+    incremental collector put 4-11% on some loops of 100 loads and none on others)."""
     raised: list[BaseException] = []
 
     def body() -> None:
@@ -86,7 +93,12 @@ def _loop(call: Any, n: int) -> None:
         except BaseException as exc:  # (a callback's exception is only printed)
             raised.append(exc)
 
-    _CALLBACK(body)()
+    gc.collect()
+    gc.disable()
+    try:
+        _CALLBACK(body)()
+    finally:
+        gc.enable()
     if raised:
         raise raised[0]
 
