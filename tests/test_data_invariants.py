@@ -11,6 +11,7 @@ payload that killed it is named.
 from __future__ import annotations
 
 import base64
+import builtins
 import collections
 import contextlib
 import datetime
@@ -55,7 +56,8 @@ def _every_named(prefix: str, suffix: str = "") -> list[object]:
 PARIS = zoneinfo.ZoneInfo("Europe/Paris")
 OBJECTS = {
     "builtins": [complex(1, 2), range(0, 10, 3), slice(1, 2, 3), bytearray(b"ab"),
-                 frozenset({1, 2}), {3, 4}, b"xy"],
+                 frozenset({1, 2}), {3, 4}, b"xy",
+                 *[fd(a=1, b=(2, "x")) for fd in [getattr(builtins, "frozendict", None)] if fd]],
     "collections": [collections.ChainMap({1: 2}, {3: 4}), collections.Counter("abca"),
                     collections.OrderedDict(a=1, b=2), collections.UserDict(a=1),
                     collections.UserList([1, 2]), collections.UserString("hi"),

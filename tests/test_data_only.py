@@ -4,6 +4,7 @@ payloads of every protocol from 2."""
 
 from __future__ import annotations
 
+import builtins
 import collections
 import datetime
 import decimal
@@ -50,6 +51,11 @@ def _builtins_cases() -> Iterator[tuple[str, Any]]:
     yield "empty", [[], (), {}, set(), frozenset(), bytearray()]
     # Types travel as data too: a defaultdict's factory, a column's Python type.
     yield "types", [bool, bytes, dict, float, int, list, str, tuple, set, frozenset, complex]
+    frozendict = getattr(builtins, "frozendict", None)  # (3.15)
+    yield "frozendict", (
+        Missing("frozendict is 3.15's") if frozendict is None
+        else [frozendict(a=1, b=[2]), frozendict(), {frozendict(k=(1, 2)): frozendict}]
+    )  # fmt: skip
 
 
 def _collections_cases() -> Iterator[tuple[str, Any]]:
@@ -348,6 +354,7 @@ with warnings.catch_warnings():
 
 # Names that only some of the tested numpy and pandas versions define.
 _SOME_VERSIONS = {
+    "builtins.frozendict": "Python >= 3.15",
     "numpy._core._internal._convert_to_stringdtype_kwargs": "numpy >= 2",
     "numpy._core.multiarray._reconstruct": "numpy >= 2",
     "numpy._core.multiarray.scalar": "numpy >= 2",
@@ -425,7 +432,10 @@ def _out_of_band(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
 
 # What pickle itself cannot write below some protocol, or loses there: the
 # restricted load is then compared with what pickle.loads builds.
-_PICKLE_NEEDS = {"offsets:offset-dateoffset-weekday": 2}  # dateutil's weekday: __slots__
+_PICKLE_NEEDS = {
+    "offsets:offset-dateoffset-weekday": 2,  # dateutil's weekday: __slots__
+    "builtins:frozendict": 2,  # 3.15's copyreg: "cannot pickle 'frozendict' object"
+}
 if not PANDAS_3:  # pandas 2's DateOffset.__reduce_ex__ fails below protocol 2
     _PICKLE_NEEDS |= {"offsets:offset-DateOffset": 2, "offsets:offset-dateoffset-relative": 2}
 _PICKLE_LOSES_BELOW = {

@@ -9,7 +9,7 @@ verdict both read it.
 
 The names are those that ``pickle.dumps`` and ``graphpickle.dumps`` (protocols 0
 to 5, deterministic payloads, out-of-band buffers) write for that data with
-numpy 1.26, 2.0, 2.4 and 2.5 and pandas 2.1, 2.2 and 3.1 on Python 3.11-3.13
+numpy 1.26, 2.0, 2.4 and 2.5 and pandas 2.1, 2.2 and 3.1 on Python 3.11-3.15
 (``tests/test_data_only.py`` holds the corpus). A name that another version does not define simply fails to
 resolve. Each one is a class, or a function that rebuilds data from its
 arguments: none evaluates text, imports by a name the payload chooses, opens a
@@ -47,6 +47,7 @@ DATA_ONLY: frozenset[str] = frozenset(
         "builtins.dict",
         "builtins.float",
         "builtins.frozenset",
+        "builtins.frozendict",  # (3.15: an immutable dict; its hash is cached)
         "builtins.int",
         "builtins.list",
         "builtins.range",
