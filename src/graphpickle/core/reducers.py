@@ -9,6 +9,9 @@ imported is what keeps graphpickle's output byte-identical to ``pickle``'s.
 
 from __future__ import annotations
 
+import importlib
+import operator
+import re
 import threading
 import types
 import typing
@@ -456,6 +459,33 @@ def _reduce_memoryview(state: PicklerState, view: memoryview) -> Any:
     return (memoryview.cast, (flat, view.format, view.shape))
 
 
+# 3.15's `lazy import` binds a proxy of this type in a module's dict until the
+# name is first used; pickle cannot write it.
+_LAZY_IMPORT: type | None = getattr(types, "LazyImportType", None)
+_LAZY_NAME = re.compile(r"<lazy_import '([\w.]+)'>")
+
+
+def _reduce_lazy_import(state: PicklerState, lazy: Any) -> Any:
+    """A lazily imported name that a by-value function uses: the function would
+    see the imported object, so it is imported now, in the sender, as the first
+    use of the name would, and pickled in the proxy's place."""
+    try:
+        imported = lazy.resolve()
+    except Exception as exc:
+        raise PicklingError(
+            f"a lazy import is pickled as what it imports, and importing {lazy!r} "
+            f"failed ({type(exc).__name__}: {exc})"
+        ) from exc
+    # resolve() of `lazy import a.b.c` returns a, without importing a.b.c (3.15.2),
+    # where a use of the name imports it: the whole name (which only the repr
+    # gives) is imported too, and pickled first, so that the receiver imports it.
+    named = _LAZY_NAME.fullmatch(repr(lazy))
+    whole = named[1] if named is not None else ""
+    if isinstance(imported, types.ModuleType) and whole.startswith(imported.__name__ + "."):
+        return (operator.getitem, ((importlib.import_module(whole), imported), 1))
+    return (operator.getitem, ((imported,), 0))
+
+
 def _adapt(reducer: Reducer) -> Handler:
     return lambda state, obj: reducer(obj)
 
@@ -469,6 +499,7 @@ _BUILTIN_HANDLERS: dict[type, Handler] = {
     typing.TypeVar: _reduce_typevar,
     memoryview: _reduce_memoryview,
     types.CodeType: _reduce_code,
+    **({} if _LAZY_IMPORT is None else {_LAZY_IMPORT: _reduce_lazy_import}),
     # Made only by deterministic dumps (see determinism/canonical.py).
     _canonical.SortedSet: _canonical.reduce_sorted_set,
     _canonical.MemoRemap: _canonical.reduce_memo_remap,
