@@ -271,3 +271,56 @@ def test_the_c_paths_hold_no_reference_they_do_not_give_back(tmp_path):
         cwd=tmp_path,
     )
     assert out.strip() == "[]"
+
+
+SUBINTERPRETER = """
+import sys
+try:
+    from concurrent import interpreters  # (3.14+)
+    run = lambda code: interpreters.create().exec(code)
+except ImportError:
+    try:
+        import _interpreters as low  # (3.13)
+    except ImportError:
+        import _xxsubinterpreters as low  # (3.11, 3.12)
+    run = lambda code: (low.exec if hasattr(low, "exec") else low.run_string)(low.create(), code)
+run('''
+import pickle, warnings
+warnings.simplefilter("error")  # (nothing may warn)
+import graphpickle
+from graphpickle import _native
+square = lambda x: x * x
+result = (graphpickle.native_parts(), pickle.loads(graphpickle.dumps(square))(7))
+with open(%r, "w") as out:
+    out.write(repr(result))
+''')
+"""
+
+
+def test_a_subinterpreter_runs_the_python_parts_without_a_warning(tmp_path):
+    """3.14's InterpreterPoolExecutor, mod_wsgi: the C parts are not loaded in an
+    interpreter other than the main one (they declare that they cannot be), and
+    nothing warns; the main interpreter is not mistaken for one."""
+    import subprocess
+    import sys
+
+    from graphpickle import _native
+
+    # (The child's main interpreter imports nothing after: CPython 3.12.1's
+    # _decimal crashes a process that imports it in a subinterpreter and then in
+    # the main one, graphpickle or not.)
+    result = tmp_path / "result.txt"
+    (tmp_path / "child.py").write_text(SUBINTERPRETER % str(result))
+    done = subprocess.run([sys.executable, "child.py"], cwd=tmp_path, capture_output=True)
+    if done.returncode != 0:
+        # CPython 3.12.1 crashes at exit a process that imported hashlib in a
+        # subinterpreter: accepted only where hashlib alone does the same.
+        control = SUBINTERPRETER.split("run(" + "'" * 3)[0] + "run('import hashlib')"
+        (tmp_path / "control.py").write_text(control)
+        alone = subprocess.run([sys.executable, "control.py"], cwd=tmp_path, capture_output=True)
+        assert alone.returncode == done.returncode, done.stderr[-2000:]
+    parts, squared = eval(result.read_text())
+    off = bool(os.environ.get("GRAPHPICKLE_NO_SPEEDUPS"))
+    assert set(parts.values()) == {"off" if off else "subinterpreter"} and squared == 49
+    assert not _native.in_subinterpreter()
+    assert set(graphpickle.native_parts().values()) == {"off" if off else "active"}

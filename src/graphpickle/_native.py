@@ -15,6 +15,7 @@ import warns when it is loaded. Switched off, nothing warns.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.machinery
 import os
@@ -27,9 +28,12 @@ from typing import Literal
 #: What a part runs: ``"active"`` its C extension; otherwise its Python
 #: version, because the extension is switched off (``"off"``:
 #: ``GRAPHPICKLE_NO_SPEEDUPS``), was not built (``"not built"``), was built
-#: from an older C file (``"stale"``), fails to import (``"broken"``), or needs
-#: the GIL on a free-threaded interpreter running without it (``"needs the GIL"``).
-NativeStatus = Literal["active", "off", "not built", "stale", "broken", "needs the GIL"]
+#: from an older C file (``"stale"``), fails to import (``"broken"``), needs
+#: the GIL on a free-threaded interpreter running without it (``"needs the GIL"``),
+#: or this is not the main interpreter (``"subinterpreter"``).
+NativeStatus = Literal[
+    "active", "off", "not built", "stale", "broken", "needs the GIL", "subinterpreter"
+]
 
 #: Each part with C code: its extension module, and the Python module that
 #: loads it (what :func:`native_parts` imports to ask a part not loaded yet).
@@ -73,6 +77,9 @@ def load(
         return None
     if part not in GIL_FREE and gil_is_off():
         _status[part] = "needs the GIL"  # (importing it would turn the GIL back on)
+        return None
+    if in_subinterpreter():
+        _status[part] = "subinterpreter"  # (expected: nothing to rebuild, no warning)
         return None
     _warn_unbuilt_once()
     try:
@@ -122,14 +129,39 @@ def gil_is_off() -> bool:
     return is_enabled is not None and not is_enabled()
 
 
+@functools.cache
+def in_subinterpreter() -> bool:
+    """Whether this is not the main interpreter (3.14's ``concurrent.interpreters``
+    and ``InterpreterPoolExecutor``, mod_wsgi): the C parts declare that they
+    cannot be loaded there (``Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED``,
+    ``_extension.h``), and 3.11, which has no such declaration, keeps them out
+    too. Asked of CPython's private interpreters module (``_xxsubinterpreters``
+    before 3.13); where it is missing or answers otherwise, this counts as the
+    main interpreter, and an extension refused there warns as broken."""
+    for name in ("_interpreters", "_xxsubinterpreters"):
+        try:
+            module = importlib.import_module(name)
+            current, main = module.get_current(), module.get_main()
+        except Exception:
+            continue
+        # (3.13+ answer (id, whence); 3.11 and 3.12 an InterpreterID)
+        return _interpreter_id(current) != _interpreter_id(main)
+    return False
+
+
+def _interpreter_id(answer: object) -> object:
+    return answer[0] if isinstance(answer, tuple) else answer
+
+
 def native_parts() -> dict[str, NativeStatus]:
     """What each part of graphpickle with C code runs, by part name (``"core"``,
     ``"wire"``, ``"determinism"``, ``"values"``): ``"active"`` (its C extension), or why its
     Python version runs (the same output, slower): ``"off"``
     (``GRAPHPICKLE_NO_SPEEDUPS`` is set), ``"not built"``, ``"stale"`` (built
-    from an older C file), ``"broken"`` (it fails to import) or ``"needs the
+    from an older C file), ``"broken"`` (it fails to import), ``"needs the
     GIL"`` (a free-threaded interpreter runs without it, and this part's C code
-    relies on it: ``"core"``). A part not
+    relies on it: ``"core"``) or ``"subinterpreter"`` (this is not the main
+    interpreter, where no C part is loaded). A part not
     loaded yet (``graphpickle.wire`` until it is imported) is loaded first."""
     for part, (_, loader) in PARTS.items():
         if part not in _status:
