@@ -54,10 +54,15 @@ def _every_named(prefix: str, suffix: str = "") -> list[object]:
 # One or more objects of every type DATA_ONLY admits (test_every_admitted_type_is_covered
 # says which names are reached only as others' aliases or as CPython's own types).
 PARIS = zoneinfo.ZoneInfo("Europe/Paris")
+try:
+    TEMPLATES = [eval('t"a{1!r:>3}b{2.5}"')]  # (3.14's template strings)
+except SyntaxError:
+    TEMPLATES = []
 OBJECTS = {
     "builtins": [complex(1, 2), range(0, 10, 3), slice(1, 2, 3), bytearray(b"ab"),
                  frozenset({1, 2}), {3, 4}, b"xy",
-                 *[fd(a=1, b=(2, "x")) for fd in [getattr(builtins, "frozendict", None)] if fd]],
+                 *[fd(a=1, b=(2, "x")) for fd in [getattr(builtins, "frozendict", None)] if fd],
+                 *TEMPLATES],
     "collections": [collections.ChainMap({1: 2}, {3: 4}), collections.Counter("abca"),
                     collections.OrderedDict(a=1, b=2), collections.UserDict(a=1),
                     collections.UserList([1, 2]), collections.UserString("hi"),

@@ -51,6 +51,11 @@ def _builtins_cases() -> Iterator[tuple[str, Any]]:
     yield "empty", [[], (), {}, set(), frozenset(), bytearray()]
     # Types travel as data too: a defaultdict's factory, a column's Python type.
     yield "types", [bool, bytes, dict, float, int, list, str, tuple, set, frozenset, complex]
+    try:
+        templates = eval('[t"x={1 + 1!r:>4} {None}", t""]')  # (3.14's syntax)
+    except SyntaxError:
+        templates = Missing("template strings are 3.14's")
+    yield "template-strings", templates
     frozendict = getattr(builtins, "frozendict", None)  # (3.15)
     yield "frozendict", (
         Missing("frozendict is 3.15's") if frozendict is None
@@ -355,6 +360,8 @@ with warnings.catch_warnings():
 # Names that only some of the tested numpy and pandas versions define.
 _SOME_VERSIONS = {
     "builtins.frozendict": "Python >= 3.15",
+    "string.templatelib.Interpolation": "Python >= 3.14",
+    "string.templatelib._template_unpickle": "Python >= 3.14",
     "numpy._core._internal._convert_to_stringdtype_kwargs": "numpy >= 2",
     "numpy._core.multiarray._reconstruct": "numpy >= 2",
     "numpy._core.multiarray.scalar": "numpy >= 2",
@@ -501,6 +508,11 @@ def _assert_same(loaded: Any, original: Any) -> None:
             assert loaded.maps == original.maps
     elif isinstance(original, set | frozenset):
         assert loaded == original
+    elif type(original).__qualname__ == "Template":  # (3.14's: compared by identity)
+        assert loaded.strings == original.strings
+        fields = ("value", "expression", "conversion", "format_spec")
+        for a, b in zip(loaded.interpolations, original.interpolations, strict=True):
+            assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
     else:
         # Scalars, dtypes, zones, offsets: repr tells apart what == does not
         # (-0.0, Decimal exponents, tz names, dtype layouts); == checks the value

@@ -65,6 +65,11 @@ DATA_ONLY: frozenset[str] = frozenset(
         # Deterministic payloads whose data holds sets: (set1, ..., obj)[-1];
         # restricted loading hands out only that use of it (_last_item_getter).
         "operator.itemgetter",
+        # 3.14's template strings: a Template is rebuilt from its strings and
+        # Interpolation(value, expression text, conversion, format spec); the
+        # expression is text, never evaluated.
+        "string.templatelib.Interpolation",
+        "string.templatelib._template_unpickle",
         # collections: containers; each rebuilds itself from its items.
         "collections.ChainMap",
         "collections.Counter",
