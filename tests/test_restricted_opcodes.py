@@ -60,6 +60,14 @@ def test_inst_and_obj_make_what_pickle_makes(opcode):
 
 
 @pytest.mark.parametrize("opcode", INST_AND_OBJ)
+def test_what_inst_and_obj_make_is_the_payloads_to_fill(opcode):
+    """What they return is new, as any call's result: SETITEM and BUILD may fill
+    it (hypothesis found it refused as existing before, where a local held it)."""
+    data = INST_AND_OBJ[opcode](b"collections", b"OrderedDict", b"")[:-1] + b"K\x01K\x02s."
+    assert graphpickle.loads(data, allowed=DATA_ONLY) == pickle.loads(data) == {1: 2}
+
+
+@pytest.mark.parametrize("opcode", INST_AND_OBJ)
 def test_inst_and_obj_are_checked_as_every_call(opcode):
     with pytest.raises(ForbiddenGlobalError, match=r"os\.getcwd"):
         graphpickle.loads(INST_AND_OBJ[opcode](b"os", b"getcwd", b""), allowed=DATA_ONLY)

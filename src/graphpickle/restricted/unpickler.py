@@ -550,11 +550,11 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         __getinitargs__ is only made, not initialized), checked as every call."""
         self._check_call(klass, tuple(args), None, opcode)
         made: Any = klass
+        # (No local may hold the result: _after_call reads its reference count.)
         if args or not isinstance(klass, type) or hasattr(klass, "__getinitargs__"):
-            value = made(*args)
+            self.append(made(*args))
         else:
-            value = made.__new__(made)
-        self.append(value)
+            self.append(made.__new__(made))
         self._after_call(opcode, args)
 
     def load_build(self) -> None:
