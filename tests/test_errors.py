@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import pickletools
 import re
 import socket
 import sys
@@ -317,6 +318,22 @@ def test_deterministic_mode_and_explain_report_the_same_way():
 VALID = graphpickle.dumps({"a": [1, 2.5, "x", b"y"], "f": lambda x: x, "s": {1, 2}})
 
 
+def _code_arguments(data: bytes) -> tuple[int, int]:
+    """Where the lambda's CodeType arguments lie in ``data`` (MARK to TUPLE)."""
+    ops = list(pickletools.genops(data))
+    at = next(i for i, (op, arg, _) in enumerate(ops) if arg == "CodeType")
+    start = next(pos for op, _, pos in ops[at:] if op.name == "MARK")
+    end = next(pos for op, _, pos in ops[at:] if op.name == "TUPLE")
+    return start, end
+
+
+# CodeType trusts its bytes: CPython crashes on some bytecode and line tables
+# (3.13.0 segfaulted in CI on an opcode 0xfe and a changed line table), with plain
+# pickle as with graphpickle. Loading code is trusting its sender (README,
+# Limits); the fuzz below leaves those bytes as they are.
+CODE_ARGUMENTS = _code_arguments(VALID)
+
+
 def _outcome(load, data: bytes) -> tuple[type[BaseException] | None, str]:
     try:
         load(data)
@@ -400,6 +417,9 @@ def _mutate(data: bytes, edits: list[tuple[int, int]], cut: int) -> bytes:
 def _same_outcome_as_pickle(data: bytes) -> None:
     if asks_for_a_huge_memo(data):
         return  # both would allocate gigabytes (see conftest)
+    start, end = CODE_ARGUMENTS
+    if data[start:end] != VALID[start:end] and len(data) >= end:
+        return  # a code object built from changed bytes (see CODE_ARGUMENTS)
     # pickle.loads may crash on an overlong BYTEARRAY8 (see test_overrun.py):
     # graphpickle says what pickle says when that allocation succeeds. (3.15's
     # unpickler is safe there: its own outcome is expected.)
