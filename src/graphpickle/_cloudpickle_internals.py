@@ -15,6 +15,7 @@ missing, rather than failing later in the middle of a ``dumps``.
 from __future__ import annotations
 
 import logging
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -131,12 +132,21 @@ def reduce_function_by_value(
         if "__name__" in base_globals:
             base_globals["__name__"] = _main_as_main(base_globals["__name__"])
         slotstate["__module__"] = _main_as_main(slotstate["__module__"])
-        submodules = slotstate["_cloudpickle_submodules"]
-        slotstate["_cloudpickle_submodules"] = sorted(submodules, key=lambda m: m.__name__)
+        slotstate["_cloudpickle_submodules"] = _in_name_order(slotstate["_cloudpickle_submodules"])
         closure = slotstate["__closure__"]
         if closure is not None:
             slotstate["__closure__"] = tuple(_copy_cell(cell) for cell in closure)
     return (_cp._make_function, newargs, (state, slotstate), None, None, _cp._function_setstate)
+
+
+def _in_name_order(submodules: list[Any]) -> list[Any]:
+    """The submodules cloudpickle found, by the ``sys.modules`` key each was
+    found under (the search matches keys: a value need not be a module, nor
+    have a ``__name__``), rather than in import order."""
+    if len(submodules) < 2:
+        return submodules
+    found_under = {id(module): name for name, module in sys.modules.copy().items()}
+    return sorted(submodules, key=lambda module: found_under.get(id(module), ""))
 
 
 def reduce_class_by_value(

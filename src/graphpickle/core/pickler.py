@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any, NoReturn, TypeVar, cast
 
 from .. import determinism
+from .._switches import CACHING
 from ..determinism.canonical import DeterministicState
 from ..errors import UnpicklingError
 from ..restricted.unpickler import AllowList, compile_allowed, restricted_load
@@ -122,10 +123,15 @@ class Pickler(_pickle.Pickler):
         # The hot path: called for every object that is not an atom, a str,
         # bytes or a builtin container. Keep it to one lookup. _speedups.c
         # does the same in C; keep the two in step.
+        cls = type(obj)
+        handler: Any
         try:
-            handler = self._handlers[type(obj)]
+            handler = self._handlers[cls]
         except KeyError:
-            handler = self._resolve(type(obj))
+            handler = self._resolve(cls)
+        else:
+            if type(handler) is tuple:  # resolved from the MRO: used while it is the same
+                handler = handler[0] if handler[1] is cls.__mro__ else self._resolve(cls)
         if handler is None:
             return NotImplemented
         return handler(self._state, obj)
@@ -379,7 +385,10 @@ def accelerated_dumps(reference: _F, reducer_lookup: ReducerLookup | None, signa
         _pickle.Pickler.clear_memo,
         _SIGNATURES[signature],
         DEEP_STACK_ABOVE,
-        MAX_SHARED_TYPES,
+        # A pooled pickler whose type table holds more types than this is not
+        # reused; with the caches off (GRAPHPICKLE_NO_CACHE), none is: each
+        # dumps() resolves types with a table of its own.
+        MAX_SHARED_TYPES if CACHING else -1,
         # Tests set this module's _speedups to None to run the Python hook.
         globals(),
     )

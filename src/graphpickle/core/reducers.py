@@ -36,6 +36,7 @@ from .policy import (
     function_reason,
     module_reason,
     named_object_reason,
+    reason_by_names,
 )
 from .snapshots import (
     function_snapshot,
@@ -176,12 +177,22 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
         return NotImplemented
     state.by_value = True
     canonical = state.deterministic is not None
-    if canonical or not CACHING or reason not in _REMEMBERED_REASONS:
+    # Globals that are not an exact dict are read through the mapping, by
+    # cloudpickle as by LOAD_GLOBAL: no snapshot of them can be verified.
+    if (
+        canonical
+        or not CACHING
+        or reason not in _REMEMBERED_REASONS
+        or type(func.__globals__) is not dict
+    ):
         reduction = cp.reduce_function_by_value(state, func, canonical=canonical)
         warn_about_large_captures(func, reduction[2])
         return reduction
     func.__annotations__  # noqa: B018  (made now: the reduction reads it, and the snapshot must see it)
-    names = cp.code_global_names(func.__code__)
+    # The names are those of this code object; the entry is kept only if the
+    # snapshot holds this very code (another thread may swap __code__ between).
+    code = func.__code__
+    names = cp.code_global_names(code)
     snapshot = function_snapshot(func, names, _MISSING)
     modules = modules_items() if _module_dependencies(snapshot, names) else None
     reduction = cp.reduce_function_by_value(state, func)
@@ -189,8 +200,10 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     # grow a capture or change the threshold meanwhile: the entry then checks again).
     generation = _captures._generation
     growable = _captures.growable_sizes(func, reduction[2])
-    if warn_about_large_captures(func, reduction[2]) and _built_from(
-        reduction, snapshot, names, modules
+    if (
+        warn_about_large_captures(func, reduction[2])
+        and _decided_by_snapshot(snapshot, code)
+        and _built_from(reduction, snapshot, names, modules)
     ):
         make, (code, _, _, _, closure), func_state, _, _, setstate = reduction
         # A recursive closure (its own cell) would be kept alive by its entry.
@@ -201,6 +214,19 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
             )  # fmt: skip
             _remember(func, entry)
     return reduction
+
+
+def _decided_by_snapshot(snapshot: tuple[Any, ...], code: types.CodeType) -> bool:
+    """Whether what the entry depends on is all in ``snapshot``: the code its
+    global names were read from, and a reason to go by value that the
+    snapshot's own names give (another thread may change ``__code__``,
+    ``__module__`` or ``__qualname__`` while the reduction is made). A new
+    snapshot of the very same objects then means the same names and the same
+    decision."""
+    fixed = dict(zip(_snapshots.SNAPSHOT_FIELDS, snapshot, strict=False))
+    return fixed["code"] is code and (
+        reason_by_names(fixed["module"], fixed["qualname"]) in _REMEMBERED_REASONS
+    )
 
 
 def _split(snapshot: tuple[Any, ...], names: tuple[str, ...]) -> tuple[Any, ...]:
@@ -304,7 +330,12 @@ def _reuse(state: PicklerState, func: types.FunctionType) -> Any:
     if not same_objects(function_snapshot(func, names, _MISSING), entry[_SNAPSHOT]):
         return None
     make, code, closure, func_state, setstate = entry[_PARTS]
-    if entry[_MODULES] is not None and not _same_submodules(func, entry):
+    # Which dependencies are modules is asked again (isinstance, as cloudpickle
+    # asks it: an object's __class__ may come to say ModuleType).
+    if entry[_MODULES] is None:
+        if _module_dependencies(entry[_SNAPSHOT], names):
+            return None
+    elif not _same_submodules(func, entry):
         return None
     state.by_value = True
     growable = entry[_GROWABLE]
@@ -567,7 +598,12 @@ class TypeDispatch:
     """A map from a type to its handler (``None``: the C pickler's default).
 
     Misses are resolved once per type and remembered, so the pickler's hot path
-    is a single dict lookup per object.
+    is a single dict lookup per object. A resolved handler is stored as
+    ``(handler, mro)``: it was found from the type's MRO, which assigning
+    ``__bases__`` (to the type or to one of its bases) replaces with a new
+    tuple, so the hook uses it only while ``type(obj).__mro__`` is still that
+    very tuple, and resolves again otherwise. The types named by the tables
+    themselves map to their handler as it is.
     """
 
     __slots__ = ("handlers", "lookup", "user_reducers")
@@ -577,16 +613,20 @@ class TypeDispatch:
     ) -> None:
         self.user_reducers = user_reducers
         self.lookup = lookup
-        self.handlers: dict[type, Handler | None] = dict(_BUILTIN_HANDLERS)
+        self.handlers: dict[type, Handler | tuple[Handler | None, tuple[type, ...]] | None] = dict(
+            _BUILTIN_HANDLERS
+        )
         for cls, reducer in user_reducers.items():
             self.handlers[cls] = _adapt(reducer)
 
     def resolve(self, cls: type) -> Handler | None:
-        """Find and remember the handler of a type seen for the first time."""
+        """Find and remember the handler of a type seen for the first time (or
+        whose MRO changed since)."""
+        mro = cls.__mro__  # read first: a change made while resolving misses next time
         handler: Handler | None = None
-        for base in cls.__mro__[1:]:
+        for base in mro[1:]:
             if base in self.user_reducers:
-                handler = self.handlers[base]
+                handler = _adapt(self.user_reducers[base])
                 break
         else:
             reducer = None if self.lookup is None else self.lookup(cls)
@@ -596,7 +636,7 @@ class TypeDispatch:
                 handler = _reduce_class
             elif issubclass(cls, set | frozenset):  # (exact sets never reach the hook)
                 handler = _reduce_set_subclass
-        self.handlers[cls] = handler
+        self.handlers[cls] = (handler, mro)
         return handler
 
 
@@ -641,6 +681,9 @@ def dispatch_for(
         with _global_reducers_lock:
             user_reducers = {**_global_reducers, **local_reducers}
         return TypeDispatch(user_reducers, lookup)
+    if not CACHING:  # each pickler resolves every type afresh, for its own dumps only
+        with _global_reducers_lock:
+            return TypeDispatch(dict(_global_reducers), lookup)
     shared = _shared_dispatch.get(lookup)
     if shared is None or len(shared.handlers) > MAX_SHARED_TYPES:
         replaced = shared is not None or len(_shared_dispatch) > 64
