@@ -541,10 +541,18 @@ finally:
     sys.setprofile(None)
     _reducers._remember = remember
 assert not rebuilt, f"reduced again: {rebuilt}"
-checked = lambda f: any(_reducers._functions[id(f)][i] is not None
-                        for i in (_reducers._MODULES, _reducers._GROWABLE))
+# Not remembered by design, so reduced in every payload: a function not found
+# by its names (3.14's dataclasses make an __init__.__annotate__ of their own),
+# and from 3.14 an __annotate__ of a class or of its methods, which travels with
+# the names it reads from the class's dict, copied in each payload.
+reads_class = lambda f: "__classdict__" in f.__code__.co_freevars
+by_design = lambda f: reads_class(f) or function_reason(f) not in _reducers._REMEMBERED_REASONS
+assert not [f for f in calls if by_design(f) and id(f) in _reducers._functions]
+checked = lambda f: by_design(f) or any(_reducers._functions[id(f)][i] is not None
+                                        for i in (_reducers._MODULES, _reducers._GROWABLE))
 if speedups is not None:
-    assert not [f for f in calls if not checked(f)], f"answered in Python: {calls}"
+    unchecked = [f.__qualname__ for f in calls if not checked(f)]
+    assert not unchecked, f"answered in Python: {unchecked}"
 print("engaged", len(methods))
 """
 

@@ -1658,9 +1658,17 @@ function_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_XDECREF(attributes);
         return NULL;
     }
+    /* Deferred annotations (3.14+) travel as their __annotate__, never read
+     * (_cloudpickle_internals.function_state): it stands for them here. */
+    PyObject *annotations = func->func_annotations;
+#if PY_VERSION_HEX >= 0x030E0000
+    if (func->func_annotate != NULL && func->func_annotate != Py_None) {
+        annotations = func->func_annotate;
+    }
+#endif
     PyObject *fields[SNAPSHOT_FIXED] = {
         func->func_code, func->func_defaults, func->func_kwdefaults, func->func_name,
-        func->func_qualname, func->func_module, func->func_doc, func->func_annotations,
+        func->func_qualname, func->func_module, func->func_doc, annotations,
         closure,
     };
     Py_ssize_t at = 0;
@@ -1873,7 +1881,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 12) < 0 /* VERSION: native.py */
+        || add_version(module, 13) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {

@@ -9,9 +9,11 @@ imported is what keeps graphpickle's output byte-identical to ``pickle``'s.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import operator
 import re
+import sys
 import threading
 import types
 import typing
@@ -131,8 +133,9 @@ _REF, _SNAPSHOT, _NAMES, _MODULES, _GROWABLE, _GENERATION, _PARTS = range(len(EN
 _functions: dict[int, tuple[Any, ...]] = {}
 _codes: dict[int, tuple[types.CodeType, Any]] = {}
 # What cloudpickle's function state holds (_function_getstate's slot state).
+# (and one of "__annotations__" and "__annotate__": cp.function_state)
 _SLOT_KEYS = frozenset({
-    "__name__", "__qualname__", "__annotations__", "__kwdefaults__", "__defaults__",
+    "__name__", "__qualname__", "__kwdefaults__", "__defaults__",
     "__module__", "__doc__", "__closure__", "_cloudpickle_submodules", "__globals__",
 })  # fmt: skip
 
@@ -188,7 +191,8 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
         reduction = cp.reduce_function_by_value(state, func, canonical=canonical)
         warn_about_large_captures(func, reduction[2])
         return reduction
-    func.__annotations__  # noqa: B018  (made now: the reduction reads it, and the snapshot must see it)
+    if getattr(func, "__annotate__", None) is None:  # (3.14+: deferred ones are not read)
+        func.__annotations__  # noqa: B018  (made now: the reduction reads it, and the snapshot must see it)
     # The names are those of this code object; the entry is kept only if the
     # snapshot holds this very code (another thread may swap __code__ between).
     code = func.__code__
@@ -263,7 +267,12 @@ def _built_from(
     except (TypeError, ValueError):
         return False
     fixed, values, _, attribute_items = _split(snapshot, names)
-    if type(slots) is not dict or slots.keys() != _SLOT_KEYS or type(attributes) is not dict:
+    annotations = "__annotations__" if "__annotations__" in slots else "__annotate__"
+    if (
+        type(slots) is not dict
+        or slots.keys() != _SLOT_KEYS | {annotations}
+        or type(attributes) is not dict
+    ):
         return False
     expected_globals = [(n, v) for n, v in zip(names, values, strict=True) if v is not _MISSING]
     expected_attributes = list(zip(attribute_items[0::2], attribute_items[1::2], strict=True))
@@ -273,6 +282,7 @@ def _built_from(
         and no_defaults is None
         and (closure is None) == (fixed["closure"] is None)
         and all(slots[f"__{field}__"] is fixed[field] for field in _SHARED_FIELDS)
+        and slots[annotations] is fixed["annotations"]
         and slots["__name__"] == fixed["name"]
         and slots["__qualname__"] == fixed["qualname"]
         and _same_pairs(slots["__globals__"], expected_globals)
@@ -287,7 +297,7 @@ def _built_from(
 
 
 # The fields cloudpickle's slot state holds as they are (not copies).
-_SHARED_FIELDS = ("closure", "defaults", "kwdefaults", "annotations", "module", "doc")
+_SHARED_FIELDS = ("closure", "defaults", "kwdefaults", "module", "doc")
 
 
 def _same_pairs(made: dict[str, Any], expected: list[tuple[str, Any]]) -> bool:
@@ -517,6 +527,44 @@ def _reduce_lazy_import(state: PicklerState, lazy: Any) -> Any:
     return (operator.getitem, ((imported,), 0))
 
 
+# 3.14's forward references (annotationlib.ForwardRef: what a dataclass field's
+# type, or annotations read as FORWARDREF, hold for a name not defined yet).
+_FORWARD_REF: type | None = getattr(sys.modules.get("annotationlib"), "ForwardRef", None)
+
+
+def _reduce_forward_ref(state: PicklerState, ref: Any) -> Any:
+    """A forward reference, as ``object.__reduce_ex__`` has it, but for the
+    globals it is evaluated in: those of the module it was made in, which
+    pickle would copy whole (a notebook's every variable). It travels with the
+    globals its expression names, as a function travels with the globals its
+    code names (missing ones left out: evaluating it raises ``NameError`` where
+    it would on the sender)."""
+    reduction = ref.__reduce_ex__(state.protocol)
+    try:
+        rebuild, args, (dict_state, slots), *rest = reduction
+    except (TypeError, ValueError):
+        return reduction  # a shape this Python does not give: pickled as pickle would
+    found = slots.get("__globals__")
+    if type(found) is dict:
+        names = _forward_ref_names(ref)
+        slots = {**slots, "__globals__": {n: found[n] for n in names if n in found}}
+    return (rebuild, args, (dict_state, slots), *rest)
+
+
+def _forward_ref_names(ref: Any) -> list[str]:
+    """The names a forward reference's expression reads, in order, read from
+    its syntax tree or its text (never evaluated)."""
+    node = getattr(ref, "__ast_node__", None)
+    if isinstance(node, str):
+        return [node]
+    if node is None:
+        try:
+            node = ast.parse(ref.__forward_arg__, mode="eval")
+        except Exception:  # no text, or no expression: it names nothing
+            return []
+    return list(dict.fromkeys(n.id for n in ast.walk(node) if isinstance(n, ast.Name)))
+
+
 def _adapt(reducer: Reducer) -> Handler:
     return lambda state, obj: reducer(obj)
 
@@ -531,6 +579,7 @@ _BUILTIN_HANDLERS: dict[type, Handler] = {
     memoryview: _reduce_memoryview,
     types.CodeType: _reduce_code,
     **({} if _LAZY_IMPORT is None else {_LAZY_IMPORT: _reduce_lazy_import}),
+    **({} if _FORWARD_REF is None else {_FORWARD_REF: _reduce_forward_ref}),
     # Made only by deterministic dumps (see determinism/canonical.py).
     _canonical.SortedSet: _canonical.reduce_sorted_set,
     _canonical.MemoRemap: _canonical.reduce_memo_remap,
