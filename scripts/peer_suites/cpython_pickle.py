@@ -1,0 +1,227 @@
+"""CPython's own pickle tests, run against pickle and against graphpickle.
+
+CPython tests its C pickler with ``Lib/test/test_pickle.py``: classes such as
+``CPicklerTests`` that wire ``_pickle.Pickler`` (and ``dumps``/``loads``, the
+dispatch table and ``reducer_override`` hooks) into the abstract tests of
+``test.pickletester``. This script imports those classes from the running
+interpreter's ``test`` package (nothing of them lives in graphpickle's
+repository) and derives from each a twin that wires graphpickle in the C
+pickler's place: ``graphpickle.Pickler``, ``dump``/``dumps``/``load``/``loads``.
+Where a twin pickles with ``graphpickle.Pickler`` and nothing went by value,
+its payload must also be byte for byte what ``_pickle.Pickler`` writes.
+
+Every pair runs; a test that passes with pickle and not with graphpickle must
+be one of the INTENDED differences below, each named with its reason (no
+patterns). Exit status 1 if another test fails only with graphpickle, or if an
+intended difference no longer differs (the list must say what is true).
+
+    python scripts/peer_suites/cpython_pickle.py [-v]   # any Python with graphpickle
+"""
+
+from __future__ import annotations
+
+import _pickle
+import collections
+import contextlib
+import io
+import sys
+import time
+import unittest
+from typing import Any
+
+import graphpickle
+
+try:
+    from test import pickletester
+    from test import test_pickle as cpython
+except ImportError as exc:  # Debian splits them out: libpython3.X-testsuite
+    sys.exit(f"CPython's pickle tests are not installed for this Python ({exc})")
+
+_LOCAL = (
+    "a local function or class (defined in the test) goes by value, where pickle "
+    "refuses it or pickles it by name"
+)
+_HOOK_FIRST = (
+    "graphpickle.Pickler comes first in the MRO, so its hook answers for the local "
+    "functions and classes it pickles by value before the mixin's reducer_override "
+    "(which still gets every other object, as super() would give it)"
+)
+
+# "Twin.test_name": why graphpickle differs from pickle there. Exact names only.
+INTENDED: dict[str, str] = {
+    "GraphpicklePicklerHookTests.test_pickler_hook": _HOOK_FIRST,
+    "GraphpicklePicklerHookTests.test_reducer_override_no_reference_cycle": _HOOK_FIRST,
+}
+
+# The C classes of test_pickle.py that have no graphpickle twin, and why.
+NOT_TWINNED = {
+    "CUnpicklerTests": "tests _pickle.Unpickler itself (graphpickle has no unpickler; "
+    "graphpickle.loads gets AbstractUnpickleTests in GraphpickleInMemoryPickleTests)",
+    "DumpPickle_CLoadPickle": "pickle's pure-Python pickler against the C unpickler",
+    "SizeofTests": "the memory layout of _pickle.Pickler and _pickle.Unpickler",
+    "HeapTypesTests": "the type objects of _pickle",
+}
+
+
+def _check_same_bytes(test: Any, pickler: graphpickle.Pickler, arg: Any, kwargs: Any) -> None:
+    """What graphpickle wrote by reference only must be what pickle writes."""
+    data = pickler._graphpickle_output.getvalue()  # type: ignore[attr-defined]
+    if pickler.pickled_by_value:
+        return
+    stock = io.BytesIO()
+    try:
+        _pickle.Pickler(stock, pickler.protocol, **kwargs).dump(arg)
+    except Exception:
+        # Pickling again may not repeat the first time (an object that mutates
+        # itself when reduced); where pickle refuses what graphpickle pickled,
+        # the test's own assertions say so.
+        return
+    test.assertEqual(data, stock.getvalue(), "graphpickle's bytes differ from pickle's")
+
+
+def _pickler_dumps(self: Any, arg: Any, proto: int | None = None, **kwargs: Any) -> bytes:
+    out = io.BytesIO()
+    pickler = self.pickler(out, proto, **kwargs)
+    pickler._graphpickle_output = out
+    pickler.dump(arg)
+    _check_same_bytes(self, pickler, arg, kwargs)
+    return out.getvalue()
+
+
+class _HookPickler(graphpickle.Pickler, pickletester.AbstractCustomPicklerClass):
+    """test_pickle.py's CustomCPicklerClass, with graphpickle's Pickler."""
+
+
+def _twins() -> dict[str, dict[str, Any]]:
+    """test_pickle.py's class name -> what its graphpickle twin sets."""
+    return {
+        "CPickleTests": {
+            "dump": staticmethod(graphpickle.dump),
+            "dumps": staticmethod(graphpickle.dumps),
+            "load": staticmethod(graphpickle.load),
+            "loads": staticmethod(graphpickle.loads),
+            "Pickler": graphpickle.Pickler,
+        },
+        "CPicklingErrorTests": {"pickler": graphpickle.Pickler},  # 3.13+
+        "CPicklerTests": {"pickler": graphpickle.Pickler, "dumps": _pickler_dumps},
+        "CPersPicklerTests": {"pickler": graphpickle.Pickler},
+        "CIdPersPicklerTests": {"pickler": graphpickle.Pickler},
+        "CDumpPickle_LoadPickle": {"pickler": graphpickle.Pickler, "dumps": _pickler_dumps},
+        "CPicklerUnpicklerObjectTests": {"pickler_class": graphpickle.Pickler},
+        "CDispatchTableTests": {"pickler_class": graphpickle.Pickler},
+        "CChainDispatchTableTests": {"pickler_class": graphpickle.Pickler},
+        "CPicklerHookTests": {"pickler_class": _HookPickler},
+        # pickle.dumps/loads: AbstractPickleTests and AbstractUnpickleTests
+        # (bad input) through graphpickle.dumps and graphpickle.loads.
+        "InMemoryPickleTests": {
+            "dumps": lambda self, arg, protocol=None, **kw: graphpickle.dumps(arg, protocol, **kw),
+            "loads": lambda self, buf, **kw: graphpickle.loads(buf, **kw),
+        },
+    }
+
+
+def pairs() -> list[tuple[type, type]]:
+    """(test_pickle.py's class, its graphpickle twin) for each class this Python has."""
+    made = []
+    for name, attributes in _twins().items():
+        stock = getattr(cpython, name, None)
+        if stock is None:
+            continue
+        twin_name = "Graphpickle" + (name[1:] if name.startswith("C") else name)
+        twin = type(twin_name, (stock,), {**attributes, "__module__": __name__})
+        made.append((stock, twin))
+    return made
+
+
+class _Outcomes(unittest.TestResult):
+    """{test method: passed | failed | skipped | xfailed | xpassed}, and why it failed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outcome: dict[str, str] = {}
+        self.why: dict[str, str] = {}
+
+    def _set(self, test: Any, outcome: str, err: Any = None) -> None:
+        name = test._testMethodName
+        if self.outcome.get(name) != "failed":
+            self.outcome[name] = outcome
+        if err is not None and name not in self.why:
+            self.why[name] = self._exc_info_to_string(err, test)
+
+    def addSuccess(self, test: Any) -> None:
+        self.outcome.setdefault(test._testMethodName, "passed")
+
+    def addFailure(self, test: Any, err: Any) -> None:
+        self._set(test, "failed", err)
+
+    def addError(self, test: Any, err: Any) -> None:
+        self._set(test, "failed", err)
+
+    def addSubTest(self, test: Any, subtest: Any, err: Any) -> None:
+        if err is not None:
+            self._set(test, "failed", err)
+
+    def addSkip(self, test: Any, reason: str) -> None:
+        self._set(test, "skipped")
+
+    def addExpectedFailure(self, test: Any, err: Any) -> None:
+        self._set(test, "xfailed")
+
+    def addUnexpectedSuccess(self, test: Any) -> None:
+        self._set(test, "xpassed")
+
+
+def run(cls: type) -> _Outcomes:
+    result = _Outcomes()
+    with contextlib.redirect_stdout(io.StringIO()):  # what failing tests print (pickletools.dis)
+        unittest.defaultTestLoader.loadTestsFromTestCase(cls).run(result)
+    return result
+
+
+def main(argv: list[str]) -> int:
+    verbose = "-v" in argv
+    started = time.perf_counter()
+    totals: collections.Counter[str] = collections.Counter()
+    differences: list[tuple[str, str]] = []  # (test, why)
+    intended_seen: dict[str, str] = {}
+    stale: list[str] = []
+    for stock_class, twin in pairs():
+        stock, gp = run(stock_class), run(twin)
+        for name in sorted(stock.outcome.keys() | gp.outcome.keys()):
+            key = f"{twin.__name__}.{name}"
+            before, after = stock.outcome.get(name, "missing"), gp.outcome.get(name, "missing")
+            totals["run"] += 1
+            totals["pass stock"] += before == "passed"
+            totals["pass graphpickle"] += after == "passed"
+            differs = before != "failed" and after in ("failed", "missing")
+            if key in INTENDED:
+                if differs:
+                    intended_seen[key] = INTENDED[key]
+                else:
+                    stale.append(f"{key}: {before} with pickle, {after} with graphpickle")
+            elif differs:
+                differences.append((key, gp.why.get(name, after)))
+    elapsed = time.perf_counter() - started
+    version = ".".join(map(str, sys.version_info[:3]))
+    print(
+        f"CPython's pickle tests on Python {version} (graphpickle {graphpickle.__version__}): "
+        f"{totals['run']} run, {totals['pass stock']} pass with pickle, "
+        f"{totals['pass graphpickle']} with graphpickle, in {elapsed:.1f} s"
+    )
+    print(f"  intended differences: {len(intended_seen)}")
+    for key, reason in sorted(intended_seen.items()):
+        print(f"    {key}: {reason}")
+    print(f"  failing only with graphpickle, not intended: {len(differences)}")
+    for key, why in differences:
+        print(f"    {key}")
+        if verbose:
+            print("      " + why.rstrip().replace("\n", "\n      "))
+    if stale:
+        print(f"  listed as intended, but no longer different: {len(stale)}")
+        for line in stale:
+            print(f"    {line}")
+    return 1 if differences or stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
