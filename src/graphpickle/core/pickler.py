@@ -70,6 +70,8 @@ class Pickler(_pickle.Pickler):
     # Set on deterministic picklers only (a class default: one assignment fewer
     # when creating the others, which dumps() does on every call).
     _passes: determinism.Passes | None = None
+    # Set on picklers of a class with a reducer_override after this one in its MRO.
+    _override_follows = False
 
     def __init__(
         self,
@@ -102,7 +104,16 @@ class Pickler(_pickle.Pickler):
         self.protocol: int = protocol
         self._state = PicklerState(protocol, canonical)
         dispatch = dispatch_for(reducers, reducer_lookup)
-        if _speedups is not None and type(self).reducer_override is Pickler.reducer_override:
+        cls = type(self)
+        if cls is not Pickler and _override_after_pickler(cls):
+            # class P(graphpickle.Pickler, Hooks): the Python method below
+            # passes Hooks.reducer_override what graphpickle leaves to pickle.
+            self._override_follows = True
+        if (
+            _speedups is not None
+            and not self._override_follows
+            and cls.reducer_override is Pickler.reducer_override
+        ):
             # The C pickler looks reducer_override up on the instance at each
             # dump(): this puts the C version of the method below in its place.
             self.reducer_override = _speedups.Dispatch(  # type: ignore[method-assign]
@@ -126,9 +137,13 @@ class Pickler(_pickle.Pickler):
             handler = self._handlers[type(obj)]
         except KeyError:
             handler = self._resolve(type(obj))
-        if handler is None:
-            return NotImplemented
-        return handler(self._state, obj)
+        if handler is not None:
+            reduction = handler(self._state, obj)
+            if reduction is not NotImplemented:
+                return reduction
+        if self._override_follows:  # the next reducer_override in the MRO, as super() gives it
+            return super().reducer_override(obj)
+        return NotImplemented
 
     def dump(self, obj: Any) -> None:
         """Write the pickle of ``obj``.
@@ -157,6 +172,13 @@ class Pickler(_pickle.Pickler):
         """One run of the C pickler over ``obj``: a pass of a deterministic dump,
         already on the stack ``dump()`` chose."""
         super().dump(obj)
+
+
+def _override_after_pickler(cls: type) -> bool:
+    """Whether a class after :class:`Pickler` in ``cls``'s MRO defines
+    ``reducer_override`` (a mixin: ``class P(graphpickle.Pickler, Hooks)``)."""
+    mro = cls.__mro__
+    return any("reducer_override" in vars(base) for base in mro[mro.index(Pickler) + 1 :])
 
 
 def _dump_failed(pickler: Pickler, obj: Any, exc: Exception) -> NoReturn:
