@@ -90,9 +90,7 @@ def rebuilt_registered():
     del copyreg.dispatch_table[Rebuilt]
 
 
-def test_a_class_whose_metaclass_has_a_copyreg_reducer_uses_it(
-    implementation, rebuilt_registered
-):
+def test_a_class_whose_metaclass_has_a_copyreg_reducer_uses_it(implementation, rebuilt_registered):
     dynamic = make_rebuilt("not_importable", (object,))
     for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
         pickler = graphpickle.Pickler(io.BytesIO(), protocol)
@@ -234,7 +232,7 @@ def test_cpythons_pickle_tests_differ_only_as_documented():
     testsuite package (scripts/debian-python installs it); CI sets
     GP_CPYTHON_TESTS=required so that a missing package fails instead of skipping."""
     try:
-        import test.pickletester  # noqa: F401
+        import test.pickletester
         import test.test_pickle  # noqa: F401
     except ImportError as exc:
         if os.environ.get("GP_CPYTHON_TESTS") == "required":
