@@ -63,8 +63,9 @@ def test_an_instance_of_such_a_class_fails_as_with_pickle(implementation):
     with pytest.raises(TypeError, match="unhashable") as stock:
         pickle.dumps(Keyed())
     with pytest.raises(TypeError, match="unhashable") as ours:
-        _dumps(Keyed(), 5)
+        _dumps({"k": Keyed()}, 5)
     assert str(ours.value) == str(stock.value)
+    assert ours.value.graphpickle_path == "root['k']"  # located, not replaced
 
 
 class Rebuilt(type):

@@ -74,6 +74,42 @@ INTENDED: dict[str, str] = {
     "GraphpicklePicklerHookTests.test_reducer_override_no_reference_cycle": _HOOK_FIRST,
 }
 
+# From 3.14 CPython notes each level its pickler went through ("when serializing
+# list item 2", innermost first), and these tests compare the notes exactly.
+# graphpickle's one note, the whole path from the root with the object and a
+# reducer hint, takes their place (README, "Errors"). NOTES_ONLY checks that the
+# notes are all that differs: each test runs again with pickle's notes put back
+# on graphpickle's exception (same type and message only), and must pass.
+_NOTES = (
+    "graphpickle's note (the path from the root, the object, a reducer hint) takes the "
+    "place of CPython's per-level 'when serializing ...' notes; nothing else differs"
+)
+NOTES_ONLY = (
+    [
+        "test_bad_newobj_ex_args",
+        "test_bad_object_dict_items",
+        "test_bad_object_list_items",
+        "test_bad_reduce_result",
+        "test_unpickleable_dict_items",
+        "test_unpickleable_frozenset_items",
+        "test_unpickleable_list_items",
+        "test_unpickleable_newobj_args",
+        "test_unpickleable_newobj_ex_args",
+        "test_unpickleable_newobj_ex_kwargs",
+        "test_unpickleable_object_dict_items",
+        "test_unpickleable_object_list_items",
+        "test_unpickleable_reconstructor",
+        "test_unpickleable_reconstructor_args",
+        "test_unpickleable_set_items",
+        "test_unpickleable_state",
+        "test_unpickleable_state_with_state_setter",
+        "test_unpickleable_tuple_items",
+    ]
+    if sys.version_info >= (3, 14)
+    else []
+)
+INTENDED.update({f"GraphpicklePicklingErrorTests.{name}": _NOTES for name in NOTES_ONLY})
+
 # The C classes of test_pickle.py that have no graphpickle twin, and why.
 NOT_TWINNED = {
     "CUnpicklerTests": "tests _pickle.Unpickler itself (graphpickle has no unpickler; "
@@ -107,6 +143,23 @@ def _pickler_dumps(self: Any, arg: Any, proto: int | None = None, **kwargs: Any)
     pickler.dump(arg)
     _check_same_bytes(self, pickler, arg, kwargs)
     return out.getvalue()
+
+
+def _dumps_with_pickles_notes(
+    self: Any, arg: Any, proto: int | None = None, **kwargs: Any
+) -> bytes:
+    """graphpickle's dumps, whose failure carries the notes pickle's would (for an
+    exception of the same type and message): a test that then passes differs
+    from pickle by its notes alone."""
+    try:
+        return _pickler_dumps(self, arg, proto, **kwargs)
+    except Exception as exc:
+        try:
+            _pickle.Pickler(io.BytesIO(), proto, **kwargs).dump(arg)
+        except Exception as stock:
+            if type(stock) is type(exc) and str(stock) == str(exc):
+                exc.__notes__ = list(getattr(stock, "__notes__", []))
+        raise
 
 
 class _HookPickler(graphpickle.Pickler, pickletester.AbstractCustomPicklerClass):
@@ -192,11 +245,25 @@ class _Outcomes(unittest.TestResult):
         self._set(test, "xpassed")
 
 
-def run(cls: type) -> _Outcomes:
+def run(cls: type, names: list[str] | None = None) -> _Outcomes:
     result = _Outcomes()
+    loader = unittest.defaultTestLoader
+    tests = loader.loadTestsFromTestCase(cls) if names is None else map(cls, names)
     with contextlib.redirect_stdout(io.StringIO()):  # what failing tests print (pickletools.dis)
-        unittest.defaultTestLoader.loadTestsFromTestCase(cls).run(result)
+        unittest.TestSuite(tests).run(result)
     return result
+
+
+def _notes_aside() -> _Outcomes:
+    """NOTES_ONLY's tests, with pickle's notes on graphpickle's exceptions."""
+    if not NOTES_ONLY:
+        return _Outcomes()
+    twin = type(
+        "GraphpicklePicklingErrorTestsWithPicklesNotes",
+        (cpython.CPicklingErrorTests,),
+        {"pickler": graphpickle.Pickler, "dumps": _dumps_with_pickles_notes},
+    )
+    return run(twin, NOTES_ONLY)
 
 
 def main(argv: list[str]) -> int:
@@ -222,6 +289,7 @@ def main(argv: list[str]) -> int:
                     stale.append(f"{key}: {before} with pickle, {after} with graphpickle")
             elif differs:
                 differences.append((key, gp.why.get(name, after)))
+    notes_aside = _notes_aside()
     elapsed = time.perf_counter() - started
     version = ".".join(map(str, sys.version_info[:3]))
     print(
@@ -241,7 +309,17 @@ def main(argv: list[str]) -> int:
         print(f"  listed as intended, but no longer different: {len(stale)}")
         for line in stale:
             print(f"    {line}")
-    return 1 if differences or stale else 0
+    beyond_notes = sorted(n for n in NOTES_ONLY if notes_aside.outcome.get(n) != "passed")
+    if NOTES_ONLY:
+        print(
+            f"  of the {len(NOTES_ONLY)} that differ by their notes, differing in more: "
+            f"{len(beyond_notes)}"
+        )
+        for name in beyond_notes:
+            print(f"    {name}")
+            if verbose and name in notes_aside.why:
+                print("      " + notes_aside.why[name].rstrip().replace("\n", "\n      "))
+    return 1 if differences or stale or beyond_notes else 0
 
 
 if __name__ == "__main__":

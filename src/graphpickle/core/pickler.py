@@ -70,8 +70,13 @@ class Pickler(_pickle.Pickler):
     # Set on deterministic picklers only (a class default: one assignment fewer
     # when creating the others, which dumps() does on every call).
     _passes: determinism.Passes | None = None
-    # Set on picklers of a class with a reducer_override after this one in its MRO.
+    # Whether a class after this one in the MRO defines reducer_override (a
+    # mixin: class P(graphpickle.Pickler, Hooks)); decided once per class.
     _override_follows = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._override_follows = getattr(super(), "reducer_override", None) is not None
 
     def __init__(
         self,
@@ -104,15 +109,12 @@ class Pickler(_pickle.Pickler):
         self.protocol: int = protocol
         self._state = PicklerState(protocol, canonical)
         dispatch = dispatch_for(reducers, reducer_lookup)
-        cls = type(self)
-        if cls is not Pickler and _override_after_pickler(cls):
-            # class P(graphpickle.Pickler, Hooks): the Python method below
-            # passes Hooks.reducer_override what graphpickle leaves to pickle.
-            self._override_follows = True
+        # With a mixin's reducer_override to call on, the Python method below
+        # runs: it passes the mixin what graphpickle leaves to pickle.
         if (
             _speedups is not None
+            and type(self).reducer_override is Pickler.reducer_override
             and not self._override_follows
-            and cls.reducer_override is Pickler.reducer_override
         ):
             # The C pickler looks reducer_override up on the instance at each
             # dump(): this puts the C version of the method below in its place.
@@ -172,13 +174,6 @@ class Pickler(_pickle.Pickler):
         """One run of the C pickler over ``obj``: a pass of a deterministic dump,
         already on the stack ``dump()`` chose."""
         super().dump(obj)
-
-
-def _override_after_pickler(cls: type) -> bool:
-    """Whether a class after :class:`Pickler` in ``cls``'s MRO defines
-    ``reducer_override`` (a mixin: ``class P(graphpickle.Pickler, Hooks)``)."""
-    mro = cls.__mro__
-    return any("reducer_override" in vars(base) for base in mro[mro.index(Pickler) + 1 :])
 
 
 def _dump_failed(pickler: Pickler, obj: Any, exc: Exception) -> NoReturn:
