@@ -281,6 +281,7 @@ def main(argv: list[str]) -> int:
             totals["run"] += 1
             totals["pass stock"] += before == "passed"
             totals["pass graphpickle"] += after == "passed"
+            totals["skipped"] += before == after == "skipped"
             differs = before != "failed" and after in ("failed", "missing")
             if key in INTENDED:
                 if differs:
@@ -295,7 +296,8 @@ def main(argv: list[str]) -> int:
     print(
         f"CPython's pickle tests on Python {version} (graphpickle {graphpickle.__version__}): "
         f"{totals['run']} run, {totals['pass stock']} pass with pickle, "
-        f"{totals['pass graphpickle']} with graphpickle, in {elapsed:.1f} s"
+        f"{totals['pass graphpickle']} with graphpickle ({totals['skipped']} skipped "
+        f"in both), in {elapsed:.1f} s"
     )
     print(f"  intended differences: {len(intended_seen)}")
     for key, reason in sorted(intended_seen.items()):
