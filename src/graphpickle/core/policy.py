@@ -145,7 +145,7 @@ def class_reason(cls: type) -> str | None:
         return ByValueReason.MAIN
     if "<locals>" in qualname:
         return ByValueReason.LOCAL
-    if cls in _PICKLED_BY_STDLIB:
+    if any(cls is stdlib for stdlib in _PICKLED_BY_STDLIB):  # (a metaclass may not hash)
         return None
     if not found_by_name(cls, module_name, qualname):
         return ByValueReason.NOT_IMPORTABLE

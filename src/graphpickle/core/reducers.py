@@ -10,6 +10,7 @@ imported is what keeps graphpickle's output byte-identical to ``pickle``'s.
 from __future__ import annotations
 
 import ast
+import copyreg
 import importlib
 import operator
 import re
@@ -410,14 +411,21 @@ def _reduce_class(state: PicklerState, cls: type) -> Any:
     # A class's reduction is not remembered between payloads: checking that a
     # remembered one still holds reads what building it reads (its dict, and
     # what its bases hold under the same names).
-    builtin = _builtin_type_reductions.get(cls)
+    # Both tables hold classes of metaclass `type` only; a class of another
+    # metaclass is never looked up in them: its metaclass may define __eq__
+    # without __hash__, and pickle writes such a class by reference.
+    plain = type(cls) is type
+    builtin = _builtin_type_reductions.get(cls) if plain else None
     if builtin is not None:
         return builtin
     reason = class_reason(cls)
     if reason is None:
         remember_by_reference(cls)
         return NotImplemented
-    if cls in cp.BUILTIN_TYPES:  # types.FunctionType & co are references to `types`
+    if not plain and type(cls) in copyreg.dispatch_table:
+        # Its metaclass's reducer (copyreg.pickle), which pickle uses for it.
+        return NotImplemented
+    if plain and cls in cp.BUILTIN_TYPES:  # types.FunctionType & co are references to `types`
         reduction = _builtin_type_reductions[cls] = cp.reduce_class_by_value(cls)
         return reduction
     state.by_value = True
