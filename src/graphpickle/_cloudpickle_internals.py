@@ -214,15 +214,23 @@ def _names_read(code: types.CodeType) -> list[str]:
 
 
 def _with_class_names(func: types.FunctionType, read: list[str]) -> tuple[types.CellType, ...]:
-    """``func``'s closure, its ``__classdict__`` cell replaced by a new one that
-    holds the names ``read`` which the class's dict has."""
-    cells = []
-    for cell, var in zip(func.__closure__ or (), func.__code__.co_freevars, strict=True):
-        contents = _cp._get_cell_contents(cell)
-        if var == "__classdict__" and type(contents) is dict:
-            cell = types.CellType({name: contents[name] for name in read if name in contents})
-        cells.append(cell)
-    return tuple(cells)
+    """``func``'s closure, its ``__classdict__`` cell replaced by
+    :func:`class_names_cell`."""
+    return tuple(
+        class_names_cell(cell, read) if var == "__classdict__" else cell
+        for cell, var in zip(func.__closure__ or (), func.__code__.co_freevars, strict=True)
+    )
+
+
+def class_names_cell(cell: types.CellType, read: list[str]) -> types.CellType:
+    """A ``__classdict__`` cell (3.14+: the class's own dict, which annotations
+    written in a class body read names from) as it travels: a new cell with the
+    names ``read`` that the class's dict has, not the whole dict (its
+    descriptors, caches and every method)."""
+    contents = _cp._get_cell_contents(cell)
+    if type(contents) is not dict:
+        return cell
+    return types.CellType({name: contents[name] for name in read if name in contents})
 
 
 # Where Python 3.14+ keeps a class's deferred annotations in its dict: the

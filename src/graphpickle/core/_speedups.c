@@ -68,7 +68,7 @@ typedef struct {
     PyObject *str_protocol, *str_buffer_callback, *str_deterministic, *str_buffers;
     PyObject *str_fix_imports, *str_encoding, *str_errors, *str_speedups, *str_buffer;
     PyObject *str_generation, *str_globals_ref, *str_package, *str_name, *str_path, *str_file;
-    PyObject *str_locals, *str_lambda, *main_modules;
+    PyObject *str_locals, *str_lambda, *main_modules, *str_modules, *sys_dict;
     PyObject *empty_bytes, *empty_dict;
     /* Importable functions and classes, remembered once the Python policy
      * found them importable (remember_by_reference): object -> (module, module
@@ -107,7 +107,7 @@ typedef struct {
     DO(str_buffer_callback) DO(str_deterministic) DO(str_buffers) DO(str_fix_imports)            \
     DO(str_encoding) DO(str_errors) DO(str_speedups) DO(str_buffer) DO(str_generation)           \
     DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(str_locals)    \
-    DO(str_lambda) DO(main_modules) DO(empty_bytes)                                               \
+    DO(str_lambda) DO(main_modules) DO(str_modules) DO(sys_dict) DO(empty_bytes)                  \
     DO(empty_dict) DO(by_reference) DO(by_value_registry) DO(function_handler) DO(class_handler) \
     DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
     DO(missing_marker)
@@ -202,9 +202,10 @@ current_names(SpeedupsState *st, PyObject *obj, PyObject *remembered, PyObject *
  * program may rebind), if it is an exact dict: borrowed (sys holds it while no
  * Python code runs), or NULL. */
 static PyObject *
-sys_modules(void)
+sys_modules(SpeedupsState *st)
 {
-    PyObject *modules = PySys_GetObject("modules");
+    /* (sys's dict, held: PySys_GetObject would make the key anew at each call) */
+    PyObject *modules = PyDict_GetItemWithError(st->sys_dict, st->str_modules);
     return modules != NULL && PyDict_CheckExact(modules) ? modules : NULL;
 }
 
@@ -217,7 +218,7 @@ found_as(SpeedupsState *st, PyObject *obj, PyObject *module, PyObject *module_na
     if (PySet_GET_SIZE(st->by_value_registry) != 0) {
         return 0;
     }
-    PyObject *modules = sys_modules();
+    PyObject *modules = sys_modules(st);
     if (modules == NULL || PyDict_GetItemWithError(modules, module_name) != module) {
         return 0; /* (compared by identity only: the item may be gone) */
     }
@@ -269,7 +270,7 @@ remember_by_reference(PyObject *self_module, PyObject *obj)
      * may have changed since the policy read its own. */
     if (current_names(st, obj, names, &module_name, &qualname)
         && by_value_by_names(st, obj, module_name, qualname) == 0) {
-        PyObject *modules = sys_modules();
+        PyObject *modules = sys_modules(st);
         if (modules != NULL && dict_get_ref(modules, module_name, &module) > 0
             && PyModule_CheckExact(module)
             && found_as(st, obj, module, module_name, qualname)) { /* not: a dotted name, registrations */
@@ -1749,8 +1750,8 @@ same_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 same_modules(PyObject *module, PyObject *items)
 {
-    PyObject *modules = PySys_GetObject("modules"); /* borrowed: what cloudpickle reads */
-    if (modules == NULL || !PyDict_CheckExact(modules) || !PyTuple_CheckExact(items)
+    PyObject *modules = sys_modules(module_state(module)); /* borrowed: what cloudpickle reads */
+    if (modules == NULL || !PyTuple_CheckExact(items)
         || PyTuple_GET_SIZE(items) != 2 * PyDict_GET_SIZE(modules)) {
         Py_RETURN_FALSE;
     }
@@ -1834,6 +1835,7 @@ init_state(PyObject *module, SpeedupsState *st)
         {&st->str_generation, "_generation"}, {&st->str_globals_ref, "globals_ref"},
         {&st->str_package, "__package__"}, {&st->str_name, "__name__"}, {&st->str_path, "__path__"},
         {&st->str_file, "__file__"}, {&st->str_locals, "<locals>"}, {&st->str_lambda, "<lambda>"},
+        {&st->str_modules, "modules"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) {
@@ -1860,9 +1862,12 @@ init_state(PyObject *module, SpeedupsState *st)
     st->by_reference = PyDict_New();
     /* policy._MAIN_MODULES: no other process imports the sender's main module. */
     st->main_modules = Py_BuildValue("(ss)", "__main__", "__mp_main__");
+    PyObject *sys = PyImport_ImportModule("sys");
+    st->sys_dict = sys == NULL ? NULL : Py_NewRef(PyModule_GetDict(sys));
+    Py_XDECREF(sys);
     st->by_value_registry = PySet_New(NULL); /* until set_by_reference_policy() */
     if (st->empty_bytes == NULL || st->empty_dict == NULL || st->by_reference == NULL
-        || st->by_value_registry == NULL || st->main_modules == NULL) {
+        || st->by_value_registry == NULL || st->main_modules == NULL || st->sys_dict == NULL) {
         return -1;
     }
     return 0;

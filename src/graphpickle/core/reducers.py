@@ -542,20 +542,29 @@ _FORWARD_REF: type | None = getattr(sys.modules.get("annotationlib"), "ForwardRe
 
 def _reduce_forward_ref(state: PicklerState, ref: Any) -> Any:
     """A forward reference, as ``object.__reduce_ex__`` has it, but for the
-    globals it is evaluated in: those of the module it was made in, which
-    pickle would copy whole (a notebook's every variable). It travels with the
-    globals its expression names, as a function travels with the globals its
-    code names (missing ones left out: evaluating it raises ``NameError`` where
-    it would on the sender)."""
+    namespaces it is evaluated in: the globals of the module it was made in,
+    which pickle would copy whole (a notebook's every variable), and for one
+    written in a class body the class's own dict (``__cell__``'s
+    ``__classdict__``). It travels with the names its expression reads from
+    each, as a function travels with the globals its code names (missing ones
+    left out: evaluating it raises ``NameError`` where it would on the
+    sender)."""
     reduction = ref.__reduce_ex__(state.protocol)
     try:
         rebuild, args, (dict_state, slots), *rest = reduction
     except (TypeError, ValueError):
         return reduction  # a shape this Python does not give: pickled as pickle would
+    names = _forward_ref_names(ref)
+    slots = dict(slots)
     found = slots.get("__globals__")
     if type(found) is dict:
-        names = _forward_ref_names(ref)
-        slots = {**slots, "__globals__": {n: found[n] for n in names if n in found}}
+        slots["__globals__"] = {n: found[n] for n in names if n in found}
+    cells = slots.get("__cell__")
+    if type(cells) is dict:  # name -> cell; the class's whole dict as __classdict__
+        slots["__cell__"] = {
+            name: cp.class_names_cell(cell, names) if name == "__classdict__" else cell
+            for name, cell in cells.items()
+        }
     return (rebuild, args, (dict_state, slots), *rest)
 
 
