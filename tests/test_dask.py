@@ -356,3 +356,36 @@ def test_preload_for_command_line_scheduler_and_worker(tmp_path):
             process.terminate()
         for process in processes:
             process.wait(30)
+
+
+_JOINING_WORKERS = """
+from distributed import Client, LocalCluster
+from graphpickle.integrations import dask_distributed as gpd
+
+def installed_everywhere(client, expected):
+    found = client.run(gpd.installed)
+    assert len(found) == expected and all(found.values()), found
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        gpd.install(client)
+        installed_everywhere(client, 1)
+        cluster.scale(2)  # a worker that joins later
+        client.wait_for_workers(2, timeout=60)
+        installed_everywhere(client, 2)
+        client.restart()  # every worker started again by its nanny
+        client.wait_for_workers(2, timeout=60)
+        installed_everywhere(client, 2)
+        assert client.submit(lambda x: x + 1, 41).result(timeout=60) == 42
+        # A worker that joins from the command line names nothing: the plugin
+        # reaches it all the same (registered once, kept by the scheduler).
+        assert "graphpickle" in client.run_on_scheduler(
+            lambda dask_scheduler: list(dask_scheduler.worker_plugins))
+    print("ok")
+"""
+
+
+def test_workers_that_join_later_install_graphpickle(tmp_path):
+    out = run_python(_JOINING_WORKERS, cwd=tmp_path, timeout=300)
+    assert out.split()[-1] == "ok"

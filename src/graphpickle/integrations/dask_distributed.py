@@ -226,8 +226,15 @@ _originals: dict[tuple[str, str], Any] = {}
 
 
 def install(client: Any = None) -> None:
-    """Make this process (and, given a ``Client``, its scheduler and current
-    workers) pickle with graphpickle instead of distributed's sequence."""
+    """Make this process (and, given a ``Client``, its scheduler and its
+    workers) pickle with graphpickle instead of distributed's sequence.
+
+    With a ``Client``, a worker plugin is registered with the scheduler, so
+    that every worker installs it when it joins: the current ones, one started
+    later (adaptive scaling), one its nanny restarted, every one after
+    ``client.restart()``. A worker that cannot import graphpickle fails the
+    plugin's set-up, which distributed logs, and goes on pickling as stock
+    distributed: what graphpickle writes loads with pickle and cloudpickle."""
     from distributed.protocol.serialize import register_serialization_family
 
     ours = {"dumps": dumps, "loads": loads}
@@ -242,8 +249,10 @@ def install(client: Any = None) -> None:
         setattr(module, name, ours[name])
     register_serialization_family("graphpickle", _family_dumps, _family_loads)
     if client is not None:
-        client.run(install)
+        from ._dask_workers import InstallOnWorkers
+
         client.run_on_scheduler(install)
+        client.register_plugin(InstallOnWorkers())
 
 
 def uninstall() -> None:
