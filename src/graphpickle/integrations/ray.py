@@ -21,6 +21,10 @@ those that replace a dead one)::
 
     gpray.init(num_cpus=4)       # ray.init(...) with graphpickle everywhere
 
+or, with no change to the driver's code (Ray calls the hook in ``ray.init``)::
+
+    RAY_RUNTIME_ENV_HOOK=graphpickle.integrations.ray.runtime_env_hook python driver.py
+
 or, with ``ray.init`` called elsewhere::
 
     gpray.install()                                  # this process
@@ -52,6 +56,7 @@ __all__ = [
     "install",
     "installed",
     "runtime_env",
+    "runtime_env_hook",
     "uninstall",
     "worker_setup",
 ]
@@ -296,6 +301,15 @@ def runtime_env(env: Mapping[str, Any] | None = None) -> dict[str, Any]:
         merged["env_vars"] = env_vars
     merged["worker_process_setup_hook"] = _HOOK
     return merged
+
+
+def runtime_env_hook(env: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Ray's ``RAY_RUNTIME_ENV_HOOK``: with
+    ``RAY_RUNTIME_ENV_HOOK=graphpickle.integrations.ray.runtime_env_hook`` in a
+    driver's environment, every ``ray.init`` there installs graphpickle in the
+    driver and in its workers, with no change to the driver's code."""
+    install()
+    return runtime_env(env)
 
 
 _runtime_env = runtime_env  # init() takes ray.init's keyword of the same name
