@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.conftest import run_python
+from conftest import run_python
 
 if os.environ.get("GRAPHPICKLE_RAY_TESTS") != "1":
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'graphpickle[ray]')")
@@ -427,3 +426,24 @@ def test_a_fresh_driver_main_module_and_restarted_workers(tmp_path: Path) -> Non
     # The user's hook sits beside the driver script (on the workers' PYTHONPATH).
     out = run_python(_FRESH_DRIVER, cwd=tmp_path, timeout=200)
     assert "ok yes" in out.splitlines(), out
+
+
+def test_the_ray_examples_of_the_docs_run(tmp_path: Path) -> None:
+    import json
+
+    import test_docs_code as docs
+
+    blocks = [
+        (f"{path.relative_to(docs.ROOT)}:{line}", code)
+        for path in docs.DOCUMENTS
+        for lang, line, code in docs._blocks(path)
+        if lang == "python ray"
+    ]
+    assert blocks, "no ```python ray block in the docs: the check would be empty"
+    listing = tmp_path / "blocks.json"
+    listing.write_text(json.dumps(blocks))
+    work = tmp_path / "work"
+    work.mkdir()
+    out = run_python(docs._RUNNER, str(listing), cwd=work, timeout=200)
+    assert out.splitlines()[-1] == f"ran {len(blocks)}", out
+    assert "7" in out.splitlines(), out
