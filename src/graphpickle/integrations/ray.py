@@ -44,7 +44,7 @@ import os
 import pickle
 import types
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from ..core.pickler import _loads_failed, accelerated_dumps
 from ..core.reducers import Reducer, forget_lookup
@@ -104,8 +104,7 @@ def _ray_lookup(cls: type) -> Reducer | None:
     reducer = _table.get(cls)
     if reducer is None or getattr(reducer, "__module__", None) == _cloudpickle_module:
         return None
-    reducer_: Reducer = reducer
-    return reducer_
+    return cast(Reducer, reducer)
 
 
 def _check_table() -> None:
