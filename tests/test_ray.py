@@ -19,8 +19,17 @@ from typing import Any
 import pytest
 from conftest import run_python
 
+from graphpickle.integrations.ray import SUPPORTED_RAY
+
 if os.environ.get("GRAPHPICKLE_RAY_TESTS") != "1":
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'graphpickle[ray]')")
+    _ray = pytest.importorskip(
+        "ray", reason="Ray is not installed (pip install 'graphpickle[ray]')"
+    )
+    if tuple(int(p) for p in _ray.__version__.split(".")[:2]) not in SUPPORTED_RAY:
+        pytest.skip(
+            f"Ray {_ray.__version__} is not one the integration knows ({SUPPORTED_RAY})",
+            allow_module_level=True,
+        )
 
 import numpy as np
 import ray
