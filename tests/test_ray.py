@@ -285,6 +285,26 @@ def test_large_remote_functions_are_refused_as_ray_refuses_them(
         ray.remote(captures).remote()
 
 
+def test_large_remote_functions_get_rays_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray._private import ray_constants
+    from ray._private import utils as ray_utils
+
+    big = b"y" * 300_000
+    pushed: list[str] = []
+    monkeypatch.setattr(ray_constants, "FUNCTION_SIZE_WARN_THRESHOLD", 100_000)
+    monkeypatch.setattr(
+        ray_utils,
+        "push_error_to_driver",
+        lambda worker, kind, message, **kw: pushed.append(message),
+    )
+
+    def captures_less() -> int:
+        return len(big)
+
+    assert ray.get(ray.remote(captures_less).remote()) == 300_000
+    assert any("captures_less is very large" in message for message in pushed), pushed
+
+
 def test_a_payload_the_worker_cannot_load_fails_that_task_only(tmp_path: Path) -> None:
     (tmp_path / "gp_driver_only.py").write_text("class Thing:\n    pass\n")
     sys.path.insert(0, str(tmp_path))
