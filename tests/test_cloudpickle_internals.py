@@ -32,6 +32,7 @@ def test_private_names_exist_with_the_expected_signatures():
     expected = {
         "_function_getstate": ["func"],
         "_function_setstate": ["obj", "state"],
+        "_get_cell_contents": ["cell"],
         "_make_function": ["code", "globals", "name", "argdefs", "closure"],
         "_class_reduce": ["obj"],
         "_code_reduce": ["obj"],
@@ -178,3 +179,25 @@ def test_code_global_names_are_what_the_function_state_holds():
     g = type(f)(f.__code__, namespace)
     _state, slotstate = cp._function_getstate(g)
     assert tuple(slotstate["__globals__"]) == internals.code_global_names(f.__code__)
+
+
+def test_the_state_of_deferred_annotations_is_cloudpickles_but_for_them():
+    # 3.14's deferred annotations travel as their __annotate__, in a state built
+    # as _function_getstate builds its own: the same slots, values and copies.
+    import xml
+    import xml.dom
+
+    captured = [1]
+
+    def f(x: int = 1, *, k: str = "k") -> int:
+        return len(captured) + len(xml.dom.__name__) + x
+
+    f.attribute = "a"
+    state, slotstate = cp._function_getstate(f)
+    ours_state, ours = internals._deferred_function_state(f, len, False)
+    assert ours_state == state
+    assert list(ours) == [k if k != "__annotations__" else "__annotate__" for k in slotstate]
+    assert ours.pop("__annotate__") is len
+    assert slotstate.pop("__annotations__") is f.__annotations__
+    assert ours == slotstate
+    assert ours["_cloudpickle_submodules"] == [xml.dom]

@@ -1037,3 +1037,21 @@ def test_a_spawned_child_writes_what_its_parent_writes(tmp_path):
         cwd=tmp_path,
     )
     assert out.strip() == "__mp_main__ [True, True, True, True, True, True]"
+
+
+def test_a_submodule_entry_that_is_no_module(monkeypatch):
+    # cloudpickle's submodule search matches sys.modules keys: what it finds
+    # under them need not be a module, nor have a __name__. Deterministic
+    # dumps order what it found by those keys, not by import order.
+    import xml
+    import xml.dom
+
+    namespace = {"__name__": "__main__", "xml": xml}
+    exec("def f():\n    return xml.dom if xml else fake\n", namespace)  # its names: dom, fake
+    f = namespace["f"]
+    monkeypatch.setitem(sys.modules, "xml.fake", 3)
+    payload = graphpickle.dumps(f, deterministic=True)
+    assert pickle.loads(payload)() is xml.dom
+    monkeypatch.delitem(sys.modules, "xml.dom")
+    monkeypatch.setitem(sys.modules, "xml.dom", xml.dom)  # now after xml.fake
+    assert graphpickle.dumps(f, deterministic=True) == payload

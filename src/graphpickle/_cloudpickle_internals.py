@@ -15,6 +15,7 @@ missing, rather than failing later in the middle of a ``dumps``.
 from __future__ import annotations
 
 import logging
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -44,6 +45,7 @@ _REQUIRED = (
     "dynamic_subimport",
     "_find_imported_submodules",
     "_extract_code_globals",
+    "_get_cell_contents",
 )
 _missing = [name for name in _REQUIRED if not hasattr(_cp, name)]
 if _missing or not hasattr(_cp.Pickler, "_function_getnewargs"):
@@ -121,7 +123,7 @@ def reduce_function_by_value(
     closure cells as copies (see :func:`_copy_cell`).
     """
     newargs = _cp.Pickler._function_getnewargs(pickler, func)
-    state, slotstate = _cp._function_getstate(func)
+    state, slotstate = function_state(func)
     if canonical:
         base_globals = newargs[1]  # (code, base_globals, name, defaults, closure)
         base_globals.pop("__file__", None)
@@ -131,12 +133,126 @@ def reduce_function_by_value(
         if "__name__" in base_globals:
             base_globals["__name__"] = _main_as_main(base_globals["__name__"])
         slotstate["__module__"] = _main_as_main(slotstate["__module__"])
-        submodules = slotstate["_cloudpickle_submodules"]
-        slotstate["_cloudpickle_submodules"] = sorted(submodules, key=lambda m: m.__name__)
+        slotstate["_cloudpickle_submodules"] = _in_name_order(slotstate["_cloudpickle_submodules"])
         closure = slotstate["__closure__"]
         if closure is not None:
             slotstate["__closure__"] = tuple(_copy_cell(cell) for cell in closure)
     return (_cp._make_function, newargs, (state, slotstate), None, None, _cp._function_setstate)
+
+
+def function_state(func: types.FunctionType) -> tuple[dict[str, Any], dict[str, Any]]:
+    """cloudpickle's state of a function pickled by value: ``(attributes, slot
+    state)``, which its ``_function_setstate`` applies on the receiver
+    (``setattr`` for each slot); cloudpickle's own ``_function_getstate``, but
+    for what Python 3.14's deferred annotations add:
+
+    - A function that has an ``__annotate__`` travels with it, not with its
+      ``__annotations__``: reading those evaluates them, which fails for a name
+      imported only under ``if TYPE_CHECKING:`` and may run code the sender
+      never ran. The receiver computes them when they are read, as the sender
+      would (a ``NameError`` where the sender would raise one).
+    - An ``__annotate__`` of a class or of a method reads names from the class
+      body (its ``__classdict__`` cell holds the class's own dict) and from the
+      module (``LOAD_FROM_DICT_OR_GLOBALS``, which cloudpickle's list of
+      globals does not look for): it travels with the names its code reads from
+      either, not with the whole class dict.
+    """
+    annotate = getattr(func, "__annotate__", None)
+    reads_class = "__classdict__" in func.__code__.co_freevars
+    if annotate is None and not reads_class:
+        state: tuple[dict[str, Any], dict[str, Any]] = _cp._function_getstate(func)
+        return state
+    return _deferred_function_state(func, annotate, reads_class)
+
+
+def _deferred_function_state(
+    func: types.FunctionType, annotate: Any, reads_class: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``_function_getstate(func)`` with :func:`function_state`'s changes: the
+    same slots in the same order, the same copies of the names (cloudpickle
+    copies them so that interning cannot change the memo), the same submodules.
+    ``tests/test_cloudpickle_internals.py`` compares the two."""
+    code = func.__code__
+    annotations = (
+        ("__annotations__", func.__annotations__)
+        if annotate is None
+        else ("__annotate__", annotate)
+    )
+    closure = func.__closure__
+    names = list(_cp._extract_code_globals(code))
+    if reads_class:
+        read = _names_read(code)
+        names += [name for name in read if name not in names]
+        closure = _with_class_names(func, read)
+    slotstate = {
+        "__name__": "".join(func.__name__),
+        "__qualname__": "".join(func.__qualname__),
+        annotations[0]: annotations[1],
+        "__kwdefaults__": func.__kwdefaults__,
+        "__defaults__": func.__defaults__,
+        "__module__": func.__module__,
+        "__doc__": func.__doc__,
+        "__closure__": closure,
+    }
+    found = func.__globals__
+    func_globals = {k: found[k] for k in names if k in found}
+    cells = [_cp._get_cell_contents(cell) for cell in closure or ()]
+    slotstate["_cloudpickle_submodules"] = _cp._find_imported_submodules(
+        code, [*func_globals.values(), *cells]
+    )
+    slotstate["__globals__"] = func_globals
+    return {"".join(k): v for k, v in func.__dict__.items()}, slotstate
+
+
+def _names_read(code: types.CodeType) -> list[str]:
+    """Every name ``code`` and the code nested in it name, in order."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += [name for name in _names_read(const) if name not in names]
+    return names
+
+
+def _with_class_names(func: types.FunctionType, read: list[str]) -> tuple[types.CellType, ...]:
+    """``func``'s closure, its ``__classdict__`` cell replaced by a new one that
+    holds the names ``read`` which the class's dict has."""
+    cells = []
+    for cell, var in zip(func.__closure__ or (), func.__code__.co_freevars, strict=True):
+        contents = _cp._get_cell_contents(cell)
+        if var == "__classdict__" and type(contents) is dict:
+            cell = types.CellType({name: contents[name] for name in read if name in contents})
+        cells.append(cell)
+    return tuple(cells)
+
+
+# Where Python 3.14+ keeps a class's deferred annotations in its dict: the
+# function that computes them, and what reading them once left.
+_ANNOTATION_KEYS = ("__annotate_func__", "__annotations_cache__")
+
+
+def _keep_deferred_annotations(cls: type, clsdict: dict[str, Any]) -> None:
+    """A class whose annotations are deferred (3.14+: it has an ``__annotate__``)
+    travels with it, as a function does (:func:`function_state`), where
+    cloudpickle leaves it out and the receiver's class has no annotations at
+    all. ``_class_setstate`` sets ``__annotate__`` as any attribute; the
+    annotations are computed on the receiver when read, as on the sender (the
+    copy a first reading cached is left out: it is computed again)."""
+    annotate = getattr(cls, "__annotate__", None)
+    if annotate is None:
+        return
+    for key in _ANNOTATION_KEYS:
+        clsdict.pop(key, None)
+    clsdict["__annotate__"] = annotate
+
+
+def _in_name_order(submodules: list[Any]) -> list[Any]:
+    """The submodules cloudpickle found, by the ``sys.modules`` key each was
+    found under (the search matches keys: a value need not be a module, nor
+    have a ``__name__``), rather than in import order."""
+    if len(submodules) < 2:
+        return submodules
+    found_under = {id(module): name for name, module in sys.modules.copy().items()}
+    return sorted(submodules, key=lambda module: found_under.get(id(module), ""))
 
 
 def reduce_class_by_value(
@@ -157,6 +273,7 @@ def reduce_class_by_value(
     # Calling the dynamic reducer directly (not ``_class_reduce``) matters for
     # ``__mp_main__``: cloudpickle would otherwise pickle it by reference.
     reduction = _cp._dynamic_class_reduce(cls)
+    _keep_deferred_annotations(cls, reduction[2][0])
     if not canonical:
         return reduction
     rebuild, newargs, (clsdict, slotstate), *rest = reduction

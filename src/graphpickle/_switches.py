@@ -6,8 +6,9 @@ import os
 
 #: ``GRAPHPICKLE_NO_CACHE=1`` turns off every cache that lasts from one payload
 #: to the next: remembered by-value function and code reductions (deterministic
-#: payloads' code cache too), and the C hook's answers for functions and
-#: classes found importable before.
+#: payloads' code cache too), the C hook's answers for functions and classes
+#: found importable before, the per-type tables shared between picklers and the
+#: pools of ready picklers (docs/performance.md lists them).
 CACHING = not os.environ.get("GRAPHPICKLE_NO_CACHE")
 
 #: ``GRAPHPICKLE_NO_REFCOUNT=1`` makes restricted loading stop reading reference

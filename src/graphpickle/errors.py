@@ -10,6 +10,7 @@ import pickle
 
 __all__ = [
     "BudgetExceededError",
+    "DeepRecursionError",
     "ForbiddenGlobalError",
     "LargeCaptureWarning",
     "PicklingError",
@@ -42,6 +43,19 @@ class PicklingError(pickle.PicklingError):
     @property
     def graphpickle_type_name(self) -> str | None:
         return self.type_name
+
+
+class DeepRecursionError(PicklingError, RecursionError):
+    """A graph nested deeper than the pickler can follow, or a reduction that
+    recurses without end.
+
+    cloudpickle raises ``pickle.PicklingError`` there ("Could not pickle object
+    as excessively deep recursion required"), pickle lets the ``RecursionError``
+    through: this is both, so ``except pickle.PicklingError`` and ``except
+    RecursionError`` (or ``RuntimeError``) written for either keep catching it.
+    ``path`` names the deepest (or the recursing) object; the original
+    ``RecursionError`` is chained as ``__cause__``.
+    """
 
 
 class UnpicklingError(pickle.UnpicklingError):

@@ -68,6 +68,7 @@ typedef struct {
     PyObject *str_protocol, *str_buffer_callback, *str_deterministic, *str_buffers;
     PyObject *str_fix_imports, *str_encoding, *str_errors, *str_speedups, *str_buffer;
     PyObject *str_generation, *str_globals_ref, *str_package, *str_name, *str_path, *str_file;
+    PyObject *str_locals, *str_lambda, *main_modules;
     PyObject *empty_bytes, *empty_dict;
     /* Importable functions and classes, remembered once the Python policy
      * found them importable (remember_by_reference): object -> (module, module
@@ -105,7 +106,8 @@ typedef struct {
     DO(str_by_value) DO(str_reset) DO(str_memo) DO(str_join) DO(str_qualname) DO(str_protocol)   \
     DO(str_buffer_callback) DO(str_deterministic) DO(str_buffers) DO(str_fix_imports)            \
     DO(str_encoding) DO(str_errors) DO(str_speedups) DO(str_buffer) DO(str_generation)           \
-    DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(empty_bytes)   \
+    DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(str_locals)    \
+    DO(str_lambda) DO(main_modules) DO(empty_bytes)                                               \
     DO(empty_dict) DO(by_reference) DO(by_value_registry) DO(function_handler) DO(class_handler) \
     DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
     DO(missing_marker)
@@ -196,6 +198,16 @@ current_names(SpeedupsState *st, PyObject *obj, PyObject *remembered, PyObject *
     return 0;
 }
 
+/* sys.modules as the policy and cloudpickle read it (the attribute, which a
+ * program may rebind), if it is an exact dict: borrowed (sys holds it while no
+ * Python code runs), or NULL. */
+static PyObject *
+sys_modules(void)
+{
+    PyObject *modules = PySys_GetObject("modules");
+    return modules != NULL && PyDict_CheckExact(modules) ? modules : NULL;
+}
+
 /* Whether sys.modules[module_name] is `module` and holds obj as `qualname`
  * (the caller holds all four: a lookup may run Python code). */
 static int
@@ -205,11 +217,34 @@ found_as(SpeedupsState *st, PyObject *obj, PyObject *module, PyObject *module_na
     if (PySet_GET_SIZE(st->by_value_registry) != 0) {
         return 0;
     }
-    PyObject *modules = PyImport_GetModuleDict(); /* borrowed: the interpreter holds it */
+    PyObject *modules = sys_modules();
     if (modules == NULL || PyDict_GetItemWithError(modules, module_name) != module) {
         return 0; /* (compared by identity only: the item may be gone) */
     }
     return PyDict_GetItemWithError(PyModule_GetDict(module), qualname) == obj;
+}
+
+/* Whether the policy sends a function or class by value for its names alone
+ * (policy.reason_by_names, class_reason): the sender's main module, a lambda,
+ * a <locals> name. 1, 0, or -1 with an exception set. */
+static int
+by_value_by_names(SpeedupsState *st, PyObject *obj, PyObject *module_name, PyObject *qualname)
+{
+    int found = PySequence_Contains(st->main_modules, module_name);
+    if (found == 0) {
+        found = PyUnicode_Find(qualname, st->str_locals, 0, PY_SSIZE_T_MAX, 1) != -1;
+    }
+    if (found == 0 && PyFunction_Check(obj)) {
+        found = PyUnicode_Find(qualname, st->str_lambda, 0, PY_SSIZE_T_MAX, 1) != -1;
+    }
+    return PyErr_Occurred() ? -1 : found;
+}
+
+/* Whether two exact str are equal (most often the very same object). */
+static int
+same_text(PyObject *a, PyObject *b)
+{
+    return a == b || PyUnicode_Compare(a, b) == 0;
 }
 
 static PyObject *
@@ -230,8 +265,11 @@ remember_by_reference(PyObject *self_module, PyObject *obj)
             return NULL;
         }
     }
-    if (current_names(st, obj, names, &module_name, &qualname)) {
-        PyObject *modules = PyImport_GetModuleDict();
+    /* The names read here are checked again by the policy's own rules: they
+     * may have changed since the policy read its own. */
+    if (current_names(st, obj, names, &module_name, &qualname)
+        && by_value_by_names(st, obj, module_name, qualname) == 0) {
+        PyObject *modules = sys_modules();
         if (modules != NULL && dict_get_ref(modules, module_name, &module) > 0
             && PyModule_CheckExact(module)
             && found_as(st, obj, module, module_name, qualname)) { /* not: a dotted name, registrations */
@@ -268,9 +306,12 @@ known_by_reference(SpeedupsState *st, PyObject *obj)
     int known = 0;
     if (dict_get_ref(st->by_reference, obj, &entry) > 0
         && current_names(st, obj, entry, &module_name, &qualname)) {
-        /* A module whose class was changed (a lazy module) may answer getattr otherwise. */
+        /* The names the policy's rules passed (when remembered), and a module
+         * whose class was not changed (a lazy module may answer getattr otherwise). */
         PyObject *module = PyTuple_GET_ITEM(entry, 0);
-        known = PyModule_CheckExact(module) && found_as(st, obj, module, module_name, qualname);
+        known = same_text(module_name, PyTuple_GET_ITEM(entry, 1))
+                && same_text(qualname, PyTuple_GET_ITEM(entry, 2)) && PyModule_CheckExact(module)
+                && found_as(st, obj, module, module_name, qualname);
         Py_DECREF(module_name);
         Py_DECREF(qualname);
     }
@@ -333,6 +374,42 @@ in_default_mode(DispatchObject *self)
 enum { ENTRY_REF, ENTRY_SNAPSHOT, ENTRY_NAMES, ENTRY_MODULES, ENTRY_GROWABLE, ENTRY_GENERATION,
        ENTRY_PARTS, ENTRY_SIZE };
 enum { PARTS_MAKE, PARTS_CODE, PARTS_CLOSURE, PARTS_STATE, PARTS_SETSTATE, PARTS_SIZE };
+#define SNAPSHOT_FIXED 9 /* code ... closure: see SNAPSHOT_FIELDS */
+
+/* Whether `value`, a global or a cell's contents of a remembered function, is
+ * now a module to cloudpickle's submodule search: isinstance(value,
+ * ModuleType), which an object's __class__ may answer, and answer otherwise
+ * later; the exact builtin types here cannot. 1, 0, or -1 with an exception. */
+static int
+is_module_now(PyObject *value)
+{
+    if (PyUnicode_CheckExact(value) || PyLong_CheckExact(value) || value == Py_None
+        || PyBool_Check(value) || PyFloat_CheckExact(value) || PyTuple_CheckExact(value)
+        || PyList_CheckExact(value) || PyDict_CheckExact(value) || PyBytes_CheckExact(value)
+        || PyFunction_Check(value) || PyType_CheckExact(value) || PyCFunction_CheckExact(value)
+        || PySet_CheckExact(value) || PyFrozenSet_CheckExact(value)) {
+        return 0;
+    }
+    return PyObject_IsInstance(value, (PyObject *)&PyModule_Type);
+}
+
+/* Whether any global or cell's contents in `snapshot` (of a function whose
+ * global names are `names`) is now a module: 1, 0, or -1 with an exception. */
+static int
+any_module_now(SpeedupsState *st, PyObject *snapshot, PyObject *names)
+{
+    PyObject *closure = PyTuple_GET_ITEM(snapshot, SNAPSHOT_FIXED - 1);
+    Py_ssize_t end = SNAPSHOT_FIXED + PyTuple_GET_SIZE(names)
+                     + (PyTuple_Check(closure) ? PyTuple_GET_SIZE(closure) : 0);
+    for (Py_ssize_t i = SNAPSHOT_FIXED; i < end && i < PyTuple_GET_SIZE(snapshot); i++) {
+        PyObject *value = PyTuple_GET_ITEM(snapshot, i);
+        int module = value == st->missing_marker ? 0 : is_module_now(value);
+        if (module != 0) {
+            return module;
+        }
+    }
+    return 0;
+}
 
 /* What the function handler (reducers._reduce_function) answers for a function
  * it remembered, when a new snapshot holds the very same objects; NULL (no
@@ -363,9 +440,14 @@ remembered_function(DispatchObject *self, PyObject *func)
     if (obj != func) {
         goto done;
     }
-    PyObject *snapshot_args[3] = {func, PyTuple_GET_ITEM(entry, ENTRY_NAMES), st->missing_marker};
-    snapshot = function_snapshot(NULL, snapshot_args, 3);
+    PyObject *names = PyTuple_GET_ITEM(entry, ENTRY_NAMES);
+    PyObject *snapshot_args[3] = {func, names, st->missing_marker};
+    /* (globals of another mapping type are never remembered: reducers.py) */
+    snapshot = PyDict_CheckExact(((PyFunctionObject *)func)->func_globals)
+                   ? function_snapshot(NULL, snapshot_args, 3)
+                   : NULL;
     if (snapshot == NULL || !same_items(snapshot, PyTuple_GET_ITEM(entry, ENTRY_SNAPSHOT))
+        || any_module_now(st, snapshot, names) != 0
         || PyObject_SetAttr(self->state, st->str_by_value, Py_True) < 0) {
         goto done;
     }
@@ -449,6 +531,17 @@ dispatch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject
     PyObject *type = (PyObject *)Py_TYPE(obj);
     PyObject *handler; /* held: a handler may change the dict while it runs */
     int found = dict_get_ref(self->handlers, type, &handler);
+    if (found > 0 && PyTuple_CheckExact(handler)) {
+        /* (handler, mro), resolved from the type's MRO (TypeDispatch.resolve):
+         * used while type(obj).__mro__ is that very tuple, resolved again after
+         * __bases__ was assigned. */
+        PyObject *resolved = NULL;
+        if (PyTuple_GET_SIZE(handler) == 2 && PyTuple_GET_ITEM(handler, 1) == Py_TYPE(obj)->tp_mro) {
+            resolved = Py_NewRef(PyTuple_GET_ITEM(handler, 0));
+        }
+        Py_SETREF(handler, resolved);
+        found = resolved != NULL;
+    }
     if (found == 0) {
         handler = PyObject_CallOneArg(self->resolve, type);
     }
@@ -1543,8 +1636,6 @@ or_missing(PyObject *value, PyObject *missing)
     return value == NULL ? missing : value;
 }
 
-#define SNAPSHOT_FIXED 9 /* code ... closure: see SNAPSHOT_FIELDS */
-
 static PyObject *
 function_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1567,9 +1658,17 @@ function_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_XDECREF(attributes);
         return NULL;
     }
+    /* Deferred annotations (3.14+) travel as their __annotate__, never read
+     * (_cloudpickle_internals.function_state): it stands for them here. */
+    PyObject *annotations = func->func_annotations;
+#if PY_VERSION_HEX >= 0x030E0000
+    if (func->func_annotate != NULL && func->func_annotate != Py_None) {
+        annotations = func->func_annotate;
+    }
+#endif
     PyObject *fields[SNAPSHOT_FIXED] = {
         func->func_code, func->func_defaults, func->func_kwdefaults, func->func_name,
-        func->func_qualname, func->func_module, func->func_doc, func->func_annotations,
+        func->func_qualname, func->func_module, func->func_doc, annotations,
         closure,
     };
     Py_ssize_t at = 0;
@@ -1734,7 +1833,7 @@ init_state(PyObject *module, SpeedupsState *st)
         {&st->str_errors, "errors"}, {&st->str_speedups, "_speedups"}, {&st->str_buffer, "buffer"},
         {&st->str_generation, "_generation"}, {&st->str_globals_ref, "globals_ref"},
         {&st->str_package, "__package__"}, {&st->str_name, "__name__"}, {&st->str_path, "__path__"},
-        {&st->str_file, "__file__"},
+        {&st->str_file, "__file__"}, {&st->str_locals, "<locals>"}, {&st->str_lambda, "<lambda>"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) {
@@ -1759,9 +1858,11 @@ init_state(PyObject *module, SpeedupsState *st)
     st->empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
     st->empty_dict = PyDict_New();
     st->by_reference = PyDict_New();
+    /* policy._MAIN_MODULES: no other process imports the sender's main module. */
+    st->main_modules = Py_BuildValue("(ss)", "__main__", "__mp_main__");
     st->by_value_registry = PySet_New(NULL); /* until set_by_reference_policy() */
     if (st->empty_bytes == NULL || st->empty_dict == NULL || st->by_reference == NULL
-        || st->by_value_registry == NULL) {
+        || st->by_value_registry == NULL || st->main_modules == NULL) {
         return -1;
     }
     return 0;
@@ -1780,7 +1881,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 11) < 0 /* VERSION: native.py */
+        || add_version(module, 13) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {

@@ -16,8 +16,10 @@ What the caller gets (see "Errors" in docs/api.md):
   ``graphpickle_type_name`` for code;
 - graphpickle's own refusals are :class:`graphpickle.PicklingError`, whose
   message names the path (also in ``path`` and ``type_name``);
-- a graph too deep to pickle is a :class:`graphpickle.PicklingError` with
-  cloudpickle's "deep recursion" wording and the path of the deepest object.
+- a graph too deep to pickle, or a reduction that recurses without end, is a
+  :class:`graphpickle.errors.DeepRecursionError`: a ``graphpickle.PicklingError``
+  with cloudpickle's "deep recursion" wording and the path of the deepest
+  object, that is also the ``RecursionError`` pickle raises.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..errors import PicklingError
+from ..errors import DeepRecursionError, PicklingError
 from .policy import found_by_name
 from .walk import WalkFailure, render_path, safe_repr, type_name, walk, walk_with_depth
 
@@ -140,13 +142,13 @@ def _type_expression(obj: Any) -> str:
     return f"type(x)  # x: the {type_name(obj)!r} object"
 
 
-def _recursion_error(pickler: Any, root: Any) -> PicklingError:
+def _recursion_error(pickler: Any, root: Any) -> DeepRecursionError:
     try:
         deepest = max(walk_with_depth(pickler, root), key=lambda node: node[1])
     except WalkFailure as failure:  # a reduction that recurses without end
         cause = failure.__cause__
         path = render_path(failure.path)
-        return PicklingError(
+        return DeepRecursionError(
             f"{_DEEP_RECURSION}: reducing the {type_name(failure.obj)!r} object at "
             f"{path} raised {type(cause).__name__}: {cause}",
             path=path,
@@ -154,7 +156,7 @@ def _recursion_error(pickler: Any, root: Any) -> PicklingError:
         )
     linked_path, depth, obj = deepest
     path = render_path(linked_path)
-    return PicklingError(
+    return DeepRecursionError(
         f"{_DEEP_RECURSION}: {_describe(root)} nests {depth} levels deep, more than "
         f"the pickler can follow (the deepest object, a {type_name(obj)!r}, is at "
         f"{path}); {_deep_advice(pickler)}",

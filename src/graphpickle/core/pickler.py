@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any, NoReturn, TypeVar, cast
 
 from .. import determinism
+from .._switches import CACHING
 from ..determinism.canonical import DeterministicState
 from ..errors import UnpicklingError
 from ..restricted.unpickler import AllowList, compile_allowed, restricted_load
@@ -70,6 +71,13 @@ class Pickler(_pickle.Pickler):
     # Set on deterministic picklers only (a class default: one assignment fewer
     # when creating the others, which dumps() does on every call).
     _passes: determinism.Passes | None = None
+    # Whether a class after this one in the MRO defines reducer_override (a
+    # mixin: class P(graphpickle.Pickler, Hooks)); decided once per class.
+    _override_follows = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._override_follows = getattr(super(), "reducer_override", None) is not None
 
     def __init__(
         self,
@@ -102,7 +110,13 @@ class Pickler(_pickle.Pickler):
         self.protocol: int = protocol
         self._state = PicklerState(protocol, canonical)
         dispatch = dispatch_for(reducers, reducer_lookup)
-        if _speedups is not None and type(self).reducer_override is Pickler.reducer_override:
+        # With a mixin's reducer_override to call on, the Python method below
+        # runs: it passes the mixin what graphpickle leaves to pickle.
+        if (
+            _speedups is not None
+            and type(self).reducer_override is Pickler.reducer_override
+            and not self._override_follows
+        ):
             # The C pickler looks reducer_override up on the instance at each
             # dump(): this puts the C version of the method below in its place.
             self.reducer_override = _speedups.Dispatch(  # type: ignore[method-assign]
@@ -122,13 +136,22 @@ class Pickler(_pickle.Pickler):
         # The hot path: called for every object that is not an atom, a str,
         # bytes or a builtin container. Keep it to one lookup. _speedups.c
         # does the same in C; keep the two in step.
+        cls = type(obj)
+        handler: Any
         try:
-            handler = self._handlers[type(obj)]
+            handler = self._handlers[cls]
         except KeyError:
-            handler = self._resolve(type(obj))
-        if handler is None:
-            return NotImplemented
-        return handler(self._state, obj)
+            handler = self._resolve(cls)
+        else:
+            if type(handler) is tuple:  # resolved from the MRO: used while it is the same
+                handler = handler[0] if handler[1] is cls.__mro__ else self._resolve(cls)
+        if handler is not None:
+            reduction = handler(self._state, obj)
+            if reduction is not NotImplemented:
+                return reduction
+        if self._override_follows:  # the next reducer_override in the MRO, as super() gives it
+            return super().reducer_override(obj)
+        return NotImplemented
 
     def dump(self, obj: Any) -> None:
         """Write the pickle of ``obj``.
@@ -379,7 +402,10 @@ def accelerated_dumps(reference: _F, reducer_lookup: ReducerLookup | None, signa
         _pickle.Pickler.clear_memo,
         _SIGNATURES[signature],
         DEEP_STACK_ABOVE,
-        MAX_SHARED_TYPES,
+        # A pooled pickler whose type table holds more types than this is not
+        # reused; with the caches off (GRAPHPICKLE_NO_CACHE), none is: each
+        # dumps() resolves types with a table of its own.
+        MAX_SHARED_TYPES if CACHING else -1,
         # Tests set this module's _speedups to None to run the Python hook.
         globals(),
     )

@@ -107,16 +107,29 @@ def found_by_name(obj: object, module_name: str, qualname: str) -> bool:
     return target is obj
 
 
-def function_reason(func: types.FunctionType) -> str | None:
-    """Why ``func`` must go by value, or ``None`` if a reference will do."""
-    module_name = func.__module__
-    qualname = func.__qualname__
-    if module_name in _MAIN_MODULES:
+def reason_by_names(module_name: object, qualname: str) -> str | None:
+    """Why a function must go by value, judged by its module and qualified
+    names alone (``LOCAL`` for any ``<locals>`` name): a decision that depends
+    on nothing else, so that a remembered reduction whose snapshot holds the
+    very same two objects holds the same decision."""
+    if isinstance(module_name, str) and module_name in _MAIN_MODULES:
         return ByValueReason.MAIN
     if "<lambda>" in qualname:
         return ByValueReason.LAMBDA
     if "<locals>" in qualname:
-        return ByValueReason.CLOSURE if func.__closure__ else ByValueReason.LOCAL
+        return ByValueReason.LOCAL
+    return None
+
+
+def function_reason(func: types.FunctionType) -> str | None:
+    """Why ``func`` must go by value, or ``None`` if a reference will do."""
+    module_name = func.__module__
+    qualname = func.__qualname__
+    reason = reason_by_names(module_name, qualname)
+    if reason == ByValueReason.LOCAL and func.__closure__:
+        return ByValueReason.CLOSURE
+    if reason is not None:
+        return reason
     if module_name is None or not found_by_name(func, module_name, qualname):
         return ByValueReason.NOT_IMPORTABLE
     if is_registered(module_name):
@@ -132,7 +145,7 @@ def class_reason(cls: type) -> str | None:
         return ByValueReason.MAIN
     if "<locals>" in qualname:
         return ByValueReason.LOCAL
-    if cls in _PICKLED_BY_STDLIB:
+    if any(cls is stdlib for stdlib in _PICKLED_BY_STDLIB):  # (a metaclass may not hash)
         return None
     if not found_by_name(cls, module_name, qualname):
         return ByValueReason.NOT_IMPORTABLE

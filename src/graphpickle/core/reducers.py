@@ -9,9 +9,12 @@ imported is what keeps graphpickle's output byte-identical to ``pickle``'s.
 
 from __future__ import annotations
 
+import ast
+import copyreg
 import importlib
 import operator
 import re
+import sys
 import threading
 import types
 import typing
@@ -36,6 +39,7 @@ from .policy import (
     function_reason,
     module_reason,
     named_object_reason,
+    reason_by_names,
 )
 from .snapshots import (
     function_snapshot,
@@ -130,8 +134,9 @@ _REF, _SNAPSHOT, _NAMES, _MODULES, _GROWABLE, _GENERATION, _PARTS = range(len(EN
 _functions: dict[int, tuple[Any, ...]] = {}
 _codes: dict[int, tuple[types.CodeType, Any]] = {}
 # What cloudpickle's function state holds (_function_getstate's slot state).
+# (and one of "__annotations__" and "__annotate__": cp.function_state)
 _SLOT_KEYS = frozenset({
-    "__name__", "__qualname__", "__annotations__", "__kwdefaults__", "__defaults__",
+    "__name__", "__qualname__", "__kwdefaults__", "__defaults__",
     "__module__", "__doc__", "__closure__", "_cloudpickle_submodules", "__globals__",
 })  # fmt: skip
 
@@ -176,12 +181,23 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
         return NotImplemented
     state.by_value = True
     canonical = state.deterministic is not None
-    if canonical or not CACHING or reason not in _REMEMBERED_REASONS:
+    # Globals that are not an exact dict are read through the mapping, by
+    # cloudpickle as by LOAD_GLOBAL: no snapshot of them can be verified.
+    if (
+        canonical
+        or not CACHING
+        or reason not in _REMEMBERED_REASONS
+        or type(func.__globals__) is not dict
+    ):
         reduction = cp.reduce_function_by_value(state, func, canonical=canonical)
         warn_about_large_captures(func, reduction[2])
         return reduction
-    func.__annotations__  # noqa: B018  (made now: the reduction reads it, and the snapshot must see it)
-    names = cp.code_global_names(func.__code__)
+    if getattr(func, "__annotate__", None) is None:  # (3.14+: deferred ones are not read)
+        func.__annotations__  # noqa: B018  (made now: the reduction reads it, and the snapshot must see it)
+    # The names are those of this code object; the entry is kept only if the
+    # snapshot holds this very code (another thread may swap __code__ between).
+    code = func.__code__
+    names = cp.code_global_names(code)
     snapshot = function_snapshot(func, names, _MISSING)
     modules = modules_items() if _module_dependencies(snapshot, names) else None
     reduction = cp.reduce_function_by_value(state, func)
@@ -189,8 +205,10 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     # grow a capture or change the threshold meanwhile: the entry then checks again).
     generation = _captures._generation
     growable = _captures.growable_sizes(func, reduction[2])
-    if warn_about_large_captures(func, reduction[2]) and _built_from(
-        reduction, snapshot, names, modules
+    if (
+        warn_about_large_captures(func, reduction[2])
+        and _decided_by_snapshot(snapshot, code)
+        and _built_from(reduction, snapshot, names, modules)
     ):
         make, (code, _, _, _, closure), func_state, _, _, setstate = reduction
         # A recursive closure (its own cell) would be kept alive by its entry.
@@ -201,6 +219,19 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
             )  # fmt: skip
             _remember(func, entry)
     return reduction
+
+
+def _decided_by_snapshot(snapshot: tuple[Any, ...], code: types.CodeType) -> bool:
+    """Whether what the entry depends on is all in ``snapshot``: the code its
+    global names were read from, and a reason to go by value that the
+    snapshot's own names give (another thread may change ``__code__``,
+    ``__module__`` or ``__qualname__`` while the reduction is made). A new
+    snapshot of the very same objects then means the same names and the same
+    decision."""
+    fixed = dict(zip(_snapshots.SNAPSHOT_FIELDS, snapshot, strict=False))
+    return fixed["code"] is code and (
+        reason_by_names(fixed["module"], fixed["qualname"]) in _REMEMBERED_REASONS
+    )
 
 
 def _split(snapshot: tuple[Any, ...], names: tuple[str, ...]) -> tuple[Any, ...]:
@@ -237,7 +268,12 @@ def _built_from(
     except (TypeError, ValueError):
         return False
     fixed, values, _, attribute_items = _split(snapshot, names)
-    if type(slots) is not dict or slots.keys() != _SLOT_KEYS or type(attributes) is not dict:
+    annotations = "__annotations__" if "__annotations__" in slots else "__annotate__"
+    if (
+        type(slots) is not dict
+        or slots.keys() != _SLOT_KEYS | {annotations}
+        or type(attributes) is not dict
+    ):
         return False
     expected_globals = [(n, v) for n, v in zip(names, values, strict=True) if v is not _MISSING]
     expected_attributes = list(zip(attribute_items[0::2], attribute_items[1::2], strict=True))
@@ -247,6 +283,7 @@ def _built_from(
         and no_defaults is None
         and (closure is None) == (fixed["closure"] is None)
         and all(slots[f"__{field}__"] is fixed[field] for field in _SHARED_FIELDS)
+        and slots[annotations] is fixed["annotations"]
         and slots["__name__"] == fixed["name"]
         and slots["__qualname__"] == fixed["qualname"]
         and _same_pairs(slots["__globals__"], expected_globals)
@@ -261,7 +298,7 @@ def _built_from(
 
 
 # The fields cloudpickle's slot state holds as they are (not copies).
-_SHARED_FIELDS = ("closure", "defaults", "kwdefaults", "annotations", "module", "doc")
+_SHARED_FIELDS = ("closure", "defaults", "kwdefaults", "module", "doc")
 
 
 def _same_pairs(made: dict[str, Any], expected: list[tuple[str, Any]]) -> bool:
@@ -304,7 +341,12 @@ def _reuse(state: PicklerState, func: types.FunctionType) -> Any:
     if not same_objects(function_snapshot(func, names, _MISSING), entry[_SNAPSHOT]):
         return None
     make, code, closure, func_state, setstate = entry[_PARTS]
-    if entry[_MODULES] is not None and not _same_submodules(func, entry):
+    # Which dependencies are modules is asked again (isinstance, as cloudpickle
+    # asks it: an object's __class__ may come to say ModuleType).
+    if entry[_MODULES] is None:
+        if _module_dependencies(entry[_SNAPSHOT], names):
+            return None
+    elif not _same_submodules(func, entry):
         return None
     state.by_value = True
     growable = entry[_GROWABLE]
@@ -369,14 +411,21 @@ def _reduce_class(state: PicklerState, cls: type) -> Any:
     # A class's reduction is not remembered between payloads: checking that a
     # remembered one still holds reads what building it reads (its dict, and
     # what its bases hold under the same names).
-    builtin = _builtin_type_reductions.get(cls)
+    # Both tables hold classes of metaclass `type` only; a class of another
+    # metaclass is never looked up in them: its metaclass may define __eq__
+    # without __hash__, and pickle writes such a class by reference.
+    plain = type(cls) is type
+    builtin = _builtin_type_reductions.get(cls) if plain else None
     if builtin is not None:
         return builtin
     reason = class_reason(cls)
     if reason is None:
         remember_by_reference(cls)
         return NotImplemented
-    if cls in cp.BUILTIN_TYPES:  # types.FunctionType & co are references to `types`
+    if not plain and type(cls) in copyreg.dispatch_table:
+        # Its metaclass's reducer (copyreg.pickle), which pickle uses for it.
+        return NotImplemented
+    if plain and cls in cp.BUILTIN_TYPES:  # types.FunctionType & co are references to `types`
         reduction = _builtin_type_reductions[cls] = cp.reduce_class_by_value(cls)
         return reduction
     state.by_value = True
@@ -486,6 +535,44 @@ def _reduce_lazy_import(state: PicklerState, lazy: Any) -> Any:
     return (operator.getitem, ((imported,), 0))
 
 
+# 3.14's forward references (annotationlib.ForwardRef: what a dataclass field's
+# type, or annotations read as FORWARDREF, hold for a name not defined yet).
+_FORWARD_REF: type | None = getattr(sys.modules.get("annotationlib"), "ForwardRef", None)
+
+
+def _reduce_forward_ref(state: PicklerState, ref: Any) -> Any:
+    """A forward reference, as ``object.__reduce_ex__`` has it, but for the
+    globals it is evaluated in: those of the module it was made in, which
+    pickle would copy whole (a notebook's every variable). It travels with the
+    globals its expression names, as a function travels with the globals its
+    code names (missing ones left out: evaluating it raises ``NameError`` where
+    it would on the sender)."""
+    reduction = ref.__reduce_ex__(state.protocol)
+    try:
+        rebuild, args, (dict_state, slots), *rest = reduction
+    except (TypeError, ValueError):
+        return reduction  # a shape this Python does not give: pickled as pickle would
+    found = slots.get("__globals__")
+    if type(found) is dict:
+        names = _forward_ref_names(ref)
+        slots = {**slots, "__globals__": {n: found[n] for n in names if n in found}}
+    return (rebuild, args, (dict_state, slots), *rest)
+
+
+def _forward_ref_names(ref: Any) -> list[str]:
+    """The names a forward reference's expression reads, in order, read from
+    its syntax tree or its text (never evaluated)."""
+    node = getattr(ref, "__ast_node__", None)
+    if isinstance(node, str):
+        return [node]
+    if node is None:
+        try:
+            node = ast.parse(ref.__forward_arg__, mode="eval")
+        except Exception:  # no text, or no expression: it names nothing
+            return []
+    return list(dict.fromkeys(n.id for n in ast.walk(node) if isinstance(n, ast.Name)))
+
+
 def _adapt(reducer: Reducer) -> Handler:
     return lambda state, obj: reducer(obj)
 
@@ -500,6 +587,7 @@ _BUILTIN_HANDLERS: dict[type, Handler] = {
     memoryview: _reduce_memoryview,
     types.CodeType: _reduce_code,
     **({} if _LAZY_IMPORT is None else {_LAZY_IMPORT: _reduce_lazy_import}),
+    **({} if _FORWARD_REF is None else {_FORWARD_REF: _reduce_forward_ref}),
     # Made only by deterministic dumps (see determinism/canonical.py).
     _canonical.SortedSet: _canonical.reduce_sorted_set,
     _canonical.MemoRemap: _canonical.reduce_memo_remap,
@@ -567,7 +655,12 @@ class TypeDispatch:
     """A map from a type to its handler (``None``: the C pickler's default).
 
     Misses are resolved once per type and remembered, so the pickler's hot path
-    is a single dict lookup per object.
+    is a single dict lookup per object. A resolved handler is stored as
+    ``(handler, mro)``: it was found from the type's MRO, which assigning
+    ``__bases__`` (to the type or to one of its bases) replaces with a new
+    tuple, so the hook uses it only while ``type(obj).__mro__`` is still that
+    very tuple, and resolves again otherwise. The types named by the tables
+    themselves map to their handler as it is.
     """
 
     __slots__ = ("handlers", "lookup", "user_reducers")
@@ -577,16 +670,20 @@ class TypeDispatch:
     ) -> None:
         self.user_reducers = user_reducers
         self.lookup = lookup
-        self.handlers: dict[type, Handler | None] = dict(_BUILTIN_HANDLERS)
+        self.handlers: dict[type, Handler | tuple[Handler | None, tuple[type, ...]] | None] = dict(
+            _BUILTIN_HANDLERS
+        )
         for cls, reducer in user_reducers.items():
             self.handlers[cls] = _adapt(reducer)
 
     def resolve(self, cls: type) -> Handler | None:
-        """Find and remember the handler of a type seen for the first time."""
+        """Find and remember the handler of a type seen for the first time (or
+        whose MRO changed since)."""
+        mro = cls.__mro__  # read first: a change made while resolving misses next time
         handler: Handler | None = None
-        for base in cls.__mro__[1:]:
+        for base in mro[1:]:
             if base in self.user_reducers:
-                handler = self.handlers[base]
+                handler = _adapt(self.user_reducers[base])
                 break
         else:
             reducer = None if self.lookup is None else self.lookup(cls)
@@ -596,7 +693,7 @@ class TypeDispatch:
                 handler = _reduce_class
             elif issubclass(cls, set | frozenset):  # (exact sets never reach the hook)
                 handler = _reduce_set_subclass
-        self.handlers[cls] = handler
+        self.handlers[cls] = (handler, mro)
         return handler
 
 
@@ -641,6 +738,9 @@ def dispatch_for(
         with _global_reducers_lock:
             user_reducers = {**_global_reducers, **local_reducers}
         return TypeDispatch(user_reducers, lookup)
+    if not CACHING:  # each pickler resolves every type afresh, for its own dumps only
+        with _global_reducers_lock:
+            return TypeDispatch(dict(_global_reducers), lookup)
     shared = _shared_dispatch.get(lookup)
     if shared is None or len(shared.handlers) > MAX_SHARED_TYPES:
         replaced = shared is not None or len(_shared_dispatch) > 64

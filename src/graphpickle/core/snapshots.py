@@ -32,7 +32,9 @@ def function_snapshot_in_python(
     """What ``func``'s by-value reduction is built from: ``SNAPSHOT_FIELDS``,
     the value of each global in ``names``, each closure cell's contents, and
     the keys and values of its ``__dict__`` (``missing`` for a global or a
-    cell without a value). Its annotations are read as they are: call it once
+    cell without a value). Its "annotations" are its ``__annotate__`` where it
+    has one (3.14+: deferred annotations travel as the function that computes
+    them, never read), else its annotations as they are: call it once
     ``func.__annotations__`` has been made (reading it makes the dict)."""
     cells = []
     for cell in func.__closure__ or ():
@@ -43,7 +45,7 @@ def function_snapshot_in_python(
     found = func.__globals__
     fixed = (
         func.__code__, func.__defaults__, func.__kwdefaults__, func.__name__, func.__qualname__,
-        func.__module__, func.__doc__, func.__annotations__, func.__closure__,
+        func.__module__, func.__doc__, _annotations_as_sent(func), func.__closure__,
     )  # fmt: skip
     return (
         *fixed,
@@ -51,6 +53,11 @@ def function_snapshot_in_python(
         *cells,
         *itertools.chain.from_iterable(func.__dict__.items()),
     )
+
+
+def _annotations_as_sent(func: types.FunctionType) -> Any:
+    annotate = getattr(func, "__annotate__", None)
+    return func.__annotations__ if annotate is None else annotate
 
 
 def same_objects_in_python(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
@@ -98,6 +105,17 @@ _LEAVES = frozenset({int, float, complex, bool, str, bytes, type(None), types.Co
 _REFERENCE_BUDGET = 1000
 
 
+def _closure_to_follow(func: types.FunctionType) -> Any:
+    """``func``'s closure, but for the ``__classdict__`` cell (3.14+: the class's
+    dict, which an ``__annotate__`` of a class or of its methods reads) of a
+    class that is not <locals>: such a class is not followed either."""
+    closure = func.__closure__
+    names = func.__code__.co_freevars
+    if closure is None or "__classdict__" not in names or "<locals>" in func.__qualname__:
+        return closure
+    return [cell for cell, name in zip(closure, names, strict=False) if name != "__classdict__"]
+
+
 def refers_to(roots: Any, target: object) -> bool:
     """Whether ``target`` may be reachable from ``roots`` (else a remembered
     entry holding them would keep it alive: the table's weak reference would
@@ -118,7 +136,12 @@ def refers_to(roots: Any, target: object) -> bool:
             return True
         if kind is types.FunctionType:
             stack.extend(
-                (value.__closure__, value.__defaults__, value.__kwdefaults__, value.__dict__)
+                (
+                    _closure_to_follow(value),
+                    value.__defaults__,
+                    value.__kwdefaults__,
+                    value.__dict__,
+                )
             )
         elif kind is types.ModuleType:
             continue

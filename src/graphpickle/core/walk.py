@@ -64,7 +64,9 @@ def walk_with_depth(pickler: Any, root: Any) -> Iterator[tuple[Path, int, Any]]:
     keep_alive: list[Any] = []  # reductions build temporaries; keep their ids unique
     while stack:
         obj, path, depth = stack.pop()
-        if type(obj) in ATOMS or id(obj) in seen:
+        cls = type(obj)
+        # (a class of another metaclass may not hash: it is no atom)
+        if (type(cls) is type and cls in ATOMS) or id(obj) in seen:
             continue
         seen.add(id(obj))
         keep_alive.append(obj)

@@ -130,7 +130,9 @@ def _describe(node: Any) -> tuple[str, str, str] | None:
         reason = function_reason(node)
         kind, name = "function", f"{node.__module__}.{node.__qualname__}"
     elif isinstance(node, type):
-        if node in cp.BUILTIN_TYPES:  # types.FunctionType and such: a tiny reference
+        # types.FunctionType and such: a tiny reference (a class of another
+        # metaclass is not looked up: its metaclass may not hash)
+        if type(node) is type and node in cp.BUILTIN_TYPES:
             return None
         reason = class_reason(node)
         kind, name = "class", f"{node.__module__}.{node.__qualname__}"
