@@ -19,7 +19,7 @@ import time
 from distributed import Client, LocalCluster
 from distributed.protocol import pickle as stock_pickle
 
-import graphpickle.dask_distributed as gpd
+import graphpickle.integrations.dask_distributed as gpd
 
 
 def inc(x, i):

@@ -8,7 +8,7 @@ fresh driver process (this script run again with ``--sample CONFIG``), so neithe
 configuration inherits what the other, or an earlier sample, left in memory:
 
 * stock: distributed as installed;
-* graphpickle: ``graphpickle.dask_distributed.install(client)`` (driver, scheduler
+* graphpickle: ``graphpickle.integrations.dask_distributed.install(client)`` (driver, scheduler
   and workers; with LocalCluster the scheduler runs in the driver process).
 
 The graph is N independent tasks ``("t", i) -> (inc, i)`` with ``inc`` defined in
@@ -102,7 +102,7 @@ def remove_recorder(loops: int) -> dict[str, Any]:
 def run_sample(config: str, tasks: int) -> dict[str, Any]:
     from distributed import Client, LocalCluster
 
-    import graphpickle.dask_distributed as gpd
+    import graphpickle.integrations.dask_distributed as gpd
 
     cluster_options = {"n_workers": 2, "threads_per_worker": 1, "processes": True}
     with (

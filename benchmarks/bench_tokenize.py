@@ -1,4 +1,4 @@
-"""dask's ``tokenize`` with and without ``graphpickle.dask_tokenize.install()``.
+"""dask's ``tokenize`` with and without ``graphpickle.integrations.dask_tokenize.install()``.
 
     scripts/bench-tokenize        # or: .venv/bin/python benchmarks/bench_tokenize.py [--repeat N]
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 _SENDER_PRELUDE = """
 import os, pickle, sys, threading, types, collections, cloudpickle, graphpickle
-import graphpickle.dask_distributed as gpd
+import graphpickle.integrations.dask_distributed as gpd
 from graphpickle.core import reducers as _reducers
 
 _payloads = []
@@ -467,7 +467,7 @@ def test_random_changes_between_payloads(tmp_path_factory, actions):
     import cloudpickle
 
     import graphpickle
-    import graphpickle.dask_distributed as gpd
+    import graphpickle.integrations.dask_distributed as gpd
 
     namespace: dict = {"__name__": "__main__", "collections": __import__("collections")}
     exec(_STATE, namespace)
@@ -489,7 +489,7 @@ def test_random_changes_between_payloads(tmp_path_factory, actions):
 ENGAGED = """
 import dataclasses, sys, types
 import graphpickle
-import graphpickle.dask_distributed as gpd
+import graphpickle.integrations.dask_distributed as gpd
 from graphpickle.core import reducers as _reducers
 from graphpickle.core.native import speedups
 

@@ -27,7 +27,7 @@ def test_stock_distributed_misses_a_nested_by_value_module(tmp_path, receiver):
         sys.path.insert(0, {str(tmp_path / "lib")!r})
         import cloudpickle, mylib
         from distributed.protocol import pickle as stock
-        import graphpickle.dask_distributed as gpd
+        import graphpickle.integrations.dask_distributed as gpd
         cloudpickle.register_pickle_by_value(mylib)
         graph = {{"task": (mylib.process, 2.5)}}
         open("stock.pkl", "wb").write(stock.dumps(graph))
@@ -49,7 +49,7 @@ import numpy as np
 from distributed import Client, LocalCluster
 from distributed.protocol.serialize import dask_deserialize, dask_serialize
 import graphpickle
-import graphpickle.dask_distributed as gpd
+import graphpickle.integrations.dask_distributed as gpd
 
 OFFSET = 7
 
@@ -135,7 +135,7 @@ def test_dumps_keeps_distributed_semantics():
 
     import numpy as np
 
-    import graphpickle.dask_distributed as gpd
+    import graphpickle.integrations.dask_distributed as gpd
 
     array = np.arange(100)
     buffers: list[pickle.PickleBuffer] = []
@@ -154,7 +154,7 @@ def test_fast_dumps_and_loads_take_every_argument_as_stock_does():
     import numpy as np
     from distributed.protocol import pickle as stock
 
-    import graphpickle.dask_distributed as gpd
+    import graphpickle.integrations.dask_distributed as gpd
 
     array = np.arange(10)
     for protocol in (None, 0, 4, 5):  # `protocol or HIGHEST_PROTOCOL`; buffers in band below 5
@@ -178,7 +178,7 @@ def test_serialization_family():
     import numpy as np
     from distributed.protocol import deserialize, serialize
 
-    import graphpickle.dask_distributed as gpd
+    import graphpickle.integrations.dask_distributed as gpd
 
     gpd.install()
     try:
@@ -201,7 +201,7 @@ def test_dask_serialize_types_next_to_a_main_function():
     from distributed.protocol import pickle as stock
     from distributed.protocol.serialize import dask_deserialize, dask_serialize
 
-    import graphpickle.dask_distributed as gpd
+    import graphpickle.integrations.dask_distributed as gpd
 
     class Guarded:
         def __init__(self, value):
@@ -234,7 +234,7 @@ class HoldsRefuses:
 def test_dask_serialize_registered_after_a_failure_applies_to_the_next_dumps():
     from distributed.protocol.serialize import dask_deserialize, dask_serialize
 
-    import graphpickle.dask_distributed as gpd
+    import graphpickle.integrations.dask_distributed as gpd
 
     for graph in (Refuses(1), HoldsRefuses(1), [1, Refuses(1)]):
         with pytest.raises(TypeError, match="nope"):  # distributed's contract
@@ -258,7 +258,7 @@ def test_lazy_dask_serialize_registration_after_a_failure(tmp_path, monkeypatch)
 
     from distributed.protocol.serialize import dask_deserialize, dask_serialize
 
-    import graphpickle.dask_distributed as gpd
+    import graphpickle.integrations.dask_distributed as gpd
 
     module = types.ModuleType("gp_lazy_lib")
     exec(
@@ -296,7 +296,7 @@ def test_preload_for_command_line_scheduler_and_worker(tmp_path):
 
     bin_dir = os.path.dirname(sys.executable)
     scheduler_file = tmp_path / "scheduler.json"
-    common = ["--preload", "graphpickle.dask_distributed"]
+    common = ["--preload", "graphpickle.integrations.dask_distributed"]
     processes = [
         subprocess.Popen(
             [
@@ -338,7 +338,7 @@ def test_preload_for_command_line_scheduler_and_worker(tmp_path):
         out = run_python(
             f"""
             from distributed import Client
-            import graphpickle.dask_distributed as gpd
+            import graphpickle.integrations.dask_distributed as gpd
             with Client(scheduler_file={str(scheduler_file)!r}, timeout=60) as client:
                 client.wait_for_workers(1, timeout=60)
                 assert client.run_on_scheduler(gpd.installed)

@@ -18,10 +18,10 @@ import dataclasses, enum, json, multiprocessing, sys
 import dask
 import dask.array as da
 from dask.base import tokenize
-import graphpickle.dask_tokenize
+import graphpickle.integrations.dask_tokenize
 
 if sys.argv[1] == "graphpickle":
-    graphpickle.dask_tokenize.install()
+    graphpickle.integrations.dask_tokenize.install()
 
 SCALE = 10
 
@@ -75,7 +75,7 @@ def tokens():
 
 def child_tokens(mode):
     if mode == "graphpickle":
-        graphpickle.dask_tokenize.install()
+        graphpickle.integrations.dask_tokenize.install()
     return tokens()
 
 if __name__ == "__main__":
@@ -120,9 +120,9 @@ def test_stock_dask_gives_other_tokens_so_the_comparison_can_fail(runs):
 def test_different_code_gives_a_different_token():
     from dask.base import tokenize
 
-    import graphpickle.dask_tokenize
+    import graphpickle.integrations.dask_tokenize
 
-    graphpickle.dask_tokenize.install()
+    graphpickle.integrations.dask_tokenize.install()
     try:
         namespace: dict = {"__name__": "__main__"}
         variants = [
@@ -148,16 +148,16 @@ def test_different_code_gives_a_different_token():
         assert tokenize(outer(1)) != tokenize(outer(2))  # a closure value
         assert tokenize(outer(1)) == tokenize(outer(1))
     finally:
-        graphpickle.dask_tokenize.uninstall()
-    assert not graphpickle.dask_tokenize.installed()
+        graphpickle.integrations.dask_tokenize.uninstall()
+    assert not graphpickle.integrations.dask_tokenize.installed()
 
 
 LINES = """\
 import json
 import graphpickle
-import graphpickle.dask_tokenize
+import graphpickle.integrations.dask_tokenize
 from dask.base import tokenize
-graphpickle.dask_tokenize.install()
+graphpickle.integrations.dask_tokenize.install()
 
 def inc(x):
     return x + 1
@@ -189,7 +189,7 @@ def test_equal_local_classes_made_by_separate_calls_get_one_token():
     # with graphpickle it holds.
     from dask.base import tokenize
 
-    import graphpickle.dask_tokenize
+    import graphpickle.integrations.dask_tokenize
 
     def make(instance):
         class C:
@@ -197,12 +197,12 @@ def test_equal_local_classes_made_by_separate_calls_get_one_token():
 
         return C() if instance else C
 
-    graphpickle.dask_tokenize.install()
+    graphpickle.integrations.dask_tokenize.install()
     try:
         assert tokenize(make(False)) == tokenize(make(False))
         assert tokenize(make(True)) == tokenize(make(True))
     finally:
-        graphpickle.dask_tokenize.uninstall()
+        graphpickle.integrations.dask_tokenize.uninstall()
 
 
 def test_changing_an_object_between_two_calls_changes_its_token():
@@ -210,7 +210,7 @@ def test_changing_an_object_between_two_calls_changes_its_token():
     # call may stand for them in the second.
     from dask.base import tokenize
 
-    import graphpickle.dask_tokenize
+    import graphpickle.integrations.dask_tokenize
 
     class Unit:
         name = "m"
@@ -224,7 +224,7 @@ def test_changing_an_object_between_two_calls_changes_its_token():
     def outer(n):
         return lambda x: x + n
 
-    graphpickle.dask_tokenize.install()
+    graphpickle.integrations.dask_tokenize.install()
     try:
         instance = Unit()
         closure = outer(1)
@@ -243,7 +243,7 @@ def test_changing_an_object_between_two_calls_changes_its_token():
             change()
             assert tokenize(obj) != before, change
     finally:
-        graphpickle.dask_tokenize.uninstall()
+        graphpickle.integrations.dask_tokenize.uninstall()
         globals()["OFFSET"] = 1
 
 
@@ -256,13 +256,13 @@ def test_what_cannot_be_made_deterministic_keeps_dasks_behaviour():
     import dask
     from dask.base import tokenize
 
-    import graphpickle.dask_tokenize
+    import graphpickle.integrations.dask_tokenize
 
     class HoldsLock:
         def __init__(self):
             self.lock = threading.Lock()
 
-    graphpickle.dask_tokenize.install()
+    graphpickle.integrations.dask_tokenize.install()
     try:
         with (
             dask.config.set({"tokenize.ensure-deterministic": True}),
@@ -271,7 +271,7 @@ def test_what_cannot_be_made_deterministic_keeps_dasks_behaviour():
             tokenize(HoldsLock())
         assert tokenize(HoldsLock()) != tokenize(HoldsLock())  # dask's random fallback
     finally:
-        graphpickle.dask_tokenize.uninstall()
+        graphpickle.integrations.dask_tokenize.uninstall()
 
 
 def test_importable_objects_keep_their_tokens():
@@ -279,25 +279,25 @@ def test_importable_objects_keep_their_tokens():
     # dask's first step does: no slower, and the same as without graphpickle.
     from dask.base import tokenize
 
-    import graphpickle.dask_tokenize
+    import graphpickle.integrations.dask_tokenize
 
     before = [tokenize(os.path.join), tokenize(Path), tokenize(Path("/tmp"))]
-    graphpickle.dask_tokenize.install()
+    graphpickle.integrations.dask_tokenize.install()
     try:
         assert [tokenize(os.path.join), tokenize(Path), tokenize(Path("/tmp"))] == before
     finally:
-        graphpickle.dask_tokenize.uninstall()
+        graphpickle.integrations.dask_tokenize.uninstall()
 
 
 CLIENT_SCRIPT = """
 import dataclasses, sys
 import dask
 from distributed import Client
-import graphpickle.dask_tokenize
+import graphpickle.integrations.dask_tokenize
 
 address, mode, role = sys.argv[1:4]
 if mode == "graphpickle":
-    graphpickle.dask_tokenize.install()
+    graphpickle.integrations.dask_tokenize.install()
 
 @dataclasses.dataclass
 class Point:

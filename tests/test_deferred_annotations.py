@@ -154,7 +154,7 @@ _POOL = (
     + _OBSERVE
     + """
 import json
-from graphpickle.futures import ProcessPoolExecutor
+from graphpickle.integrations.futures import ProcessPoolExecutor
 
 def remote(name, obj):
     import __main__

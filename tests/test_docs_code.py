@@ -6,7 +6,8 @@ reader goes through them in order, as a notebook would). What the prose takes
 for granted (a connection class, a dask client, a socket) is made beforehand by
 the file's setup below: visible here, never in the docs. A block that fails
 names its file and line. Shell blocks are not run, but each script they name
-must exist.
+must exist. Blocks fenced as ```python ray need a real Ray: tests/test_ray.py runs
+them, in the Ray stages of CI.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from conftest import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
+# The language, and " ray" for the blocks that need Ray.
+_FENCE = re.compile(r"^```(\w*(?: ray)?)[^\n]*\n(.*?)^```", re.S | re.M)
 
 # What the examples of a file take as given, made before its first block.
 SETUP = {

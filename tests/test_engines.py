@@ -100,7 +100,7 @@ _FUTURES_SCRIPT = """
 import multiprocessing, os, threading
 import numpy as np
 import graphpickle
-from graphpickle.futures import BrokenProcessPool, ProcessPoolExecutor
+from graphpickle.integrations.futures import BrokenProcessPool, ProcessPoolExecutor
 
 class Score:
     def __init__(self, value):

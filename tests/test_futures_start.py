@@ -1,4 +1,4 @@
-"""graphpickle.futures: the documented example as a script, and pools that break at start.
+"""graphpickle.integrations.futures: the documented example as a script, and pools that break at start.
 
 Each test runs a script as ``__main__`` in a fresh interpreter, with a timeout: a
 pool whose workers cannot start must fail with words, never hang.
@@ -59,7 +59,7 @@ def _run_failing(code: str, cwd) -> subprocess.CompletedProcess[str]:
 # parent's error says so, not only "a process terminated abruptly".
 _UNGUARDED = """
 from multiprocessing import get_context
-from graphpickle.futures import BrokenProcessPool, ProcessPoolExecutor
+from graphpickle.integrations.futures import BrokenProcessPool, ProcessPoolExecutor
 
 with ProcessPoolExecutor(max_workers=2, mp_context=get_context("{method}")) as pool:
     try:
@@ -97,7 +97,7 @@ def test_a_pool_started_outside_the_main_guard_says_why_it_broke(tmp_path, metho
 
 _BROKEN_STARTS = """
 import multiprocessing, os
-from graphpickle.futures import BrokenProcessPool, ProcessPoolExecutor
+from graphpickle.integrations.futures import BrokenProcessPool, ProcessPoolExecutor
 
 def bad_initializer():
     raise ValueError("no config")

@@ -24,7 +24,7 @@ LAYERS: list[dict[str, tuple[str, ...]]] = [
     {"determinism": ("determinism",), "restricted": ("restricted",)},
     {"core": ("core",)},
     {"wire": ("wire",), "diagnostics": ("diagnostics",)},
-    {"integrations": ("integrations", "dask_distributed", "dask_tokenize", "futures")},
+    {"integrations": ("integrations",)},
     {"public API": ("",)},  # graphpickle/__init__.py
     {"command line": ("cli", "__main__")},
 ]
@@ -163,8 +163,9 @@ def test_the_check_sees_lazy_imports_and_cycles(tmp_path):
 
 def test_importing_the_library_loads_no_command_line_code():
     code = (
-        "import sys, graphpickle, graphpickle.wire, graphpickle.dask_distributed, "
-        "graphpickle.dask_tokenize, graphpickle.futures\n"
+        "import sys, graphpickle, graphpickle.wire, graphpickle.integrations.dask_distributed, "
+        "graphpickle.integrations.dask_tokenize, graphpickle.integrations.futures, "
+        "graphpickle.integrations.ray\n"
         "print(sorted(m for m in sys.modules if m.startswith('graphpickle.cli')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

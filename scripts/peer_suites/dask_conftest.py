@@ -11,21 +11,21 @@ from pathlib import Path
 
 SWAP = os.environ.get("GP_PEER_SWAP") == "dask"
 if SWAP:
-    import graphpickle.dask_tokenize
+    import graphpickle.integrations.dask_tokenize
 
-    graphpickle.dask_tokenize.install()
+    graphpickle.integrations.dask_tokenize.install()
     site = str(Path(__file__).with_name("site"))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")]))
 
 
 def pytest_report_header():
-    import graphpickle.dask_tokenize
+    import graphpickle.integrations.dask_tokenize
 
-    return [f"GP_PEER_SWAP={os.environ.get('GP_PEER_SWAP', '')}: installed={graphpickle.dask_tokenize.installed()}"]
+    return [f"GP_PEER_SWAP={os.environ.get('GP_PEER_SWAP', '')}: installed={graphpickle.integrations.dask_tokenize.installed()}"]
 
 
 def pytest_collection_modifyitems(items):
     # A run is only a comparison if the swap is what the run says it is.
-    import graphpickle.dask_tokenize
+    import graphpickle.integrations.dask_tokenize
 
-    assert graphpickle.dask_tokenize.installed() == SWAP
+    assert graphpickle.integrations.dask_tokenize.installed() == SWAP

@@ -11,9 +11,9 @@ from pathlib import Path
 
 SWAP = os.environ.get("GP_PEER_SWAP") == "distributed"
 if SWAP:
-    import graphpickle.dask_distributed
+    import graphpickle.integrations.dask_distributed
 
-    graphpickle.dask_distributed.install()
+    graphpickle.integrations.dask_distributed.install()
     # Children (Nanny workers, the scripts some tests run) inherit PYTHONPATH.
     site = str(Path(__file__).with_name("site"))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")]))
@@ -24,7 +24,7 @@ from distributed.utils_test import *  # noqa: E402, F403
 
 pytest_plugins = ["distributed.pytest_resourceleaks"]
 
-# Where graphpickle.dask_distributed's functions are defined (their __module__).
+# Where graphpickle.integrations.dask_distributed's functions are defined (their __module__).
 GRAPHPICKLE = "graphpickle.integrations.dask_distributed"
 EXPECTED = GRAPHPICKLE if SWAP else "distributed.protocol.pickle"
 

@@ -10,11 +10,11 @@ raised).
 import os
 
 if os.environ.get("GP_PEER_SWAP") == "distributed":
-    import graphpickle.dask_distributed
+    import graphpickle.integrations.dask_distributed
 
-    graphpickle.dask_distributed.install()
+    graphpickle.integrations.dask_distributed.install()
 
 if os.environ.get("GP_PEER_SWAP") == "dask":
-    import graphpickle.dask_tokenize
+    import graphpickle.integrations.dask_tokenize
 
-    graphpickle.dask_tokenize.install()
+    graphpickle.integrations.dask_tokenize.install()

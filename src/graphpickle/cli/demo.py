@@ -11,7 +11,7 @@ of which comes from something the demo ran:
    every result checked.
 2. ``--engine dask``: a graph of ``__main__`` functions submitted with
    ``client.get``, end to end, with stock distributed and with
-   ``graphpickle.dask_distributed.install(client)``, each run in its own fresh
+   ``graphpickle.integrations.dask_distributed.install(client)``, each run in its own fresh
    ``LocalCluster`` (worker processes), the two in turns (``--tasks`` of them, at
    most 1,000; ``--repeat`` runs of each, at most 3); beside the wall time,
    the scheduler's own CPU time in the dumps of each task it sends to a worker (a
@@ -400,7 +400,7 @@ def _cluster_table(main: dict[str, Any], n_tasks: int, workers: int, repeat: int
     print_table(
         f"dask cluster: {len(graph):,} tasks of __main__ functions (a lambda, a closure) "
         f"through client.get; {_count(runs_each, 'run')} of each, in turns, each in a fresh LocalCluster "
-        f"({workers} worker processes); + graphpickle: graphpickle.dask_distributed.install(client)",
+        f"({workers} worker processes); + graphpickle: graphpickle.integrations.dask_distributed.install(client)",
         [
             "distributed",
             "client.get (median)",

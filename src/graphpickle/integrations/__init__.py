@@ -1,6 +1,8 @@
-"""graphpickle in real engines: dask.distributed, dask's tokenize, process pools.
+"""graphpickle in real engines: dask.distributed, dask's tokenize, Ray, process pools.
 
-Each module here is public under a shorter path (``graphpickle.dask_distributed``,
-``graphpickle.dask_tokenize``, ``graphpickle.futures``); the engines themselves
-are imported only when a function that needs them is called.
+One public module per engine, each under this package
+(``graphpickle.integrations.dask_distributed``, ``.dask_tokenize``, ``.ray``,
+``.futures``); those that change an engine share one shape: ``install()``,
+``uninstall()``, ``installed()``. The engines themselves are imported only when a
+function that needs them is called.
 """

@@ -10,14 +10,14 @@ graph to cloudpickle), and finds by-value modules however deeply nested.
 
 In a client::
 
-    import graphpickle.dask_distributed as gpd
+    import graphpickle.integrations.dask_distributed as gpd
     client = Client(...)
     gpd.install(client)          # this process, the scheduler and the current workers
 
 For schedulers and workers started from the command line::
 
-    dask scheduler --preload graphpickle.dask_distributed
-    dask worker tcp://... --preload graphpickle.dask_distributed
+    dask scheduler --preload graphpickle.integrations.dask_distributed
+    dask worker tcp://... --preload graphpickle.integrations.dask_distributed
 
 The serialization family ``"graphpickle"`` is registered too, for
 ``Client(serializers=["graphpickle", ...], deserializers=[...])``.

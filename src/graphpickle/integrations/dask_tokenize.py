@@ -24,8 +24,8 @@ defined again at another line, and so do these. An object whose
 deterministic payload cannot be made gets dask's own treatment, including its
 ``tokenize.ensure-deterministic`` error::
 
-    import graphpickle.dask_tokenize
-    graphpickle.dask_tokenize.install()     # in every process that builds graphs
+    import graphpickle.integrations.dask_tokenize
+    graphpickle.integrations.dask_tokenize.install()     # in every process that builds graphs
 
 It needs dask only (no distributed). :func:`uninstall` restores dask's function.
 """

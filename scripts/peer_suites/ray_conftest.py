@@ -1,0 +1,82 @@
+"""conftest.py of Ray's serialization tests as scripts/peer-suites-ray runs them.
+
+Ray's own python/ray/tests/conftest.py needs much of Ray's development tree;
+this one gives the fixtures the selected tests ask for, with the same meaning:
+a Ray started for the test (``ray_start_regular``, its parameters are
+``ray.init``'s; ``ray_start_2_cpus``) or for the module
+(``ray_start_shared_local_modes``: Ray 2.60 refuses ``local_mode``, so only the
+normal mode), ``shutdown_only`` (the test starts Ray, the fixture stops it) and
+``enable_pickle_debug`` (RAY_PICKLE_VERBOSE_DEBUG=1).
+
+With GP_PEER_SWAP=ray the script sets RAY_RUNTIME_ENV_HOOK, so that every
+``ray.init`` (the fixtures' and the tests' own) installs graphpickle in the
+driver and its workers. Each Ray the fixtures start is checked: the run errors
+out if the driver or a worker does not pickle as the pass says.
+"""
+
+import os
+
+import pytest
+import ray
+
+SWAP = os.environ.get("GP_PEER_SWAP") == "ray"
+
+
+def _installed_here():
+    import graphpickle.integrations.ray as gpray
+
+    return gpray.installed()
+
+
+def _check():
+    worker = ray.get(ray.remote(_installed_here).remote())
+    if (_installed_here(), worker) != (SWAP, SWAP):
+        raise RuntimeError(
+            f"GP_PEER_SWAP={os.environ.get('GP_PEER_SWAP', '')}, but graphpickle is "
+            f"installed in the driver: {_installed_here()}, in a worker: {worker}"
+        )
+
+
+def _start(**kwargs):
+    kwargs.setdefault("num_cpus", 1)
+    kwargs.setdefault("include_dashboard", False)
+    context = ray.init(**kwargs)
+    _check()
+    return context
+
+
+def pytest_report_header():
+    return [f"GP_PEER_SWAP={os.environ.get('GP_PEER_SWAP', '')}, Ray {ray.__version__}"]
+
+
+@pytest.fixture
+def ray_start_regular(request):
+    context = _start(**getattr(request, "param", {}))
+    yield context
+    ray.shutdown()
+
+
+@pytest.fixture
+def ray_start_2_cpus():
+    context = _start(num_cpus=2)
+    yield context
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_start_shared_local_modes():
+    context = _start()
+    yield context
+    ray.shutdown()
+
+
+@pytest.fixture
+def shutdown_only():
+    yield None
+    ray.shutdown()
+
+
+@pytest.fixture
+def enable_pickle_debug(monkeypatch):
+    monkeypatch.setenv("RAY_PICKLE_VERBOSE_DEBUG", "1")
+    yield

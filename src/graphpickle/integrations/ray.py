@@ -1,0 +1,323 @@
+"""Ray on graphpickle: task arguments, results, the object store and remote code.
+
+Ray pickles everything with the cloudpickle it vendors (``ray.cloudpickle``),
+which each of its serializing modules imports under a name of its own
+(``ray._private.serialization.pickle``, ``ray._raylet.ray_pickle``, ...).
+:func:`install` points those names at a stand-in whose ``dumps`` is one
+graphpickle pass and whose ``loads`` is ``pickle.loads`` with graphpickle's note
+on failure; everything else (``CloudPickler`` and its class-level table, where
+Ray and ``ray.util.register_serializer`` keep their reducers) is
+``ray.cloudpickle``'s own. Ray's reducers are found through a
+``reducer_lookup`` that reads that table, so object refs and actor handles
+nested in arguments are still tracked by Ray, registered serializers still run,
+and buffers Ray's writer takes stay out of band.
+
+In a driver, one call starts Ray with graphpickle in the driver and in every
+worker it starts (the workers run :func:`install` as their
+``worker_process_setup_hook``, which Ray runs in each new worker process, also
+those that replace a dead one)::
+
+    import graphpickle.integrations.ray as gpray
+
+    gpray.init(num_cpus=4)       # ray.init(...) with graphpickle everywhere
+
+or, with no change to the driver's code (Ray calls the hook in ``ray.init``)::
+
+    RAY_RUNTIME_ENV_HOOK=graphpickle.integrations.ray.runtime_env_hook python driver.py
+
+or, with ``ray.init`` called elsewhere::
+
+    gpray.install()                                  # this process
+    ray.init(runtime_env=gpray.runtime_env({...}))   # and the workers
+
+A Ray version this module was not checked against, or internals that moved,
+make :func:`install` refuse with :class:`RayIntegrationError` before it
+changes anything.
+"""
+
+from __future__ import annotations
+
+import _pickle
+import collections
+import importlib
+import os
+import pickle
+import types
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from ..core.pickler import _loads_failed, accelerated_dumps
+from ..core.reducers import Reducer, forget_lookup
+
+__all__ = [
+    "SUPPORTED_RAY",
+    "RayIntegrationError",
+    "init",
+    "install",
+    "installed",
+    "runtime_env",
+    "runtime_env_hook",
+    "uninstall",
+    "worker_setup",
+]
+
+#: The Ray minor versions whose internals this module was checked against.
+SUPPORTED_RAY = ((2, 60),)
+
+#: The names under which Ray's modules hold ``ray.cloudpickle`` and pickle with it.
+#: Every one must be there, and be ``ray.cloudpickle``, or install() refuses.
+_TARGETS = (
+    ("ray._private.serialization", "pickle"),  # arguments, results, ray.put/get
+    ("ray._common.serialization", "pickle"),  # remote functions, actor classes
+    ("ray._private.function_manager", "pickle"),  # their loading on workers
+    ("ray._private.worker", "pickle"),
+    ("ray._raylet", "ray_pickle"),
+    ("ray.exceptions", "pickle"),  # RayTaskError and its cause
+    ("ray._private.runtime_env.setup_hook", "pickle"),
+    ("ray.job_config", "pickle"),
+)
+
+#: ``worker_process_setup_hook`` value of a runtime environment.
+_HOOK = f"{__name__}.worker_setup"
+#: Where :func:`runtime_env` keeps a setup hook the user had: run after ours.
+_NEXT_HOOK_VAR = "GRAPHPICKLE_RAY_NEXT_SETUP_HOOK"
+
+
+class RayIntegrationError(RuntimeError):
+    """The installed Ray is not one this integration knows how to change."""
+
+
+# --- Ray's reducers ------------------------------------------------------------
+# Ray (ObjectRef, ActorHandle, DynamicObjectRefGenerator, CompiledDAGRef) and
+# ray.util.register_serializer write their reducers into CloudPickler's
+# class-level dict (through ``CloudPickler.dispatch``, a ChainMap over it and
+# copyreg's table). cloudpickle's own entries there (code, cells, properties,
+# ...) are graphpickle's business: only the others are Ray's. Like a pickler's
+# dispatch table, the table is asked for the exact type.
+
+_table: dict[type, Any] = {}  # CloudPickler._dispatch_table, once installed
+_seen: dict[type, Any] = {}  # a copy of it, as the remembered answers saw it
+_cloudpickle_module = ""  # the vendored cloudpickle's module name
+
+
+def _ray_lookup(cls: type) -> Reducer | None:
+    reducer = _table.get(cls)
+    if reducer is None or getattr(reducer, "__module__", None) == _cloudpickle_module:
+        return None
+    return cast(Reducer, reducer)
+
+
+def _check_table() -> None:
+    """Forget the remembered answers if Ray's table changed since (a
+    ``register_serializer`` or ``deregister_serializer``, an ObjectRef reducer
+    registered when Ray connected). A dict comparison: under a microsecond for
+    Ray's few dozen entries."""
+    if _table != _seen:
+        _seen.clear()
+        _seen.update(_table)
+        forget_lookup(_ray_lookup)
+
+
+def _reference_dumps(
+    obj: Any,
+    protocol: int | None = None,
+    buffer_callback: Callable[[pickle.PickleBuffer], Any] | None = None,
+) -> bytes:
+    """What ``_fast_dumps`` does without graphpickle's extension."""
+    import io
+
+    from ..core.pickler import Pickler
+
+    out = io.BytesIO()
+    Pickler(out, protocol, buffer_callback=buffer_callback, reducer_lookup=_ray_lookup).dump(obj)
+    return out.getvalue()
+
+
+_fast_dumps = accelerated_dumps(_reference_dumps, _ray_lookup, "graphpickle")
+
+
+def dumps(
+    obj: Any,
+    protocol: int | None = None,
+    buffer_callback: Callable[[pickle.PickleBuffer], Any] | None = None,
+) -> bytes:
+    """``ray.cloudpickle.dumps`` in one graphpickle pass, with Ray's reducers."""
+    _check_table()
+    return _fast_dumps(obj, protocol, buffer_callback)
+
+
+def dump(
+    obj: Any,
+    file: Any,
+    protocol: int | None = None,
+    buffer_callback: Callable[[pickle.PickleBuffer], Any] | None = None,
+) -> None:
+    """``ray.cloudpickle.dump``: :func:`dumps` written to ``file``."""
+    file.write(dumps(obj, protocol, buffer_callback))
+
+
+def loads(data: Any, /, *, buffers: Any = None, **kwargs: Any) -> Any:
+    """``ray.cloudpickle.loads`` (``pickle.loads``), with graphpickle's note in
+    words when it fails (a module or ``__main__`` name the worker lacks)."""
+    try:
+        return _pickle.loads(data, buffers=buffers, **kwargs)
+    except Exception as exc:
+        _loads_failed(exc, data)
+
+
+class _RayPickle(types.ModuleType):
+    """What Ray's modules see as ``ray.cloudpickle`` once installed: graphpickle's
+    ``dumps``/``dump``/``loads``; every other name is ``ray.cloudpickle``'s."""
+
+    def __init__(self, original: types.ModuleType) -> None:
+        super().__init__(original.__name__, original.__doc__)
+        self.__dict__["_original"] = original
+        self.__dict__.update(dumps=dumps, dump=dump, loads=loads)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_original"], name)
+
+
+# --- install -------------------------------------------------------------------
+
+_originals: dict[tuple[str, str], Any] = {}
+
+
+def _check_ray() -> tuple[types.ModuleType, list[tuple[types.ModuleType, str]]]:
+    """Everything install() relies on, checked before anything changes:
+    ``ray.cloudpickle`` and the modules holding it."""
+    try:
+        import ray
+        import ray.cloudpickle as ray_cloudpickle
+    except ImportError as exc:
+        raise RayIntegrationError(f"Ray is not installed: {exc}") from exc
+    version = getattr(ray, "__version__", "unknown")
+    try:
+        minor = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        minor = ()
+    if minor not in SUPPORTED_RAY:
+        known = ", ".join(f"{major}.{minor_}" for major, minor_ in SUPPORTED_RAY)
+        raise RayIntegrationError(
+            f"graphpickle's Ray integration knows Ray {known}, not {version}: nothing was installed"
+        )
+    pickler = getattr(ray_cloudpickle, "CloudPickler", None)
+    table = vars(pickler).get("_dispatch_table") if isinstance(pickler, type) else None
+    chain = getattr(pickler, "dispatch", None)
+    if not (
+        type(table) is dict
+        and isinstance(chain, collections.ChainMap)
+        and chain.maps
+        and chain.maps[0] is table
+    ):
+        raise RayIntegrationError(
+            "ray.cloudpickle.CloudPickler no longer keeps Ray's reducers in the "
+            "class-level '_dispatch_table' dict behind 'dispatch': nothing was installed"
+        )
+    targets = []
+    for module_name, name in _TARGETS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise RayIntegrationError(
+                f"Ray {version} has no module {module_name} ({exc}): nothing was installed"
+            ) from exc
+        current = vars(module).get(name)
+        if current is not ray_cloudpickle and not isinstance(current, _RayPickle):
+            raise RayIntegrationError(
+                f"{module_name}.{name} is {current!r}, not ray.cloudpickle, in Ray "
+                f"{version}: nothing was installed"
+            )
+        targets.append((module, name))
+    return ray_cloudpickle, targets
+
+
+def install() -> None:
+    """Make this process pickle with graphpickle wherever Ray pickles.
+
+    Workers get it from :func:`init` or :func:`runtime_env`. Raises
+    :class:`RayIntegrationError`, having changed nothing, if the installed Ray
+    is not one this module knows. Calling it again does nothing more."""
+    global _cloudpickle_module, _table
+    ray_cloudpickle, targets = _check_ray()
+    table = vars(ray_cloudpickle.CloudPickler)["_dispatch_table"]
+    if table is not _table:
+        _table.clear()
+        _seen.clear()
+        forget_lookup(_ray_lookup)
+    _table = table
+    _cloudpickle_module = ray_cloudpickle.CloudPickler.__module__
+    shim = _RayPickle(ray_cloudpickle)
+    for module, name in targets:  # nothing below can fail half-way
+        current = vars(module)[name]
+        if isinstance(current, _RayPickle):
+            continue
+        _originals[(module.__name__, name)] = current
+        setattr(module, name, shim)
+
+
+def uninstall() -> None:
+    """Undo :func:`install` in this process (workers keep theirs until they exit)."""
+    for (module_name, name), original in _originals.items():
+        setattr(importlib.import_module(module_name), name, original)
+    _originals.clear()
+
+
+def installed() -> bool:
+    """Whether this process pickles with graphpickle wherever Ray pickles."""
+    if not _originals:
+        return False
+    return all(
+        isinstance(vars(importlib.import_module(module_name)).get(name), _RayPickle)
+        for module_name, name in _TARGETS
+    )
+
+
+def worker_setup() -> None:
+    """The ``worker_process_setup_hook`` :func:`runtime_env` sets: :func:`install`,
+    then the hook the runtime environment had before, if any."""
+    install()
+    following = os.environ.get(_NEXT_HOOK_VAR)
+    if following:
+        module_name, _, name = following.rpartition(".")
+        getattr(importlib.import_module(module_name), name)()
+
+
+def runtime_env(env: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``env`` (a ``ray.init``/job/task ``runtime_env``) with graphpickle installed
+    in each worker process it starts. A setup hook already named there (as a
+    ``"module.function"`` string) runs after graphpickle's."""
+    merged = dict(env or {})
+    following = merged.get("worker_process_setup_hook")
+    if following is not None and following != _HOOK:
+        if not isinstance(following, str):
+            raise TypeError(
+                "graphpickle chains a runtime_env's worker_process_setup_hook only when it "
+                f"is named as a 'module.function' string, not given as {following!r}"
+            )
+        env_vars = dict(merged.get("env_vars") or {})
+        env_vars[_NEXT_HOOK_VAR] = following
+        merged["env_vars"] = env_vars
+    merged["worker_process_setup_hook"] = _HOOK
+    return merged
+
+
+def runtime_env_hook(env: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Ray's ``RAY_RUNTIME_ENV_HOOK``: with
+    ``RAY_RUNTIME_ENV_HOOK=graphpickle.integrations.ray.runtime_env_hook`` in a
+    driver's environment, every ``ray.init`` there installs graphpickle in the
+    driver and in its workers, with no change to the driver's code."""
+    install()
+    return runtime_env(env)
+
+
+_runtime_env = runtime_env  # init() takes ray.init's keyword of the same name
+
+
+def init(*args: Any, runtime_env: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+    """``ray.init(*args, **kwargs)`` with graphpickle installed in this process and
+    in every worker Ray starts for it; returns what ``ray.init`` returns."""
+    import ray
+
+    install()
+    return ray.init(*args, runtime_env=_runtime_env(runtime_env), **kwargs)
