@@ -9,6 +9,7 @@ integration does not import distributed's plugin machinery.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
@@ -18,11 +19,13 @@ NAME = "graphpickle"
 
 
 class InstallOnWorkers(WorkerPlugin):  # type: ignore[misc]  # (distributed is not typed)
-    """Installs graphpickle's pickling in each worker that joins."""
+    """Calls ``install()`` (``dask_distributed.install``, which travels to the
+    workers by reference) in each worker that joins."""
 
     name = NAME
 
-    def setup(self, worker: Any) -> None:
-        from .dask_distributed import install
+    def __init__(self, install: Callable[[], None]) -> None:
+        self.install = install
 
-        install()
+    def setup(self, worker: Any) -> None:
+        self.install()

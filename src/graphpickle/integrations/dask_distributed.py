@@ -252,7 +252,7 @@ def install(client: Any = None) -> None:
         from ._dask_workers import InstallOnWorkers
 
         client.run_on_scheduler(install)
-        client.register_plugin(InstallOnWorkers())
+        client.register_plugin(InstallOnWorkers(install))
 
 
 def uninstall() -> None:
