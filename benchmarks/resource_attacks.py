@@ -105,6 +105,54 @@ def _shared_list_copied(calls: int = 200_000, items: int = 50_000) -> bytes:
     return head + b"(" + b"h\x00h\x01\x85R" * calls + b"l."
 
 
+def _long4(n: int) -> bytes:
+    data = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8b" + len(data).to_bytes(4, "little") + data
+
+
+def _heavy_tuple(levels: int = 18) -> bytes:
+    # memo 0 = (), memo i+1 = (memo i, memo i): 2**(levels + 1) items' hashing work
+    ops = b")\x940"
+    for i in range(levels):
+        ops += b"h" + bytes([i]) + b"h" + bytes([i]) + b"\x86\x940"
+    return ops  # (left in the memo at index ``levels``, not on the stack)
+
+
+def _heavy_key_placed(times: int = 20_000, opcode: bytes = b"u") -> bytes:
+    # a key within tuple_work (2**19 items' work), placed ``times`` times
+    get = b"h\x12"
+    if opcode == b"u":  # a dict of (key, 1) pairs
+        return PROTO4 + _heavy_tuple() + b"}(" + (get + b"K\x01") * times + b"u."
+    return PROTO4 + _heavy_tuple() + b"\x8f(" + get * times + b"\x90."  # a set
+
+
+def _squared_fractions(times: int = 26) -> bytes:
+    # x = Fraction(3, 2); x = Fraction(x, Fraction(1, x)) (x squared), ``times`` times
+    fraction = _global("fractions", "Fraction")
+    ops = PROTO4 + fraction + b"\x94K\x03K\x02\x86R\x94"  # memo 0: Fraction, 1: x
+    for i in range(times):
+        x = b"h" + bytes([i + 1])
+        ops += b"h\x00" + x + b"h\x00K\x01" + x + b"\x86R\x86R\x94"
+    return ops + b"."
+
+
+def _str_of_shared_lists(levels: int = 40) -> bytes:
+    # L0 = []; L(i+1) = [Li, Li]; str(L40) is a repr of 2**40 lists
+    ops = PROTO4 + _global("builtins", "str") + b"]\x940"
+    for i in range(levels):
+        ops += b"(h" + bytes([i]) + b"h" + bytes([i]) + b"l\x940"
+    return ops + b"h" + bytes([levels]) + b"\x85R."
+
+
+def _pandas_cast_of_a_huge_decimal() -> bytes:
+    # _new_Index(Index, {"data": [Decimal("1e100000000")], "dtype": "int64"})
+    return (
+        PROTO4 + _global("pandas.core.indexes.base", "_new_Index") + _global("pandas", "Index")
+        + b"}(" + _text("data") + b"]" + _global("decimal", "Decimal") + _text("1e100000000")
+        + b"\x85Ra" + _text("dtype") + _text("int64") + b"u\x86R."
+    )  # fmt: skip
+
+
 RESOURCE: dict[str, Callable[[], bytes]] = {
     "exponential tuple key": _exponential_tuple_key,
     "exponential tuple in a frozenset": _exponential_frozenset,
@@ -136,6 +184,31 @@ RESOURCE: dict[str, Callable[[], bytes]] = {
     ),
     "a shared list copied by 200,000 calls": _shared_list_copied,
     "INT of 3,000,000 digits (int limit lifted)": lambda: b"\x80\x02I" + b"9" * 3 * 10**6 + b"\n.",
+    # conversions an admitted callable makes, whose cost is the value's, not the size's
+    "int of a Decimal with a huge exponent": lambda: (
+        PROTO4 + _global("builtins", "int") + _global("decimal", "Decimal") + _text("1e100000000")
+        + b"\x85R\x85R."
+    ),
+    "int of a Decimal of 1,000,000 digits": lambda: (
+        PROTO4 + _global("builtins", "int") + _global("decimal", "Decimal")
+        + b"\x8d" + (10**6).to_bytes(8, "little") + b"9" * 10**6 + b"\x85R\x85R."
+    ),
+    "Decimal of a 1 MB int": lambda: (
+        PROTO4 + _global("decimal", "Decimal") + _long4(3**5_000_000) + b"\x85R."
+    ),
+    "str of a 1 MB int (int limit lifted)": lambda: (
+        PROTO4 + _global("builtins", "str") + _long4(3**5_000_000) + b"\x85R."
+    ),
+    "a Fraction squared 26 times": _squared_fractions,
+    "a pandas int64 Index of a huge Decimal": _pandas_cast_of_a_huge_decimal,
+    "str of lists that share lists": _str_of_shared_lists,
+    # hashing: a key within tuple_work, hashed again each time it is placed
+    "a heavy tuple key placed 20,000 times": _heavy_key_placed,
+    "a heavy tuple added to a set 20,000 times": lambda: _heavy_key_placed(opcode=b"\x90"),
+    "frozenset of a heavy tuple listed 20,000 times": lambda: (
+        PROTO4 + _global("builtins", "frozenset") + _heavy_tuple() + b"(" + b"h\x12" * 20_000
+        + b"l\x85R."
+    ),
 }  # fmt: skip
 
 

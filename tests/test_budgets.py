@@ -129,3 +129,84 @@ def test_the_wire_caps_what_a_message_decompresses_to(monkeypatch):
                 wire.read(stream, max_bytes=cap)
         else:
             assert wire.read(stream, max_bytes=cap).nbytes == 2**25
+
+
+def test_numbers_within_the_digits_budget_still_load_and_the_budget_is_read_at_each_load(
+    monkeypatch,
+):
+    import decimal
+    import fractions
+    import pickle
+
+    import graphpickle
+    from graphpickle import DATA_ONLY, BudgetExceededError
+    from graphpickle.restricted import budgets
+
+    honest = [
+        decimal.Decimal("1e4000"),
+        decimal.Decimal("-1e-4000"),
+        decimal.Decimal("-Infinity"),
+        fractions.Fraction(10**4000, 3),
+        {2**10_000: (1, 2)},  # a big int as data (not converted) is fine
+    ]
+    for protocol in (2, 5):
+        data = pickle.dumps(honest, protocol)
+        assert graphpickle.loads(data, allowed=DATA_ONLY) == honest
+    data = pickle.dumps(decimal.Decimal("1e5000"), 5)
+    with pytest.raises(BudgetExceededError, match="digits") as caught:
+        graphpickle.loads(data, allowed=DATA_ONLY)
+    assert caught.value.budget == "digits" and caught.value.opcode == "REDUCE"
+    monkeypatch.setattr(budgets, "MAX_DIGITS", 6000)
+    assert graphpickle.loads(data, allowed=DATA_ONLY) == decimal.Decimal("1e5000")
+
+
+def test_str_bytes_and_bytearray_take_text_and_builtin_encodings_only():
+    import subprocess
+    import textwrap
+
+    child = textwrap.dedent(
+        """
+        import pickle, sys
+        import graphpickle
+        from graphpickle import DATA_ONLY, ForbiddenGlobalError
+
+        for data in (
+            b"\\x80\\x04cbuiltins\\nbytes\\n\\x8c\\x01x\\x8c\\x02uu\\x86R.",
+            b"\\x80\\x04cbuiltins\\nstr\\n]\\x85R.",
+        ):
+            try:
+                graphpickle.loads(data, allowed=DATA_ONLY)
+            except ForbiddenGlobalError as exc:
+                print("refused:", exc)
+            else:
+                print("loaded")
+        print("imported:", "encodings.uu_codec" in sys.modules)
+        print(graphpickle.loads(pickle.dumps(bytearray(b"ab\\xff"), 2), allowed=DATA_ONLY))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("refused:") and "encoding named 'uu'" in lines[0], lines
+    assert lines[1].startswith("refused:") and "str of a list" in lines[1], lines
+    assert lines[2:] == ["imported: False", "bytearray(b'ab\\xff')"], lines
+
+
+def test_tuple_keys_within_the_hashing_budget_still_load(monkeypatch):
+    import pickle
+
+    import graphpickle
+    from graphpickle import DATA_ONLY, BudgetExceededError
+    from graphpickle.restricted import budgets
+
+    shared: tuple = ()
+    for _ in range(10):  # 2**11 items' work, shared by every key
+        shared = (shared, shared)
+    graph = {("x", i, shared): i for i in range(2_000)}  # 4 million items hashed in all
+    data = pickle.dumps(graph, 5)
+    assert len(data) < 40_000
+    assert graphpickle.loads(data, allowed=DATA_ONLY) == graph
+    monkeypatch.setattr(budgets, "HASHING_FLOOR", 1 << 20)
+    with pytest.raises(BudgetExceededError) as caught:
+        graphpickle.loads(data, allowed=DATA_ONLY)
+    assert caught.value.budget == "hashing" and caught.value.opcode == "SETITEMS"
+    assert f"at byte {caught.value.offset}" in str(caught.value)

@@ -71,7 +71,7 @@ from typing import IO, Any, ClassVar, NoReturn
 from .._switches import READ_REFCOUNTS
 from ..errors import ForbiddenGlobalError, UnpicklingError
 from . import budgets
-from .budgets import Allowance, Depths, TupleWork, exceeded
+from .budgets import Allowance, Depths, Hashing, TupleWork, exceeded
 from .data_checks import (
     Arguments,
     allocation,
@@ -80,6 +80,7 @@ from .data_checks import (
     check_constructor,
     check_state,
     digits_problem,
+    number_problem,
     reconstructor,
 )
 from .data_only import DATA_ONLY
@@ -243,7 +244,9 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self._stream = file
         self._tuple_work = TupleWork()
         self._depths = Depths()
-        self._allowance = Allowance(len(file.getbuffer()) if hasattr(file, "getbuffer") else None)
+        size = len(file.getbuffer()) if hasattr(file, "getbuffer") else None
+        self._allowance = Allowance(size)
+        self._hashing = Hashing(size)
 
     # -- globals ---------------------------------------------------------------
 
@@ -364,14 +367,15 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
             self._globals.setdefault(id(top), f"{_describe(top)} ({why})")
             self._keep.append(top)
 
-    def _check_call(self, func: Any, args: Any, kwargs: Any, opcode: str) -> None:
+    def _check_call(self, func: Any, args: Any, kwargs: Any, opcode: str) -> Arguments:
         """Before a call: what it may allocate (the ``memory`` budget), and
         arguments that make an allowed name do more than build data
         (``data_checks.check_call``, ``check_constructor``)."""
         name = self._globals.get(id(func))
-        found = Arguments(args, kwargs)
+        found = Arguments(args, kwargs, work=self._tuple_work.counts)
         what = f"{name or 'the call'}(...)"
         self._allowance.allocate(allocation(name or "", args, found), opcode, self._offset, what)
+        self._hashing.charge(found.hashing, opcode, self._offset)
         digits = digits_problem(name or "", args, kwargs, found)
         if digits is not None:
             raise exceeded("digits", opcode, self._offset(), f"{what} is {digits}")
@@ -380,17 +384,30 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
             problem = check_call(name, args, kwargs, found)
         if problem is not None:
             _refuse(f"{name or _describe(func)}(...)", problem, str(name))
+        return found
 
     def _check_built(self, obj: Any, opcode: str) -> None:
         problem = check_built(obj, given_state=opcode == "BUILD")
         if problem is not None:
             _refuse(opcode, f"it made {problem}", _describe(obj))
 
-    def _after_call(self, opcode: str, args: Any = ()) -> None:
+    def _after_call(self, opcode: str, args: Any, found: Arguments) -> None:
         self._note_if_shared()
         self._check_built(self.stack[-1], opcode)
+        self._check_result(opcode, args, found)
+
+    def _check_result(self, opcode: str, args: Any, found: Arguments) -> None:
+        """After every call: a number past the ``digits`` budget is refused
+        where it is made; what the result holds is in its arguments (its depth,
+        and the work of hashing it, for a result that is not a tuple)."""
+        top = self.stack[-1]
+        problem = number_problem(top)
+        if problem is not None:
+            raise exceeded("digits", opcode, self._offset(), f"it made {problem}")
         self._count_if_tuple(opcode)
-        self._holds(self.stack[-1], (args,), opcode)  # (what it holds is in its arguments)
+        if type(top) is not tuple:
+            self._tuple_work.made(top, found.visited + found.hashing)
+        self._holds(top, (args,), opcode)
 
     # -- budgets (budgets.py) ---------------------------------------------------
 
@@ -419,13 +436,19 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self._holds(self.stack[-1], self.stack[-1], "LIST")
 
     def load_dict(self) -> None:
+        self._hash_keys(self.stack[::2], "DICT")  # (the items above the mark)
         super().load_dict()
         built = self.stack[-1]
         self._holds(built, [*built, *built.values()], "DICT")
 
     def load_frozenset(self) -> None:
+        self._hash_keys(self.stack, "FROZENSET")
         super().load_frozenset()
         self._holds(self.stack[-1], self.stack[-1], "FROZENSET")
+
+    def _hash_keys(self, keys: Any, opcode: str) -> None:
+        """Before keys or members are hashed: the ``hashing`` budget."""
+        self._hashing.keys(keys, self._tuple_work.counts, opcode, self._offset)
 
     def load_int(self) -> None:
         self._load_number(_PythonUnpickler.load_int, "INT")
@@ -516,25 +539,23 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
 
     def load_reduce(self) -> None:
         args = self._below(1)
-        self._check_call(self._below(2), args, None, "REDUCE")
+        found = self._check_call(self._below(2), args, None, "REDUCE")
         super().load_reduce()
-        self._after_call("REDUCE", args)
+        self._after_call("REDUCE", args, found)
 
     def load_newobj(self) -> None:
         args = self._below(1)
-        self._check_call(self._below(2), args, None, "NEWOBJ")
+        found = self._check_call(self._below(2), args, None, "NEWOBJ")
         super().load_newobj()
         self._note_if_shared()
-        self._count_if_tuple("NEWOBJ")
-        self._holds(self.stack[-1], (args,), "NEWOBJ")
+        self._check_result("NEWOBJ", args, found)
 
     def load_newobj_ex(self) -> None:
         args, kwargs = self._below(2), self._below(1)
-        self._check_call(self._below(3), args, kwargs, "NEWOBJ_EX")
+        found = self._check_call(self._below(3), args, kwargs, "NEWOBJ_EX")
         super().load_newobj_ex()
         self._note_if_shared()
-        self._count_if_tuple("NEWOBJ_EX")
-        self._holds(self.stack[-1], (args, kwargs), "NEWOBJ_EX")
+        self._check_result("NEWOBJ_EX", (args, kwargs), found)
 
     def load_inst(self) -> None:
         module = self.readline()[:-1].decode("ascii")
@@ -548,14 +569,14 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
     def _instantiate(self, klass: Any, args: list[Any], opcode: str) -> None:
         """INST and OBJ: the call pickle makes (a class with no arguments and no
         __getinitargs__ is only made, not initialized), checked as every call."""
-        self._check_call(klass, tuple(args), None, opcode)
+        found = self._check_call(klass, tuple(args), None, opcode)
         made: Any = klass
         # (No local may hold the result: _after_call reads its reference count.)
         if args or not isinstance(klass, type) or hasattr(klass, "__getinitargs__"):
             self.append(made(*args))
         else:
             self.append(made.__new__(made))
-        self._after_call(opcode, args)
+        self._after_call(opcode, args, found)
 
     def load_build(self) -> None:
         """BUILD as pickle does it, with what it calls looked up on the type: an
@@ -564,10 +585,11 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         (``__class__``, ``__setstate__``...) on an instance."""
         target, state = self._below(2), self._below(1)
         self._check_target(target, "BUILD")
-        found = Arguments(state)
+        found = Arguments(state, work=self._tuple_work.counts)
         self._allowance.allocate(
             allocation("", (), found), "BUILD", self._offset, f"BUILD on a {type(target).__name__}"
         )
+        self._hashing.charge(found.hashing, "BUILD", self._offset)
         problem = check_state(target, state, found)
         if problem is not None:
             _refuse(f"BUILD on a {type(target).__qualname__}", problem, _describe(target))
@@ -594,13 +616,15 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
     def load_setitem(self) -> None:
         target, key, value = self._below(3), self._below(2), self._below(1)
         self._check_target(target, "SETITEM")
+        self._hash_keys((key,), "SETITEM")
         self._holds(target, (key, value), "SETITEM")
         super().load_setitem()  # (obj[key] = value: __setitem__ comes from the type)
 
     def load_setitems(self) -> None:
         target = self._top_before_mark()
         self._check_target(target, "SETITEMS")
-        self._holds(target, self.stack, "SETITEMS")  # (the items above the mark)
+        self._hash_keys(self.stack[::2], "SETITEMS")  # (the items above the mark)
+        self._holds(target, self.stack, "SETITEMS")
         super().load_setitems()
 
     # pickle calls the ``append``, ``extend`` and ``add`` an object has, its own
@@ -630,6 +654,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         target = self._top_before_mark()
         self._check_target(target, "ADDITEMS")
         items = self.pop_mark()
+        self._hash_keys(items, "ADDITEMS")
         self._holds(target, items, "ADDITEMS")
         if isinstance(target, set):
             set.update(target, items)
