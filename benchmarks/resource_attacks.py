@@ -294,7 +294,44 @@ def _compressed_zeros(nbytes: int) -> list[bytes]:
     return [bytes(f) for f in wire.pack(np.zeros(nbytes // 8), compression="zstd")]
 
 
-WIRE: dict[str, Callable[[], list[bytes]]] = {
+def _message(frames: list[bytes], raws: list[int] | None = None, codec: int = 2) -> bytes:
+    """An unsigned wire message (as one ``bytes``) whose pickle is a list of
+    its buffers, one per frame, compressed with ``codec`` (1 lz4, 2 zstd) to
+    ``raws`` bytes each if given (the header's tables, written from scratch)."""
+    import struct
+
+    import graphpickle.wire as wire
+
+    payload = b"\x80\x05](" + b"\x97" * len(frames) + b"e."
+    first = bytes(wire.pack(None)[0])
+    document = first[18 : 18 + struct.unpack_from("<I", first, 6)[0]]
+    lengths = [len(payload), *map(len, frames)]
+    tables = b"".join(n.to_bytes(8, "little") for n in lengths)
+    flags = 0
+    if raws is not None:
+        flags = 0x02
+        tables += b"".join(n.to_bytes(8, "little") for n in [len(payload), *raws])
+        tables += bytes([0] + [codec] * len(frames))
+    prefix = struct.pack("<4sBBIII", b"GPKW", 1, flags, len(document), len(lengths), len(frames))
+    return b"".join([prefix, document, tables, payload, *frames])
+
+
+def _zstd_of_zeros(nbytes: int) -> bytes:
+    import zstandard
+
+    compressor = zstandard.ZstdCompressor(level=3).compressobj()
+    chunk = bytes(1 << 24)
+    pieces = [compressor.compress(chunk) for _ in range(nbytes >> 24)]
+    return b"".join([*pieces, compressor.flush()])
+
+
+def _lz4_of_zeros(nbytes: int) -> bytes:
+    import lz4.block
+
+    return bytes(lz4.block.compress(bytes(nbytes), store_size=False))
+
+
+WIRE: dict[str, Callable[[], list[bytes] | bytes]] = {
     # declares 16 GiB: refused before anything is decompressed
     "a frame declaring 16 GiB": lambda: _declared_raw_length(
         _compressed_zeros(2**20), 2**34, 2**20
@@ -303,6 +340,18 @@ WIRE: dict[str, Callable[[], list[bytes]]] = {
     "a frame decompressing past what it declares": lambda: _declared_raw_length(
         _compressed_zeros(2**29), 2**20, 2**29
     ),
+    # honest frames (each decompresses to what it declares) of a few hundred bytes
+    "a zstd frame of 2 GiB, honestly": lambda: _message(
+        [_zstd_of_zeros(2**31 - 2**24)], [2**31 - 2**24]
+    ),
+    "8 zstd frames of 256 MiB, honestly": lambda: _message(
+        [_zstd_of_zeros(2**28)] * 8, [2**28] * 8
+    ),
+    "an lz4 frame 255x its size, honestly": lambda: _message(
+        [_lz4_of_zeros(2**28)], [2**28], codec=1
+    ),
+    # 2**22 empty frames: 32 MiB of header, each frame an object of 100-200 bytes
+    "a header of 2**22 empty frames": lambda: _message([b""] * (2**22 - 1)),
 }
 
 
@@ -361,7 +410,7 @@ def _child(mode: str, name: str) -> None:
     logging.getLogger("picklescan").setLevel(logging.CRITICAL)
     try:
         if name in WIRE:
-            frames, data = WIRE[name](), b""
+            frames, data = WIRE[name](), b""  # (a message as bytes: unpack_bytes)
         else:
             data = (RESOURCE.get(name) or CRASHERS[name])()
             frames = _wire_frames(data)
@@ -396,6 +445,8 @@ def _child(mode: str, name: str) -> None:
                     file.write(data)
                     file.seek(0)
                     obj = graphpickle.load(file, allowed=DATA_ONLY)
+            elif isinstance(frames, bytes):
+                obj = wire.unpack_bytes(frames, allowed=DATA_ONLY)
             else:
                 obj = wire.unpack(frames, allowed=DATA_ONLY)
             if name in CRASHERS:

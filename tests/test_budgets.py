@@ -210,3 +210,56 @@ def test_tuple_keys_within_the_hashing_budget_still_load(monkeypatch):
         graphpickle.loads(data, allowed=DATA_ONLY)
     assert caught.value.budget == "hashing" and caught.value.opcode == "SETITEMS"
     assert f"at byte {caught.value.offset}" in str(caught.value)
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_honest_compressed_messages_load_under_the_default_caps(monkeypatch, codec):
+    import numpy as np
+
+    import graphpickle.wire as wire
+    from graphpickle import BudgetExceededError
+
+    pytest.importorskip("zstandard" if codec == "zstd" else "lz4")
+    rng = np.random.default_rng(0)
+    honest = [
+        rng.random(2**17),
+        np.arange(2**17),
+        rng.integers(0, 100, 2**17),
+        np.where(rng.random(2**21) < 0.01, 1.0, 0.0),  # 16 MiB, 1% nonzero: ~100-200x
+        np.zeros(6 * 2**20),  # 48 MiB of zeros: within the floor
+    ]
+    for array in honest:
+        message = wire.pack_bytes(array, compression=codec)
+        assert np.array_equal(wire.unpack_bytes(message), array)
+    zeros = np.zeros(12 * 2**20)  # 96 MiB of zeros, a few KiB sent: past 64 MiB + 64x
+    message = wire.pack_bytes(zeros, compression=codec)
+    assert len(message) < 2**20
+    with pytest.raises(BudgetExceededError, match="64 x the") as caught:
+        wire.unpack_bytes(message)
+    assert caught.value.budget == "decompressed" and caught.value.offset is not None
+    assert wire.unpack_bytes(message, max_bytes=2**27).nbytes == zeros.nbytes
+    monkeypatch.setattr(wire, "MAX_DECOMPRESSED", 2**27)  # set once for the process
+    assert wire.unpack_bytes(message).nbytes == zeros.nbytes
+
+
+def test_a_message_of_many_frames_needs_bytes_for_each(monkeypatch):
+    import io
+    import pickle
+
+    import numpy as np
+
+    import graphpickle.wire as wire
+    from graphpickle import BudgetExceededError
+
+    small = [np.full(1, i) for i in range(wire.FRAMES_FLOOR + 100)]  # a frame each, 8 bytes
+    assert len(wire.pack(small)) == len(small) + 2
+    assert len(wire.unpack_bytes(wire.pack_bytes(small))) == len(small)
+    tiny = [pickle.PickleBuffer(b"x") for _ in range(wire.FRAMES_FLOOR + 100)]  # ~11 bytes each
+    message = wire.pack_bytes(tiny)
+    with pytest.raises(BudgetExceededError, match="frames") as caught:
+        wire.unpack_bytes(message)
+    assert (caught.value.budget, caught.value.offset) == ("frames", 10)
+    with pytest.raises(BudgetExceededError, match="frames"):
+        wire.read(io.BytesIO(message))
+    monkeypatch.setattr(wire, "FRAMES_FLOOR", 2**17)
+    assert [bytes(b) for b in wire.unpack_bytes(message)] == [b"x"] * len(tiny)

@@ -256,6 +256,9 @@ def _inspect(path: str, *, as_json: bool, fail_on: str, trust: list[str]) -> int
         report = inspect(sys.stdin.buffer.read() if path == "-" else path, trust=trust)
     except (OSError, UnpicklingError) as exc:
         print(f"graphpickle inspect: {path}: {exc}", file=sys.stderr)
+        before = getattr(exc, "report", None)  # complete pickles before the rest
+        if before is not None:
+            print(json.dumps(before.to_dict(), indent=2) if as_json else before)
         return EXIT_UNREADABLE
     print(json.dumps(report.to_dict(), indent=2) if as_json else report)
     if report.verdict == "code" or (fail_on == "imports" and report.verdict == "imports"):
