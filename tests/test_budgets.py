@@ -29,6 +29,8 @@ RESOURCE_LIMITS = "within 10 s of CPU and 256 MB above the child's baseline"
 def test_a_resource_attack_ends_in_a_clear_exception(mode, name):
     result = try_one(mode, name)
     outcome = str(result["outcome"])
+    # (refused before the work or the allocation: not a MemoryError met on the way)
+    assert "MemoryError" not in outcome, outcome
     if mode == "restricted":
         assert outcome.startswith("refused: "), outcome
     elif mode == "file":  # (the pure-Python memo is a dict: an index costs nothing)
@@ -43,6 +45,9 @@ def test_a_resource_attack_ends_in_a_clear_exception(mode, name):
 def test_the_wire_refuses_what_a_message_states(name):
     outcome = str(try_one("wire", name)["outcome"])
     assert outcome.startswith("refused: "), outcome
+    assert "MemoryError" not in outcome, outcome  # (a limit met, not a budget)
+    if "honestly" in name or "frames" in name:  # each frame holds what it says: the cap refuses
+        assert outcome.startswith("refused: BudgetExceededError"), outcome
 
 
 @pytest.mark.parametrize("name", list(CRASHERS))
@@ -158,6 +163,16 @@ def test_numbers_within_the_digits_budget_still_load_and_the_budget_is_read_at_e
     assert caught.value.budget == "digits" and caught.value.opcode == "REDUCE"
     monkeypatch.setattr(budgets, "MAX_DIGITS", 6000)
     assert graphpickle.loads(data, allowed=DATA_ONLY) == decimal.Decimal("1e5000")
+    # every call that makes one is checked: NEWOBJ and OBJ as REDUCE
+    decimal_class, text = b"\x8c\x07decimal\x8c\x07Decimal\x93", b"\x8c\x0b1e100000000"
+    calls = {
+        "NEWOBJ": b"\x80\x04" + decimal_class + text + b"\x85\x81.",
+        "OBJ": b"\x80\x04(" + decimal_class + text + b"o.",
+    }
+    for opcode, data in calls.items():
+        with pytest.raises(BudgetExceededError) as caught:
+            graphpickle.loads(data, allowed=DATA_ONLY)
+        assert (caught.value.budget, caught.value.opcode) == ("digits", opcode)
 
 
 def test_str_bytes_and_bytearray_take_text_and_builtin_encodings_only():

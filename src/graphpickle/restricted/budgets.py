@@ -118,10 +118,10 @@ class TupleWork:
 
     def made(self, obj: Any, work: int) -> None:
         """A call made ``obj`` (not a tuple) from arguments whose walk visited
-        ``work`` items: hashing it may visit them all (none is cached)."""
-        if work > _COUNTED_WORK:
-            self.counts[id(obj)] = (work, obj)
-            self.objects = True
+        ``work`` items (more than ``COUNTED_WORK``): hashing it may visit them
+        all (none is cached)."""
+        self.counts[id(obj)] = (work, obj)
+        self.objects = True
 
     def count(self, value: tuple[Any, ...], opcode: str, offset: Any) -> None:
         """Count ``value``, a tuple just built; raise if it is over the budget.
@@ -163,8 +163,9 @@ class TupleWork:
         return total
 
 
-# Objects made from fewer items are not counted: hashing each costs a few steps.
-_COUNTED_WORK = 64
+#: Objects a call makes from fewer items are not counted: hashing each costs a
+#: few steps.
+COUNTED_WORK = 64
 
 
 class Hashing:

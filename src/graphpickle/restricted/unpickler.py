@@ -29,8 +29,10 @@ A pickle can call anything it can import. With ``loads(data, allowed=...)``:
   another table (EXT1/2/4) are implemented here, so that no check depends on
   which private method ``pickle``'s own implementation happens to call.
 - **Work and memory are budgeted** (``budgets.py``): a tuple whose hash would
-  visit more than a million items, objects nested more than 10,000 deep, a
-  length the data does not hold, and a memo index past the data's length raise
+  visit more than a million items, hashing past the load's ``hashing`` budget
+  in all, objects nested more than 10,000 deep, a length the data does not
+  hold, a memo index past the data's length, allocations past ``memory``, and
+  numbers past ``digits`` where they are made or converted raise
   :class:`BudgetExceededError` before the work or the allocation.
 
 An allow-list is a collection of strings:
@@ -58,6 +60,8 @@ docs/security.md has the numbers); out-of-band buffers are loaded without a copy
 from __future__ import annotations
 
 import _compat_pickle
+import decimal
+import fractions
 import functools
 import pickle
 import pickletools
@@ -93,6 +97,9 @@ _BY_VALUE_MODULE = "cloudpickle.cloudpickle"
 # Exact builtin types that no opcode can change: a shared one (a small int, an
 # interned string) that a call returns is left to fail as pickle fails.
 _IMMUTABLE = frozenset({int, float, complex, str, bytes, bool, type(None), tuple, frozenset})
+
+# What number_problem checks (a call's result of another type is no such number).
+_NUMBERS = frozenset({decimal.Decimal, fractions.Fraction})
 
 _NOT_DATA = (
     type,
@@ -375,7 +382,8 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         found = Arguments(args, kwargs, work=self._tuple_work.counts)
         what = f"{name or 'the call'}(...)"
         self._allowance.allocate(allocation(name or "", args, found), opcode, self._offset, what)
-        self._hashing.charge(found.hashing, opcode, self._offset)
+        if found.hashing:
+            self._hashing.charge(found.hashing, opcode, self._offset)
         digits = digits_problem(name or "", args, kwargs, found)
         if digits is not None:
             raise exceeded("digits", opcode, self._offset(), f"{what} is {digits}")
@@ -401,11 +409,14 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         where it is made; what the result holds is in its arguments (its depth,
         and the work of hashing it, for a result that is not a tuple)."""
         top = self.stack[-1]
-        problem = number_problem(top)
-        if problem is not None:
-            raise exceeded("digits", opcode, self._offset(), f"it made {problem}")
-        self._count_if_tuple(opcode)
-        if type(top) is not tuple:
+        kind = type(top)
+        if kind in _NUMBERS:
+            problem = number_problem(top)
+            if problem is not None:
+                raise exceeded("digits", opcode, self._offset(), f"it made {problem}")
+        if issubclass(kind, tuple):
+            self._count_if_tuple(opcode)
+        elif found.visited + found.hashing > budgets.COUNTED_WORK:
             self._tuple_work.made(top, found.visited + found.hashing)
         self._holds(top, (args,), opcode)
 

@@ -712,7 +712,9 @@ def _decompress(frame: Frame, raw_length: int, codec: str | None) -> Frame:
     except ImportError as exc:
         raise WireFormatError(f"the message is compressed with {codec}: {exc}") from None
     except Exception as exc:
-        raise WireFormatError(f"a {codec} frame does not decompress: {exc}") from None
+        raise WireFormatError(
+            f"a {codec} frame does not decompress: {type(exc).__name__}: {exc}"
+        ) from None
     if len(data) != raw_length:
         raise WireFormatError(
             f"a {codec} frame decompressed to {len(data)} bytes, not {raw_length}"
