@@ -137,10 +137,24 @@ def _squared_fractions(times: int = 26) -> bytes:
 
 
 def _str_of_shared_lists(levels: int = 40) -> bytes:
-    # L0 = []; L(i+1) = [Li, Li]; str(L40) is a repr of 2**40 lists
-    ops = PROTO4 + _global("builtins", "str") + b"]\x940"
+    # str(L40): a repr of 2**40 lists
+    return PROTO4 + _global("builtins", "str") + _shared_lists(levels) + b"\x85R."
+
+
+def _shared_lists(levels: int) -> bytes:
+    # L0 = []; L(i+1) = [Li, Li] in the memo at index i + 1, left on the stack
+    ops = b"]\x940"
     for i in range(levels):
         ops += b"(h" + bytes([i]) + b"h" + bytes([i]) + b"l\x940"
+    return ops + b"h" + bytes([levels])
+
+
+def _dtype_of_shared_fields(levels: int = 30) -> bytes:
+    # F0 = [("a", "f8")]; F(i+1) = [("a", Fi), ("b", Fi)]: a dtype of 2**30 fields
+    ops = PROTO4 + _global("numpy", "dtype") + b"(" + _text("a") + _text("f8") + b"\x86l\x940"
+    for i in range(levels):
+        get = b"h" + bytes([i])
+        ops += b"(" + _text("a") + get + b"\x86" + _text("b") + get + b"\x86l\x940"
     return ops + b"h" + bytes([levels]) + b"\x85R."
 
 
@@ -202,6 +216,10 @@ RESOURCE: dict[str, Callable[[], bytes]] = {
     "a Fraction squared 26 times": _squared_fractions,
     "a pandas int64 Index of a huge Decimal": _pandas_cast_of_a_huge_decimal,
     "str of lists that share lists": _str_of_shared_lists,
+    "UserString of lists that share lists": lambda: (
+        PROTO4 + _global("collections", "UserString") + _shared_lists(40) + b"\x85R."
+    ),
+    "numpy dtype of fields that share fields": _dtype_of_shared_fields,
     # hashing: a key within tuple_work, hashed again each time it is placed
     "a heavy tuple key placed 20,000 times": _heavy_key_placed,
     "a heavy tuple added to a set 20,000 times": lambda: _heavy_key_placed(opcode=b"\x90"),

@@ -278,3 +278,22 @@ def test_a_message_of_many_frames_needs_bytes_for_each(monkeypatch):
         wire.read(io.BytesIO(message))
     monkeypatch.setattr(wire, "FRAMES_FLOOR", 2**17)
     assert [bytes(b) for b in wire.unpack_bytes(message)] == [b"x"] * len(tiny)
+
+
+def test_arguments_that_share_containers_are_charged_as_walked_whole(monkeypatch):
+    import collections
+    import pickle
+
+    import graphpickle
+    from graphpickle import DATA_ONLY, BudgetExceededError
+
+    key = ("x", 3)
+    honest = collections.Counter([key] * 1_000 + [("y", 1)] * 10)  # a shared tuple, often
+    assert graphpickle.loads(pickle.dumps(honest, 2), allowed=DATA_ONLY) == honest
+    shared: list = []
+    for _ in range(30):  # 2**31 lists walked whole, from 30 levels of two references
+        shared = [shared, shared]
+    data = pickle.dumps(collections.UserList(shared), 0)  # (UserList(L) copies L: a call)
+    with pytest.raises(BudgetExceededError, match="share containers") as caught:
+        graphpickle.loads(data, allowed=DATA_ONLY)
+    assert caught.value.budget == "memory" and caught.value.offset is not None

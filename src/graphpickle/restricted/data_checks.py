@@ -51,6 +51,7 @@ __all__ = [
     "digits_problem",
     "number_problem",
     "reconstructor",
+    "unfolded",
 ]
 
 
@@ -262,11 +263,12 @@ class Arguments:
     tuples and objects met (``work``: what each costs to hash, by id, from
     ``budgets.TupleWork``; a tuple is counted each time it is met)."""
 
-    __slots__ = ("big_ints", "hashing", "lazy", "strings", "visited")
+    __slots__ = ("big_ints", "hashing", "lazy", "shared", "strings", "visited")
 
     def __init__(self, *values: Any, work: dict[int, tuple[int, Any]] | None = None) -> None:
         strings: list[str] = []
         lazy = visited = big_ints = hashing = 0
+        shared = False
         bound = _int_bound()
         seen: set[int] | None = None  # (made at the first container only)
         todo = list(values)
@@ -285,7 +287,9 @@ class Arguments:
                     hashing += len(value) if known is None else known[0]
                 if seen is None:
                     seen = set()
-                if id(value) not in seen:
+                if id(value) in seen:
+                    shared = True
+                else:
                     seen.add(id(value))
                     todo.extend(value.values() if kind is dict else value)
                     if kind is dict:
@@ -299,7 +303,45 @@ class Arguments:
                     if known is not None:
                         hashing += known[0]
         self.strings, self.lazy, self.visited = strings, lazy, visited
-        self.big_ints, self.hashing = big_ints, hashing
+        self.big_ints, self.hashing, self.shared = big_ints, hashing, shared
+
+
+def unfolded(values: tuple[Any, ...], cap: int) -> int:
+    """How many items a walk that follows every reference visits through the
+    tuples, lists and dicts of ``values`` (a shared container counted each time
+    it is reached; one that holds itself, once), or more than ``cap``. What
+    walks its argument whole does that much: ``str`` of a list, ``UserString``,
+    numpy's ``dtype`` of a nested field list (lists that share lists, 40 deep,
+    are 2**40). Each container is summed once (its total is kept), iteratively."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+    frames: list[list[Any]] = [[values, iter(values), 1]]
+    active.add(id(values))
+    while frames:
+        frame = frames[-1]
+        for item in frame[1]:
+            kind = type(item)
+            if kind is tuple or kind is list or kind is dict:
+                known = sizes.get(id(item))
+                if known is None and id(item) not in active:
+                    active.add(id(item))
+                    inner = (*item, *item.values()) if kind is dict else item
+                    frames.append([item, iter(inner), 1])
+                    break
+                frame[2] += 1 if known is None else known
+            else:
+                frame[2] += 1
+            if frame[2] > cap:
+                return cap + 1
+        else:
+            frames.pop()
+            active.discard(id(frame[0]))
+            sizes[id(frame[0])] = frame[2]
+            if frames:
+                frames[-1][2] += frame[2]
+                if frames[-1][2] > cap:
+                    return cap + 1
+    return sizes[id(values)]
 
 
 _BOUND: tuple[int, int] = (0, 1)

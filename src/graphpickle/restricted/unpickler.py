@@ -86,6 +86,7 @@ from .data_checks import (
     digits_problem,
     number_problem,
     reconstructor,
+    unfolded,
 )
 from .data_only import DATA_ONLY
 
@@ -382,6 +383,8 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         found = Arguments(args, kwargs, work=self._tuple_work.counts)
         what = f"{name or 'the call'}(...)"
         self._allowance.allocate(allocation(name or "", args, found), opcode, self._offset, what)
+        if found.shared:
+            self._charge_unfolded((args, kwargs), found, opcode, what)
         if found.hashing:
             self._hashing.charge(found.hashing, opcode, self._offset)
         digits = digits_problem(name or "", args, kwargs, found)
@@ -393,6 +396,31 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         if problem is not None:
             _refuse(f"{name or _describe(func)}(...)", problem, str(name))
         return found
+
+    def _charge_unfolded(self, values: Any, found: Arguments, opcode: str, what: str) -> None:
+        """Arguments that share containers: what walks them whole (a repr, numpy's
+        dtype of nested fields) visits a shared one each time it is reached,
+        charged to the ``memory`` budget as its items beyond those already
+        charged (``ITEM_BYTES`` each), before the call."""
+        cap = self._allowance.memory // budgets.ITEM_BYTES + found.visited
+        items = unfolded(values, cap)
+        if items > cap:
+            raise exceeded(
+                "memory",
+                opcode,
+                self._offset(),
+                f"{what} is given containers that share containers: walked whole, they are "
+                f"more than {cap:,} items, {budgets.ITEM_BYTES} bytes each, past the "
+                f"{self._allowance.memory:,} bytes left for this load",
+            )
+        extra = items - found.visited
+        if extra > 0:
+            self._allowance.allocate(
+                extra * budgets.ITEM_BYTES,
+                opcode,
+                self._offset,
+                f"{what}, walked whole through the containers its arguments share,",
+            )
 
     def _check_built(self, obj: Any, opcode: str) -> None:
         problem = check_built(obj, given_state=opcode == "BUILD")
@@ -597,9 +625,10 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         target, state = self._below(2), self._below(1)
         self._check_target(target, "BUILD")
         found = Arguments(state, work=self._tuple_work.counts)
-        self._allowance.allocate(
-            allocation("", (), found), "BUILD", self._offset, f"BUILD on a {type(target).__name__}"
-        )
+        what = f"BUILD on a {type(target).__name__}"
+        self._allowance.allocate(allocation("", (), found), "BUILD", self._offset, what)
+        if found.shared:
+            self._charge_unfolded((state,), found, "BUILD", what)
         self._hashing.charge(found.hashing, "BUILD", self._offset)
         problem = check_state(target, state, found)
         if problem is not None:
