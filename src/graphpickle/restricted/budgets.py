@@ -24,8 +24,10 @@ names the budget, the opcode and its byte offset:
   its arguments (it may copy them: ``list(L)`` made a hundred thousand times
   from one shared ``L`` costs a few bytes of input each), ``LAZY_ITEM_BYTES``
   for each item of a lazy sequence it would make real (a ``range``, a pandas
-  ``RangeIndex``: ``list(range(10**9))``, a ``DatetimeIndex`` of one), and the
-  sizes it is asked for (``bytearray(10**10)``, an array's shape). The whole
+  ``RangeIndex``: ``list(range(10**9))``, a ``DatetimeIndex`` of one), the
+  sizes it is asked for (``bytearray(10**10)``, an array's shape), and, for
+  arguments that share containers, each item a walk that follows every
+  reference visits (``str`` or numpy's ``dtype`` of lists that share lists). The whole
   load may spend ``MEMORY_FLOOR`` plus ``MEMORY_PER_INPUT_BYTE`` for each byte
   of input. The checks that walk the arguments visit no more items than are
   charged, so their work is bounded too.
