@@ -424,10 +424,13 @@ def number_problem(obj: Any) -> str | None:
     if kind is decimal.Decimal:
         if not obj.is_finite():
             return None
-        _, digits, exponent = obj.as_tuple()
         limit = budgets.MAX_DIGITS
-        if len(digits) > limit or abs(int(exponent)) > limit:
-            return f"a Decimal past {limit:,} digits or exponent digits"
+        # Its magnitude, then its digits (fewer than its text's characters: the
+        # text is short for all but the rare long one, as_tuple is not cheap).
+        if abs(obj.adjusted()) > limit or (
+            len(str(obj)) > limit and len(obj.as_tuple().digits) > limit
+        ):
+            return f"a Decimal past {limit:,} digits or a magnitude of 10**{limit:,}"
     elif kind is fractions.Fraction:
         bound = _int_bound()
         if abs(obj.numerator) > bound or obj.denominator > bound:
