@@ -284,16 +284,21 @@ def test_arguments_that_share_containers_are_charged_as_walked_whole(monkeypatch
     import collections
     import pickle
 
+    import numpy as np
+
     import graphpickle
     from graphpickle import DATA_ONLY, BudgetExceededError
 
     key = ("x", 3)
     honest = collections.Counter([key] * 1_000 + [("y", 1)] * 10)  # a shared tuple, often
     assert graphpickle.loads(pickle.dumps(honest, 2), allowed=DATA_ONLY) == honest
-    shared: list = []
-    for _ in range(30):  # 2**31 lists walked whole, from 30 levels of two references
-        shared = [shared, shared]
-    data = pickle.dumps(collections.UserList(shared), 0)  # (UserList(L) copies L: a call)
+    # A state is stored, not walked: 100,000 references to one 1,000-item tuple load.
+    objects = np.empty(100_000, dtype=object)
+    objects[:] = [tuple(range(1_000))] * len(objects)
+    loaded = graphpickle.loads(pickle.dumps(objects, 5), allowed=DATA_ONLY)
+    assert len(loaded) == len(objects) and loaded[-1] == objects[-1]
+    data = RESOURCE["UserString of lists that share lists"]()  # UserString(L) is str(L)
     with pytest.raises(BudgetExceededError, match="share containers") as caught:
         graphpickle.loads(data, allowed=DATA_ONLY)
-    assert caught.value.budget == "memory" and caught.value.offset is not None
+    assert caught.value.budget == "memory" and caught.value.opcode == "REDUCE"
+    assert f"at byte {caught.value.offset}" in str(caught.value)

@@ -624,12 +624,14 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         (``__class__``, ``__setstate__``...) on an instance."""
         target, state = self._below(2), self._below(1)
         self._check_target(target, "BUILD")
-        found = Arguments(state, work=self._tuple_work.counts)
+        found = Arguments(state)
         what = f"BUILD on a {type(target).__name__}"
         self._allowance.allocate(allocation("", (), found), "BUILD", self._offset, what)
-        if found.shared:
-            self._charge_unfolded((state,), found, "BUILD", what)
-        self._hashing.charge(found.hashing, "BUILD", self._offset)
+        # (What a state sets is stored, not walked: the __setstate__ of what
+        # DATA_ONLY allows keeps references, and a dict state hashes its keys.)
+        for part in state if isinstance(state, tuple) and len(state) == 2 else (state,):
+            if isinstance(part, dict):
+                self._hash_keys(part, "BUILD")
         problem = check_state(target, state, found)
         if problem is not None:
             _refuse(f"BUILD on a {type(target).__qualname__}", problem, _describe(target))
