@@ -62,7 +62,10 @@ def scan_inspect(data: bytes) -> Scan:
     try:
         report = graphpickle.inspect(data)
     except Exception as exc:  # the contract: no exception once an opcode was read
-        return Scan(False, True, f"{type(exc).__name__}: {exc}")
+        before = getattr(exc, "report", None)  # complete pickles before unreadable bytes
+        if before is None:
+            return Scan(False, True, f"{type(exc).__name__}: {exc}")
+        report = before  # (the CLI exits 2 and prints their report)
     code = report.verdict == "code"
     return Scan(
         code, report.verdict != "data", "" if code or report.error is None else report.error

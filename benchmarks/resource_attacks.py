@@ -105,6 +105,68 @@ def _shared_list_copied(calls: int = 200_000, items: int = 50_000) -> bytes:
     return head + b"(" + b"h\x00h\x01\x85R" * calls + b"l."
 
 
+def _long4(n: int) -> bytes:
+    data = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8b" + len(data).to_bytes(4, "little") + data
+
+
+def _heavy_tuple(levels: int = 18) -> bytes:
+    # memo 0 = (), memo i+1 = (memo i, memo i): 2**(levels + 1) items' hashing work
+    ops = b")\x940"
+    for i in range(levels):
+        ops += b"h" + bytes([i]) + b"h" + bytes([i]) + b"\x86\x940"
+    return ops  # (left in the memo at index ``levels``, not on the stack)
+
+
+def _heavy_key_placed(times: int = 20_000, opcode: bytes = b"u") -> bytes:
+    # a key within tuple_work (2**19 items' work), placed ``times`` times
+    get = b"h\x12"
+    if opcode == b"u":  # a dict of (key, 1) pairs
+        return PROTO4 + _heavy_tuple() + b"}(" + (get + b"K\x01") * times + b"u."
+    return PROTO4 + _heavy_tuple() + b"\x8f(" + get * times + b"\x90."  # a set
+
+
+def _squared_fractions(times: int = 26) -> bytes:
+    # x = Fraction(3, 2); x = Fraction(x, Fraction(1, x)) (x squared), ``times`` times
+    fraction = _global("fractions", "Fraction")
+    ops = PROTO4 + fraction + b"\x94K\x03K\x02\x86R\x94"  # memo 0: Fraction, 1: x
+    for i in range(times):
+        x = b"h" + bytes([i + 1])
+        ops += b"h\x00" + x + b"h\x00K\x01" + x + b"\x86R\x86R\x94"
+    return ops + b"."
+
+
+def _str_of_shared_lists(levels: int = 40) -> bytes:
+    # str(L40): a repr of 2**40 lists
+    return PROTO4 + _global("builtins", "str") + _shared_lists(levels) + b"\x85R."
+
+
+def _shared_lists(levels: int) -> bytes:
+    # L0 = []; L(i+1) = [Li, Li] in the memo at index i + 1, left on the stack
+    ops = b"]\x940"
+    for i in range(levels):
+        ops += b"(h" + bytes([i]) + b"h" + bytes([i]) + b"l\x940"
+    return ops + b"h" + bytes([levels])
+
+
+def _dtype_of_shared_fields(levels: int = 30) -> bytes:
+    # F0 = [("a", "f8")]; F(i+1) = [("a", Fi), ("b", Fi)]: a dtype of 2**30 fields
+    ops = PROTO4 + _global("numpy", "dtype") + b"(" + _text("a") + _text("f8") + b"\x86l\x940"
+    for i in range(levels):
+        get = b"h" + bytes([i])
+        ops += b"(" + _text("a") + get + b"\x86" + _text("b") + get + b"\x86l\x940"
+    return ops + b"h" + bytes([levels]) + b"\x85R."
+
+
+def _pandas_cast_of_a_huge_decimal() -> bytes:
+    # _new_Index(Index, {"data": [Decimal("1e100000000")], "dtype": "int64"})
+    return (
+        PROTO4 + _global("pandas.core.indexes.base", "_new_Index") + _global("pandas", "Index")
+        + b"}(" + _text("data") + b"]" + _global("decimal", "Decimal") + _text("1e100000000")
+        + b"\x85Ra" + _text("dtype") + _text("int64") + b"u\x86R."
+    )  # fmt: skip
+
+
 RESOURCE: dict[str, Callable[[], bytes]] = {
     "exponential tuple key": _exponential_tuple_key,
     "exponential tuple in a frozenset": _exponential_frozenset,
@@ -136,6 +198,35 @@ RESOURCE: dict[str, Callable[[], bytes]] = {
     ),
     "a shared list copied by 200,000 calls": _shared_list_copied,
     "INT of 3,000,000 digits (int limit lifted)": lambda: b"\x80\x02I" + b"9" * 3 * 10**6 + b"\n.",
+    # conversions an admitted callable makes, whose cost is the value's, not the size's
+    "int of a Decimal with a huge exponent": lambda: (
+        PROTO4 + _global("builtins", "int") + _global("decimal", "Decimal") + _text("1e100000000")
+        + b"\x85R\x85R."
+    ),
+    "int of a Decimal of 1,000,000 digits": lambda: (
+        PROTO4 + _global("builtins", "int") + _global("decimal", "Decimal")
+        + b"\x8d" + (10**6).to_bytes(8, "little") + b"9" * 10**6 + b"\x85R\x85R."
+    ),
+    "Decimal of a 1 MB int": lambda: (
+        PROTO4 + _global("decimal", "Decimal") + _long4(3**5_000_000) + b"\x85R."
+    ),
+    "str of a 1 MB int (int limit lifted)": lambda: (
+        PROTO4 + _global("builtins", "str") + _long4(3**5_000_000) + b"\x85R."
+    ),
+    "a Fraction squared 26 times": _squared_fractions,
+    "a pandas int64 Index of a huge Decimal": _pandas_cast_of_a_huge_decimal,
+    "str of lists that share lists": _str_of_shared_lists,
+    "UserString of lists that share lists": lambda: (
+        PROTO4 + _global("collections", "UserString") + _shared_lists(40) + b"\x85R."
+    ),
+    "numpy dtype of fields that share fields": _dtype_of_shared_fields,
+    # hashing: a key within tuple_work, hashed again each time it is placed
+    "a heavy tuple key placed 20,000 times": _heavy_key_placed,
+    "a heavy tuple added to a set 20,000 times": lambda: _heavy_key_placed(opcode=b"\x90"),
+    "frozenset of a heavy tuple listed 20,000 times": lambda: (
+        PROTO4 + _global("builtins", "frozenset") + _heavy_tuple() + b"(" + b"h\x12" * 20_000
+        + b"l\x85R."
+    ),
 }  # fmt: skip
 
 
@@ -221,7 +312,44 @@ def _compressed_zeros(nbytes: int) -> list[bytes]:
     return [bytes(f) for f in wire.pack(np.zeros(nbytes // 8), compression="zstd")]
 
 
-WIRE: dict[str, Callable[[], list[bytes]]] = {
+def _message(frames: list[bytes], raws: list[int] | None = None, codec: int = 2) -> bytes:
+    """An unsigned wire message (as one ``bytes``) whose pickle is a list of
+    its buffers, one per frame, compressed with ``codec`` (1 lz4, 2 zstd) to
+    ``raws`` bytes each if given (the header's tables, written from scratch)."""
+    import struct
+
+    import graphpickle.wire as wire
+
+    payload = b"\x80\x05](" + b"\x97" * len(frames) + b"e."
+    first = bytes(wire.pack(None)[0])
+    document = first[18 : 18 + struct.unpack_from("<I", first, 6)[0]]
+    lengths = [len(payload), *map(len, frames)]
+    tables = b"".join(n.to_bytes(8, "little") for n in lengths)
+    flags = 0
+    if raws is not None:
+        flags = 0x02
+        tables += b"".join(n.to_bytes(8, "little") for n in [len(payload), *raws])
+        tables += bytes([0] + [codec] * len(frames))
+    prefix = struct.pack("<4sBBIII", b"GPKW", 1, flags, len(document), len(lengths), len(frames))
+    return b"".join([prefix, document, tables, payload, *frames])
+
+
+def _zstd_of_zeros(nbytes: int) -> bytes:
+    import zstandard
+
+    compressor = zstandard.ZstdCompressor(level=3).compressobj()
+    chunk = bytes(1 << 24)
+    pieces = [compressor.compress(chunk) for _ in range(nbytes >> 24)]
+    return b"".join([*pieces, compressor.flush()])
+
+
+def _lz4_of_zeros(nbytes: int) -> bytes:
+    import lz4.block
+
+    return bytes(lz4.block.compress(bytes(nbytes), store_size=False))
+
+
+WIRE: dict[str, Callable[[], list[bytes] | bytes]] = {
     # declares 16 GiB: refused before anything is decompressed
     "a frame declaring 16 GiB": lambda: _declared_raw_length(
         _compressed_zeros(2**20), 2**34, 2**20
@@ -230,6 +358,18 @@ WIRE: dict[str, Callable[[], list[bytes]]] = {
     "a frame decompressing past what it declares": lambda: _declared_raw_length(
         _compressed_zeros(2**29), 2**20, 2**29
     ),
+    # honest frames (each decompresses to what it declares) of a few hundred bytes
+    "a zstd frame of 2 GiB, honestly": lambda: _message(
+        [_zstd_of_zeros(2**31 - 2**24)], [2**31 - 2**24]
+    ),
+    "8 zstd frames of 256 MiB, honestly": lambda: _message(
+        [_zstd_of_zeros(2**28)] * 8, [2**28] * 8
+    ),
+    "an lz4 frame 255x its size, honestly": lambda: _message(
+        [_lz4_of_zeros(2**28)], [2**28], codec=1
+    ),
+    # 2**22 empty frames: 32 MiB of header, each frame an object of 100-200 bytes
+    "a header of 2**22 empty frames": lambda: _message([b""] * (2**22 - 1)),
 }
 
 
@@ -288,7 +428,7 @@ def _child(mode: str, name: str) -> None:
     logging.getLogger("picklescan").setLevel(logging.CRITICAL)
     try:
         if name in WIRE:
-            frames, data = WIRE[name](), b""
+            frames, data = WIRE[name](), b""  # (a message as bytes: unpack_bytes)
         else:
             data = (RESOURCE.get(name) or CRASHERS[name])()
             frames = _wire_frames(data)
@@ -323,6 +463,8 @@ def _child(mode: str, name: str) -> None:
                     file.write(data)
                     file.seek(0)
                     obj = graphpickle.load(file, allowed=DATA_ONLY)
+            elif isinstance(frames, bytes):
+                obj = wire.unpack_bytes(frames, allowed=DATA_ONLY)
             else:
                 obj = wire.unpack(frames, allowed=DATA_ONLY)
             if name in CRASHERS:

@@ -881,6 +881,11 @@ def _parser_confusion() -> Iterator[Sample]:
             "os.system",
         ),
         ("trailing garbage after STOP", program(_system()) + b"\x00garbage\xff" * 4, "os.system"),
+        (  # no protocol header: the bytes read as "not a pickle", the attack runs first
+            "a protocol 0 attack followed by text",
+            b"cos\nsystem\n(V" + COMMAND.encode() + b"\ntR." + b"this is not a pickle\n",
+            "os.system",
+        ),
     ]
     yield from _samples("parser confusion", rows)
     multi = [

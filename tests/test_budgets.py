@@ -29,6 +29,8 @@ RESOURCE_LIMITS = "within 10 s of CPU and 256 MB above the child's baseline"
 def test_a_resource_attack_ends_in_a_clear_exception(mode, name):
     result = try_one(mode, name)
     outcome = str(result["outcome"])
+    # (refused before the work or the allocation: not a MemoryError met on the way)
+    assert "MemoryError" not in outcome, outcome
     if mode == "restricted":
         assert outcome.startswith("refused: "), outcome
     elif mode == "file":  # (the pure-Python memo is a dict: an index costs nothing)
@@ -43,6 +45,9 @@ def test_a_resource_attack_ends_in_a_clear_exception(mode, name):
 def test_the_wire_refuses_what_a_message_states(name):
     outcome = str(try_one("wire", name)["outcome"])
     assert outcome.startswith("refused: "), outcome
+    assert "MemoryError" not in outcome, outcome  # (a limit met, not a budget)
+    if "honestly" in name or "frames" in name:  # each frame holds what it says: the cap refuses
+        assert outcome.startswith("refused: BudgetExceededError"), outcome
 
 
 @pytest.mark.parametrize("name", list(CRASHERS))
@@ -129,3 +134,171 @@ def test_the_wire_caps_what_a_message_decompresses_to(monkeypatch):
                 wire.read(stream, max_bytes=cap)
         else:
             assert wire.read(stream, max_bytes=cap).nbytes == 2**25
+
+
+def test_numbers_within_the_digits_budget_still_load_and_the_budget_is_read_at_each_load(
+    monkeypatch,
+):
+    import decimal
+    import fractions
+    import pickle
+
+    import graphpickle
+    from graphpickle import DATA_ONLY, BudgetExceededError
+    from graphpickle.restricted import budgets
+
+    honest = [
+        decimal.Decimal("1e4000"),
+        decimal.Decimal("-1e-4000"),
+        decimal.Decimal("-Infinity"),
+        fractions.Fraction(10**4000, 3),
+        {2**10_000: (1, 2)},  # a big int as data (not converted) is fine
+    ]
+    for protocol in (2, 5):
+        data = pickle.dumps(honest, protocol)
+        assert graphpickle.loads(data, allowed=DATA_ONLY) == honest
+    data = pickle.dumps(decimal.Decimal("1e5000"), 5)
+    with pytest.raises(BudgetExceededError, match="digits") as caught:
+        graphpickle.loads(data, allowed=DATA_ONLY)
+    assert caught.value.budget == "digits" and caught.value.opcode == "REDUCE"
+    monkeypatch.setattr(budgets, "MAX_DIGITS", 6000)
+    assert graphpickle.loads(data, allowed=DATA_ONLY) == decimal.Decimal("1e5000")
+    # every call that makes one is checked: NEWOBJ and OBJ as REDUCE
+    decimal_class, text = b"\x8c\x07decimal\x8c\x07Decimal\x93", b"\x8c\x0b1e100000000"
+    calls = {
+        "NEWOBJ": b"\x80\x04" + decimal_class + text + b"\x85\x81.",
+        "OBJ": b"\x80\x04(" + decimal_class + text + b"o.",
+    }
+    for opcode, data in calls.items():
+        with pytest.raises(BudgetExceededError) as caught:
+            graphpickle.loads(data, allowed=DATA_ONLY)
+        assert (caught.value.budget, caught.value.opcode) == ("digits", opcode)
+
+
+def test_str_bytes_and_bytearray_take_text_and_builtin_encodings_only():
+    import subprocess
+    import textwrap
+
+    child = textwrap.dedent(
+        """
+        import pickle, sys
+        import graphpickle
+        from graphpickle import DATA_ONLY, ForbiddenGlobalError
+
+        for data in (
+            b"\\x80\\x04cbuiltins\\nbytes\\n\\x8c\\x01x\\x8c\\x02uu\\x86R.",
+            b"\\x80\\x04cbuiltins\\nstr\\n]\\x85R.",
+        ):
+            try:
+                graphpickle.loads(data, allowed=DATA_ONLY)
+            except ForbiddenGlobalError as exc:
+                print("refused:", exc)
+            else:
+                print("loaded")
+        print("imported:", "encodings.uu_codec" in sys.modules)
+        print(graphpickle.loads(pickle.dumps(bytearray(b"ab\\xff"), 2), allowed=DATA_ONLY))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("refused:") and "encoding named 'uu'" in lines[0], lines
+    assert lines[1].startswith("refused:") and "str of a list" in lines[1], lines
+    assert lines[2:] == ["imported: False", "bytearray(b'ab\\xff')"], lines
+
+
+def test_tuple_keys_within_the_hashing_budget_still_load(monkeypatch):
+    import pickle
+
+    import graphpickle
+    from graphpickle import DATA_ONLY, BudgetExceededError
+    from graphpickle.restricted import budgets
+
+    shared: tuple = ()
+    for _ in range(10):  # 2**11 items' work, shared by every key
+        shared = (shared, shared)
+    graph = {("x", i, shared): i for i in range(2_000)}  # 4 million items hashed in all
+    data = pickle.dumps(graph, 5)
+    assert len(data) < 40_000
+    assert graphpickle.loads(data, allowed=DATA_ONLY) == graph
+    monkeypatch.setattr(budgets, "HASHING_FLOOR", 1 << 20)
+    with pytest.raises(BudgetExceededError) as caught:
+        graphpickle.loads(data, allowed=DATA_ONLY)
+    assert caught.value.budget == "hashing" and caught.value.opcode == "SETITEMS"
+    assert f"at byte {caught.value.offset}" in str(caught.value)
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_honest_compressed_messages_load_under_the_default_caps(monkeypatch, codec):
+    import numpy as np
+
+    import graphpickle.wire as wire
+    from graphpickle import BudgetExceededError
+
+    pytest.importorskip("zstandard" if codec == "zstd" else "lz4")
+    rng = np.random.default_rng(0)
+    honest = [
+        rng.random(2**17),
+        np.arange(2**17),
+        rng.integers(0, 100, 2**17),
+        np.where(rng.random(2**21) < 0.01, 1.0, 0.0),  # 16 MiB, 1% nonzero: ~100-200x
+        np.zeros(6 * 2**20),  # 48 MiB of zeros: within the floor
+    ]
+    for array in honest:
+        message = wire.pack_bytes(array, compression=codec)
+        assert np.array_equal(wire.unpack_bytes(message), array)
+    zeros = np.zeros(12 * 2**20)  # 96 MiB of zeros, a few KiB sent: past 64 MiB + 64x
+    message = wire.pack_bytes(zeros, compression=codec)
+    assert len(message) < 2**20
+    with pytest.raises(BudgetExceededError, match="64 x the") as caught:
+        wire.unpack_bytes(message)
+    assert caught.value.budget == "decompressed" and caught.value.offset is not None
+    assert wire.unpack_bytes(message, max_bytes=2**27).nbytes == zeros.nbytes
+    monkeypatch.setattr(wire, "MAX_DECOMPRESSED", 2**27)  # set once for the process
+    assert wire.unpack_bytes(message).nbytes == zeros.nbytes
+
+
+def test_a_message_of_many_frames_needs_bytes_for_each(monkeypatch):
+    import io
+    import pickle
+
+    import numpy as np
+
+    import graphpickle.wire as wire
+    from graphpickle import BudgetExceededError
+
+    small = [np.full(1, i) for i in range(wire.FRAMES_FLOOR + 100)]  # a frame each, 8 bytes
+    assert len(wire.pack(small)) == len(small) + 2
+    assert len(wire.unpack_bytes(wire.pack_bytes(small))) == len(small)
+    tiny = [pickle.PickleBuffer(b"x") for _ in range(wire.FRAMES_FLOOR + 100)]  # ~11 bytes each
+    message = wire.pack_bytes(tiny)
+    with pytest.raises(BudgetExceededError, match="frames") as caught:
+        wire.unpack_bytes(message)
+    assert (caught.value.budget, caught.value.offset) == ("frames", 10)
+    with pytest.raises(BudgetExceededError, match="frames"):
+        wire.read(io.BytesIO(message))
+    monkeypatch.setattr(wire, "FRAMES_FLOOR", 2**17)
+    assert [bytes(b) for b in wire.unpack_bytes(message)] == [b"x"] * len(tiny)
+
+
+def test_arguments_that_share_containers_are_charged_as_walked_whole(monkeypatch):
+    import collections
+    import pickle
+
+    import numpy as np
+
+    import graphpickle
+    from graphpickle import DATA_ONLY, BudgetExceededError
+
+    key = ("x", 3)
+    honest = collections.Counter([key] * 1_000 + [("y", 1)] * 10)  # a shared tuple, often
+    assert graphpickle.loads(pickle.dumps(honest, 2), allowed=DATA_ONLY) == honest
+    # A state is stored, not walked: 100,000 references to one 1,000-item tuple load.
+    objects = np.empty(100_000, dtype=object)
+    objects[:] = [tuple(range(1_000))] * len(objects)
+    loaded = graphpickle.loads(pickle.dumps(objects, 5), allowed=DATA_ONLY)
+    assert len(loaded) == len(objects) and loaded[-1] == objects[-1]
+    data = RESOURCE["UserString of lists that share lists"]()  # UserString(L) is str(L)
+    with pytest.raises(BudgetExceededError, match="share containers") as caught:
+        graphpickle.loads(data, allowed=DATA_ONLY)
+    assert caught.value.budget == "memory" and caught.value.opcode == "REDUCE"
+    assert f"at byte {caught.value.offset}" in str(caught.value)

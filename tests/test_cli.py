@@ -270,3 +270,19 @@ def test_version_shows_the_version_and_the_native_parts():
     assert parts == f"native parts ({active} of {len(status)} active): " + ", ".join(
         f"{part} {s}" for part, s in status.items()
     )
+
+
+def test_inspect_imports_no_benchmark_dependency(tmp_path):
+    # A gate that scans thousands of files pays its imports per file: building the
+    # parser imported distributed through cli/bench.py (0.57 s of 0.96 s).
+    path = tmp_path / "tiny.pkl"
+    path.write_bytes(b"\x80\x04K\x01.")
+    child = (
+        "import sys\n"
+        "from graphpickle.cli.main import main\n"
+        f"status = main(['inspect', {str(path)!r}])\n"
+        "heavy = {'distributed', 'dask', 'numpy', 'pandas', 'matplotlib'}\n"
+        "print(status, sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "0 []", done.stdout

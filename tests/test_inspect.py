@@ -119,9 +119,36 @@ def test_text_is_not_a_pickle(name, tmp_path):
     path.write_bytes(TEXTS[name])
     result = _cli("inspect", str(path))
     assert result.returncode == 2, result.stdout
-    assert result.stdout == b""
+    # (Text may begin with a complete protocol 0 pickle, "N." or "I1\n.": its report.)
+    assert result.stdout == b"" or result.stdout.startswith(b"verdict: data"), result.stdout
     assert len(result.stderr.strip().splitlines()) == 1 and b"Traceback" not in result.stderr
     assert result.stderr.startswith(f"graphpickle inspect: {path}: not a readable pickle".encode())
+
+
+def test_complete_pickles_before_what_is_not_a_pickle_are_reported(tmp_path):
+    # No protocol header, so the bytes are "not a readable pickle" (exit 2); but
+    # pickle.load runs the complete protocol 0 pickles before it reaches the text.
+    attack = b"cos\nsystem\n(Vecho hi\ntR."
+    data = pickle.dumps([1], 0) + attack + b"this is not a pickle\n"
+    with pytest.raises(graphpickle.UnpicklingError, match="not a readable pickle") as caught:
+        graphpickle.inspect(data)
+    report = caught.value.report
+    assert report.verdict == "code" and report.pickles == 2 and report.nbytes == len(data)
+    assert [d.name for d in report.dangerous] == ["os.system"]
+    end = len(pickle.dumps([1], 0) + attack)
+    assert report.error.startswith(f"at byte {end}, the rest is not a pickle"), report.error
+    path = tmp_path / "attack-then-text.pkl"
+    path.write_bytes(data)
+    result = _cli("inspect", str(path))
+    assert result.returncode == 2, result.stdout
+    assert b"os.system: runs a shell command" in result.stdout, result.stdout
+    assert result.stderr.startswith(f"graphpickle inspect: {path}: not a readable pickle".encode())
+    as_json = json.loads(_cli("inspect", "--json", str(path)).stdout)
+    assert as_json["verdict"] == "code" and as_json["globals"] == ["os.system"]
+    # Nothing complete before the text: nothing to report.
+    with pytest.raises(graphpickle.UnpicklingError) as caught:
+        graphpickle.inspect(b"this is not a pickle\n")
+    assert caught.value.report is None
 
 
 def test_what_the_loader_reads_as_pickles_is_judged():

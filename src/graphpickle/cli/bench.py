@@ -61,7 +61,8 @@ def variants() -> dict[str, Callable[..., Any]]:
 Dumps = Callable[[Any, Callable[[pickle.PickleBuffer], Any] | None], bytes]
 
 
-def _libraries() -> dict[str, Dumps]:
+@functools.cache  # (on first use: importing distributed takes half a second)
+def libraries() -> dict[str, Dumps]:
     found: dict[str, Dumps] = {
         "pickle": lambda obj, cb: pickle.dumps(obj, protocol=5, buffer_callback=cb),
         "graphpickle": lambda obj, cb: graphpickle_dumps(obj, buffer_callback=cb),
@@ -77,9 +78,6 @@ def _libraries() -> dict[str, Dumps]:
 
 def _distributed_dumps(dumps: Callable[..., bytes], obj: Any, cb: Any) -> bytes:
     return dumps(obj, protocol=5, buffer_callback=cb)
-
-
-LIBRARIES = _libraries()
 
 
 def _keep_out_of_band(buffer: pickle.PickleBuffer) -> bool:
@@ -132,8 +130,8 @@ def peak_memory(func: Callable[[], Any]) -> int:
 
 def measure(workload: Workload, variant: str, graph: Any, repeat: int) -> dict[str, Any]:
     callback = _keep_out_of_band if workload.out_of_band else None
-    calls = {name: functools.partial(dumps, graph, callback) for name, dumps in LIBRARIES.items()}
-    times: dict[str, list[float]] = {name: [] for name in LIBRARIES}
+    calls = {name: functools.partial(dumps, graph, callback) for name, dumps in libraries().items()}
+    times: dict[str, list[float]] = {name: [] for name in libraries()}
     failed: dict[str, str] = {}
     number: dict[str, int] = {}
     for name, call in calls.items():
@@ -141,13 +139,13 @@ def measure(workload: Workload, variant: str, graph: Any, repeat: int) -> dict[s
             number[name] = calls_per_sample(call)
         except Exception as exc:  # plain pickle cannot pickle lambdas
             failed[name] = f"{type(exc).__name__}"
-    order = [name for name in LIBRARIES if name not in failed]
+    order = [name for name in libraries() if name not in failed]
     for _ in range(repeat):
         for name in order:
             times[name].append(timed(calls[name], number[name]))
         order.reverse()  # alternate who goes first, so drift hits all alike
     row: dict[str, Any] = {"workload": workload.name, "variant": variant}
-    for name in LIBRARIES:
+    for name in libraries():
         row[name] = None if name in failed else statistics.median(times[name])
 
     buffers: list[pickle.PickleBuffer] = []
@@ -167,8 +165,8 @@ def measure(workload: Workload, variant: str, graph: Any, repeat: int) -> dict[s
     for name, values in loads_times.items():
         row[name] = statistics.median(values)
     if variant == "importable":
-        row["peak_pickle"] = peak_memory(lambda: LIBRARIES["pickle"](graph, callback))
-        row["peak_graphpickle"] = peak_memory(lambda: LIBRARIES["graphpickle"](graph, callback))
+        row["peak_pickle"] = peak_memory(lambda: libraries()["pickle"](graph, callback))
+        row["peak_graphpickle"] = peak_memory(lambda: libraries()["graphpickle"](graph, callback))
     return row
 
 
@@ -176,7 +174,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     baseline = {r["workload"]: r["pickle"] for r in rows if r["variant"] == "importable"}
     for r in rows:
         base = baseline[r["workload"]]
-        for name in LIBRARIES:
+        for name in libraries():
             r[f"{name}_ratio"] = None if r[name] is None else r[name] / base
         r["loads_ratio"] = r["graphpickle.loads"] / r["pickle.loads"]
     importable = [r["graphpickle_ratio"] for r in rows if r["variant"] == "importable"]
@@ -215,11 +213,11 @@ def render(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
         return f"{row[f'{name}_ratio']:.2f}x ({row[name] * 1e3:.0f} ms){mark}"
 
     lines = [
-        "| workload | function | " + " | ".join(LIBRARIES) + " | loads | payload |",
-        "|---|---|" + "---|" * len(LIBRARIES) + "---|---|",
+        "| workload | function | " + " | ".join(libraries()) + " | loads | payload |",
+        "|---|---|" + "---|" * len(libraries()) + "---|---|",
     ]
     for r in rows:
-        cells = " | ".join(cell(r, name) for name in LIBRARIES)
+        cells = " | ".join(cell(r, name) for name in libraries())
         lines.append(
             f"| {r['workload']} | {r['variant']} | {cells} | {r['loads_ratio']:.2f}x "
             f"| {r['payload_bytes'] / 1e6:.1f} MB |"
@@ -275,12 +273,12 @@ def print_report(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
 
     print_table(
         "dumps time as a ratio to pickle.dumps (importable function); medians",
-        ["workload", "function", *LIBRARIES, "loads", "payload"],
+        ["workload", "function", *libraries(), "loads", "payload"],
         [
             [
                 r["workload"],
                 r["variant"],
-                *(cell(r, name) for name in LIBRARIES),
+                *(cell(r, name) for name in libraries()),
                 f"{r['loads_ratio']:.2f}x",
                 f"{r['payload_bytes'] / 1e6:.1f} MB",
             ]
@@ -300,7 +298,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     labels = [f"{r['workload']}\n{r['variant']}" for r in rows]
-    names = [n for n in LIBRARIES if n != "pickle"]
+    names = [n for n in libraries() if n != "pickle"]
     width = 0.8 / len(names)
     fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.9), 5))
     for i, name in enumerate(names):
@@ -316,19 +314,12 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .main import add_bench_arguments
+
     parser = argparse.ArgumentParser(prog="graphpickle bench", description=__doc__.splitlines()[0])
-    add_arguments(parser)
+    add_bench_arguments(parser)
     args = parser.parse_args(argv)
     return run_command(args)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true", help="1/20 of the sizes, in seconds")
-    parser.add_argument("--repeat", type=int, default=None, help="samples per measurement")
-    parser.add_argument("--only", help="only workloads whose name contains this text")
-    parser.add_argument("--json", type=Path, help="write rows, summary and metadata as JSON")
-    parser.add_argument("--plot", type=Path, help="write a bar chart of the ratios (PNG)")
-    parser.add_argument("--markdown", action="store_true", help="print the README's table")
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO, cast
 
 # Every command's exit status when standard output is closed before it is done
@@ -19,6 +20,17 @@ EXIT_CLOSED_OUTPUT = 141
 EXTRA = "bench"
 NEEDS = {"demo": ("numpy",), "bench": ("numpy", "dask")}
 EXTRA_MODULES = ("numpy", "dask", "distributed", "matplotlib")
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """``graphpickle bench``'s options (here: building the parser imports no
+    benchmark, which would import distributed, for every command)."""
+    parser.add_argument("--quick", action="store_true", help="1/20 of the sizes, in seconds")
+    parser.add_argument("--repeat", type=int, default=None, help="samples per measurement")
+    parser.add_argument("--only", help="only workloads whose name contains this text")
+    parser.add_argument("--json", type=Path, help="write rows, summary and metadata as JSON")
+    parser.add_argument("--plot", type=Path, help="write a bar chart of the ratios (PNG)")
+    parser.add_argument("--markdown", action="store_true", help="print the README's table")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,9 +120,7 @@ def _main(argv: list[str] | None) -> int:
     bench = commands.add_parser(
         "bench", help="benchmark graphpickle against pickle, cloudpickle and distributed"
     )
-    from .bench import add_arguments
-
-    add_arguments(bench)
+    add_bench_arguments(bench)
     args = parser.parse_args(argv)
 
     if args.command == "inspect":
@@ -246,6 +256,9 @@ def _inspect(path: str, *, as_json: bool, fail_on: str, trust: list[str]) -> int
         report = inspect(sys.stdin.buffer.read() if path == "-" else path, trust=trust)
     except (OSError, UnpicklingError) as exc:
         print(f"graphpickle inspect: {path}: {exc}", file=sys.stderr)
+        before = getattr(exc, "report", None)  # complete pickles before the rest
+        if before is not None:
+            print(json.dumps(before.to_dict(), indent=2) if as_json else before)
         return EXIT_UNREADABLE
     print(json.dumps(report.to_dict(), indent=2) if as_json else report)
     if report.verdict == "code" or (fail_on == "imports" and report.verdict == "imports"):

@@ -140,6 +140,9 @@ class _DryUnpickler(_pickle.Unpickler):
 _PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"})
 _GETS = frozenset({"GET", "BINGET", "LONG_BINGET"})
 _TUPLES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+# What hashes the items it pops: 1 for (key, value) pairs (the keys, which
+# pop second), 0 for members (every item).
+_HASHED = {"DICT": 1, "SETITEMS": 1, "SETITEM": 1, "ADDITEMS": 0, "FROZENSET": 0}
 
 
 def long_text_number(data: bytes) -> int | None:
@@ -164,6 +167,10 @@ def _over_budget(data: bytes) -> str | None:
     - A tuple whose hash would visit more items than restricted loading's
       ``tuple_work`` budget (shared tuples counted each time they are reached):
       the dry run builds real dicts and sets, which would hash it for hours.
+    - Keys and members whose hashing, in all, is past restricted loading's
+      ``hashing`` budget: a tuple's hash is not cached, so a key within
+      ``tuple_work`` placed thousands of times is hashed each time (DICT,
+      SETITEM(S), ADDITEMS and FROZENSET are charged whatever they fill).
 
     A walk of the opcodes with the stack they build, each item as the count
     of what its hash visits; it stops where the walk cannot read on (where the
@@ -174,6 +181,7 @@ def _over_budget(data: bytes) -> str | None:
     stack: list[Any] = []
     memo: dict[int, Any] = {}
     position = 0
+    hashing = budgets.HASHING_FLOOR + budgets.HASHING_PER_INPUT_BYTE * len(data)
     try:
         while position < len(data):
             for opcode, argument, at in pickletools.genops(data[position:]):
@@ -203,6 +211,18 @@ def _over_budget(data: bytes) -> str | None:
                     below = len(before)
                 for _ in range(below):
                     items.append(stack.pop())
+                keys = _HASHED.get(name)
+                if keys is not None:  # (items are popped in reverse: keys are odd for pairs)
+                    hashing -= sum(
+                        item for item in items[keys :: 2 if keys else 1] if item is not mark
+                    )
+                    if hashing < 0:
+                        return (
+                            f"BudgetExceededError: {name} at byte {where}: hashing the keys and "
+                            f"members of this pickle would visit more than "
+                            f"{budgets.HASHING_FLOOR:,} items plus "
+                            f"{budgets.HASHING_PER_INPUT_BYTE} per byte of input (budget 'hashing')"
+                        )
                 if name == "TUPLE" or name in _TUPLES:
                     work = 1 + sum(items)
                     if work > budgets.TUPLE_WORK:

@@ -38,7 +38,7 @@ import os
 import pickle
 import pickletools
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..errors import UnpicklingError
@@ -48,7 +48,7 @@ from ..restricted.unpickler import AllowList, imported_name, is_dunder
 from .dry_load import DryRun, dry_load, long_text_number
 from .gadgets import danger_of
 
-__all__ = ["Finding", "InspectReport", "inspect"]
+__all__ = ["Finding", "InspectReport", "NotAPickleError", "inspect"]
 
 # cloudpickle's reconstructors: what a by-value object is built with.
 _CLOUDPICKLE = "cloudpickle.cloudpickle"
@@ -277,9 +277,27 @@ def inspect(
         )
     why = _not_a_pickle(raw, scan, dry)
     if why is not None:
-        raise UnpicklingError(f"not a readable pickle: {why}")
+        refused = NotAPickleError(f"not a readable pickle: {why}")
+        end = dry.end if dry.skipped is None else scan.end
+        if end and (dry.pickles if dry.skipped is None else scan.pickles):
+            # pickle.load runs the complete pickles before it reaches the rest
+            before = inspect(raw[:end], buffers=buffers, trust=trust)
+            refused.report = replace(
+                before, nbytes=len(raw), error=f"at byte {end}, the rest is not a pickle: {why}"
+            )
+        raise refused
     scan.compare(dry)
     return scan.report(buffers)
+
+
+class NotAPickleError(UnpicklingError):
+    """What :func:`inspect` raises for bytes that are not a pickle. Complete
+    pickles before the unreadable rest (a malicious pickle followed by junk)
+    are still what ``pickle.load`` would run: ``report`` is their report (its
+    verdict, dangerous globals and findings; ``error`` says where the rest
+    starts), or None when there are none."""
+
+    report: InspectReport | None = None
 
 
 def _read(data: object) -> bytes:

@@ -24,15 +24,23 @@ names the budget, the opcode and its byte offset:
   its arguments (it may copy them: ``list(L)`` made a hundred thousand times
   from one shared ``L`` costs a few bytes of input each), ``LAZY_ITEM_BYTES``
   for each item of a lazy sequence it would make real (a ``range``, a pandas
-  ``RangeIndex``: ``list(range(10**9))``, a ``DatetimeIndex`` of one), and the
-  sizes it is asked for (``bytearray(10**10)``, an array's shape). The whole
+  ``RangeIndex``: ``list(range(10**9))``, a ``DatetimeIndex`` of one), the
+  sizes it is asked for (``bytearray(10**10)``, an array's shape), and, for
+  arguments that share containers, each item a walk that follows every
+  reference visits (``str`` or numpy's ``dtype`` of lists that share lists). The whole
   load may spend ``MEMORY_FLOOR`` plus ``MEMORY_PER_INPUT_BYTE`` for each byte
   of input. The checks that walk the arguments visit no more items than are
   charged, so their work is bounded too.
+- ``hashing``: the items that hashing the dict keys, set members and call
+  arguments of one load visits, in all: a key of a million items' work (within
+  ``tuple_work``) placed in a dict two thousand times hashes it each time.
 - ``digits``: a number written as text (the INT and LONG opcodes, a
   ``Fraction``'s string or ``Decimal``) may not have more than ``MAX_DIGITS``
   digits or exponent digits, whatever ``sys.set_int_max_str_digits`` says:
-  converting text to an int takes time quadratic in its length.
+  converting text to an int takes time quadratic in its length. No call makes
+  a ``Decimal`` or ``Fraction`` past it (``int`` of ``Decimal("1e100000000")``
+  computes that power of ten), and no conversion (``int``, ``str``,
+  ``Decimal``..., numpy and pandas names) is given an int past it.
 
 The limits are module constants, read at each load: assign one to lower or
 raise it for the process.
@@ -62,8 +70,16 @@ ITEM_BYTES = 16
 LAZY_ITEM_BYTES = 40
 #: Digits of a number written as text (CPython's default int limit).
 MAX_DIGITS = 4300
+#: Items that all hashing of one load may visit (dict keys, set members and
+#: call arguments, a tuple counted each time it is hashed): the floor, plus
+#: this much per byte of input. About 5 ns an item: the floor is a fraction of
+#: a second.
+HASHING_FLOOR = 1 << 25
+HASHING_PER_INPUT_BYTE = 32
 
 __all__ = [
+    "HASHING_FLOOR",
+    "HASHING_PER_INPUT_BYTE",
     "ITEM_BYTES",
     "LAZY_ITEM_BYTES",
     "MAX_DEPTH",
@@ -73,6 +89,7 @@ __all__ = [
     "TUPLE_WORK",
     "Allowance",
     "Depths",
+    "Hashing",
     "TupleWork",
     "exceeded",
     "lazy_length",
@@ -91,12 +108,22 @@ def exceeded(budget: str, opcode: str, offset: int | None, why: str) -> BudgetEx
 
 class TupleWork:
     """The ``tuple_work`` count of the tuples one load builds, by id (the tuples
-    are kept alive with their counts, so an id stays theirs)."""
+    are kept alive with their counts, so an id stays theirs), and of the
+    objects calls made from many items (what hashing one may visit: a
+    ``slice`` of shared tuples, an offset holding a long list of holidays)."""
 
-    __slots__ = ("counts",)
+    __slots__ = ("counts", "objects")
 
     def __init__(self) -> None:
         self.counts: dict[int, tuple[int, Any]] = {}
+        self.objects = False  # whether any object but a tuple is counted
+
+    def made(self, obj: Any, work: int) -> None:
+        """A call made ``obj`` (not a tuple) from arguments whose walk visited
+        ``work`` items (more than ``COUNTED_WORK``): hashing it may visit them
+        all (none is cached)."""
+        self.counts[id(obj)] = (work, obj)
+        self.objects = True
 
     def count(self, value: tuple[Any, ...], opcode: str, offset: Any) -> None:
         """Count ``value``, a tuple just built; raise if it is over the budget.
@@ -104,10 +131,13 @@ class TupleWork:
         total = 1 + len(value)
         counts = self.counts
         limit = TUPLE_WORK
+        objects = self.objects
         for item in value:
             if isinstance(item, tuple):
                 known = counts.get(id(item))
                 total += (self._count_unknown(item, limit) if known is None else known[0]) - 1
+            elif objects and id(item) in counts:
+                total += counts[id(item)][0] - 1
                 if total > limit:
                     raise exceeded(
                         "tuple_work",
@@ -133,6 +163,47 @@ class TupleWork:
             pending.extend(item for item in current if isinstance(item, tuple))
             total -= sum(1 for item in current if isinstance(item, tuple))
         return total
+
+
+#: Objects a call makes from fewer items are not counted: hashing each costs a
+#: few steps.
+COUNTED_WORK = 64
+
+
+class Hashing:
+    """What is left of the ``hashing`` budget of one load of ``input_size``
+    bytes: the items that hashing dict keys, set members and the arguments of
+    calls visits, in all. A tuple's hash is not cached, so a key of a million
+    items' work placed again and again costs a million each time."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, input_size: int | None) -> None:
+        self.left = HASHING_FLOOR + HASHING_PER_INPUT_BYTE * (input_size or 0)
+
+    def charge(self, work: int, opcode: str, offset: Any) -> None:
+        """Hashing about to visit ``work`` items (``offset`` is called for the
+        message only)."""
+        self.left -= work
+        if self.left < 0:
+            raise exceeded(
+                "hashing",
+                opcode,
+                offset(),
+                "hashing the keys, members and call arguments of this load would visit "
+                f"more than {HASHING_FLOOR:,} items plus {HASHING_PER_INPUT_BYTE} per byte of "
+                "input (tuples are hashed again each time they are placed)",
+            )
+
+    def keys(self, keys: Any, counts: dict[int, tuple[int, Any]], opcode: str, offset: Any) -> None:
+        """Charge hashing each of ``keys`` (the counted ones cost their count)."""
+        work = 0
+        for key in keys:
+            known = counts.get(id(key))
+            if known is not None:
+                work += known[0]
+        if work:
+            self.charge(work, opcode, offset)
 
 
 class Depths:

@@ -16,8 +16,15 @@ found by review and reproduced; docs/security.md lists them):
   read);
 - pandas turns a time-zone string into a zone, and ``"dateutil/<path>"`` makes
   dateutil open that path, also inside a dtype string;
-- ``Fraction("1e30000000")`` computes ``10**30000000``, and so does
-  ``Fraction(Decimal("1e30000000"))``.
+- numbers whose conversions cost what their *value* states, not their size:
+  ``Fraction("1e30000000")`` and ``int(Decimal("1e100000000"))`` compute a
+  power of ten of that exponent, ``Decimal(n)`` and ``str(n)`` of a big int
+  take time quadratic in its digits, and so does numpy's or pandas' cast of
+  an object array of them (``digits_problem``, ``number_problem``);
+- ``str(x)`` of anything but text is ``repr(x)``, which visits a shared item
+  each time it is reached (lists that share lists make it exponential), and
+  an encoding named by the payload is looked up by name, which imports a
+  module of the ``encodings`` package.
 
 Each check returns what is wrong in words, or None. numpy and pandas are
 imported only when an object of theirs is being checked.
@@ -27,10 +34,12 @@ from __future__ import annotations
 
 import copyreg
 import decimal
+import fractions
 import re
 from typing import Any
 
-from .budgets import ITEM_BYTES, LAZY_ITEM_BYTES, MAX_DIGITS, lazy_length
+from . import budgets
+from .budgets import ITEM_BYTES, LAZY_ITEM_BYTES, lazy_length
 
 __all__ = [
     "Arguments",
@@ -40,7 +49,9 @@ __all__ = [
     "check_constructor",
     "check_state",
     "digits_problem",
+    "number_problem",
     "reconstructor",
+    "unfolded",
 ]
 
 
@@ -247,13 +258,18 @@ class Arguments:
     """What the checks of one call need from its arguments, found in one walk
     through their tuples, lists and dicts (iteratively, each container once: a
     payload can nest and share them): the strings, the total length of the lazy
-    sequences (``budgets.lazy_length``), and how many items were visited."""
+    sequences (``budgets.lazy_length``), how many items were visited, how many
+    ints are past the ``digits`` budget, and the ``hashing`` work of the
+    tuples and objects met (``work``: what each costs to hash, by id, from
+    ``budgets.TupleWork``; a tuple is counted each time it is met)."""
 
-    __slots__ = ("lazy", "strings", "visited")
+    __slots__ = ("big_ints", "hashing", "lazy", "shared", "strings", "visited")
 
-    def __init__(self, *values: Any) -> None:
+    def __init__(self, *values: Any, work: dict[int, tuple[int, Any]] | None = None) -> None:
         strings: list[str] = []
-        lazy = visited = 0
+        lazy = visited = big_ints = hashing = 0
+        shared = False
+        bound = _int_bound()
         seen: set[int] | None = None  # (made at the first container only)
         todo = list(values)
         while todo:
@@ -262,10 +278,18 @@ class Arguments:
             kind = type(value)
             if kind is str:
                 strings.append(value)
+            elif kind is int:
+                if value > bound or value < -bound:
+                    big_ints += 1
             elif kind is tuple or kind is list or kind is dict:
+                if work is not None and kind is tuple:
+                    known = work.get(id(value))
+                    hashing += len(value) if known is None else known[0]
                 if seen is None:
                     seen = set()
-                if id(value) not in seen:
+                if id(value) in seen:
+                    shared = True
+                else:
                     seen.add(id(value))
                     todo.extend(value.values() if kind is dict else value)
                     if kind is dict:
@@ -274,7 +298,63 @@ class Arguments:
                 length = lazy_length(value)
                 if length is not None:
                     lazy += length
+                if work is not None:
+                    known = work.get(id(value))
+                    if known is not None:
+                        hashing += known[0]
         self.strings, self.lazy, self.visited = strings, lazy, visited
+        self.big_ints, self.hashing, self.shared = big_ints, hashing, shared
+
+
+def unfolded(values: tuple[Any, ...], cap: int) -> int:
+    """How many items a walk that follows every reference visits through the
+    tuples, lists and dicts of ``values`` (a shared container counted each time
+    it is reached; one that holds itself, once), or more than ``cap``. What
+    walks its argument whole does that much: ``str`` of a list, ``UserString``,
+    numpy's ``dtype`` of a nested field list (lists that share lists, 40 deep,
+    are 2**40). Each container is summed once (its total is kept), iteratively."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+    frames: list[list[Any]] = [[values, iter(values), 1]]
+    active.add(id(values))
+    while frames:
+        frame = frames[-1]
+        for item in frame[1]:
+            kind = type(item)
+            if kind is tuple or kind is list or kind is dict:
+                known = sizes.get(id(item))
+                if known is None and id(item) not in active:
+                    active.add(id(item))
+                    inner = (*item, *item.values()) if kind is dict else item
+                    frames.append([item, iter(inner), 1])
+                    break
+                frame[2] += 1 if known is None else known
+            else:
+                frame[2] += 1
+            if frame[2] > cap:
+                return cap + 1
+        else:
+            frames.pop()
+            active.discard(id(frame[0]))
+            sizes[id(frame[0])] = frame[2]
+            if frames:
+                frames[-1][2] += frame[2]
+                if frames[-1][2] > cap:
+                    return cap + 1
+    return sizes[id(values)]
+
+
+_BOUND: tuple[int, int] = (0, 1)
+
+
+def _int_bound() -> int:
+    """``10 ** budgets.MAX_DIGITS``: an int past it has more digits than the
+    budget (recomputed when the budget is changed)."""
+    global _BOUND
+    digits = budgets.MAX_DIGITS
+    if _BOUND[0] != digits:
+        _BOUND = (digits, 10**digits)
+    return _BOUND[1]
 
 
 _ATOMS = frozenset({int, float, bool, type(None), bytes, complex})
@@ -302,33 +382,99 @@ def check_call(
             and not _is_pandas(args[0], "Index")
         ):
             return f"{name} given a class that is no pandas Index (it makes the class it is given)"
-    elif name == "fractions.Fraction":
-        return digits_problem(name, args, kwargs, found)
-    return None
+    return text_problem(name, args, kwargs)
 
 
 def digits_problem(
     name: str, args: Any, kwargs: Any = None, found: Arguments | None = None
 ) -> str | None:
-    """A number built from text past the ``digits`` budget: ``Fraction`` makes
-    the power of ten of a string's or a Decimal's exponent, and converts a long
-    string of digits in time quadratic in its length."""
-    if name != "fractions.Fraction":
+    """Before a call: a number it would convert past the ``digits`` budget.
+    ``Fraction`` makes the power of ten of a string's exponent; ``int``,
+    ``Decimal`` and ``Fraction`` convert a string of digits, and ``Decimal``
+    and ``str`` a big int, in time quadratic in its digits; numpy's and pandas'
+    casts do the same to what an array of objects holds. (A ``Decimal`` or
+    ``Fraction`` past the budget is never made: ``number_problem``.)"""
+    converts = name in _CONVERSIONS
+    if not converts and not name.startswith(("pandas.", "numpy.")):
         return None
     found = found or Arguments(args, kwargs)
-    for text in found.strings:
-        if len(text) > 2 * MAX_DIGITS:
-            return f"a Fraction of a string of more than {2 * MAX_DIGITS} characters"
-        for exponent in _EXPONENT.findall(text):
-            if abs(int(exponent)) > MAX_DIGITS:
-                return f"a Fraction with an exponent beyond {MAX_DIGITS} digits"
-    # (minutes for Fraction(Decimal("1e999999999")))
-    for value in (*(args if isinstance(args, tuple) else ()), *(kwargs or {}).values()):
-        if isinstance(value, decimal.Decimal):
-            exponent = value.as_tuple().exponent
-            if isinstance(exponent, int) and abs(exponent) > MAX_DIGITS:
-                return f"a Fraction of a Decimal with an exponent beyond {MAX_DIGITS} digits"
+    limit = budgets.MAX_DIGITS
+    if found.big_ints:
+        return f"given an int of more than {limit:,} digits (converting it takes quadratic time)"
+    if name in _PARSES_NUMBERS:
+        values = (*(args if isinstance(args, tuple) else ()), *(kwargs or {}).values())
+        for value in values:
+            if isinstance(value, str | bytes | bytearray) and len(value) > 2 * limit:
+                return f"a number parsed from text of more than {2 * limit:,} characters"
+    if name == "fractions.Fraction":
+        for text in found.strings:
+            for exponent in _EXPONENT.findall(text):
+                if abs(int(exponent)) > limit:
+                    return f"a Fraction with an exponent beyond {limit:,} digits"
     return None
+
+
+def number_problem(obj: Any) -> str | None:
+    """After a call: a ``Decimal`` whose exponent or coefficient, or a
+    ``Fraction`` whose numerator or denominator, is past the ``digits`` budget.
+    Each costs what its value states, not its size, wherever it goes next:
+    ``int(Decimal("1e100000000"))`` (or numpy casting an object array holding
+    it to int64) computes ``10**100000000``; so does ``Fraction`` of it."""
+    kind = type(obj)
+    if kind is decimal.Decimal:
+        if not obj.is_finite():
+            return None
+        limit = budgets.MAX_DIGITS
+        # Its magnitude, then its digits (fewer than its text's characters: the
+        # text is short for all but the rare long one, as_tuple is not cheap).
+        if abs(obj.adjusted()) > limit or (
+            len(str(obj)) > limit and len(obj.as_tuple().digits) > limit
+        ):
+            return f"a Decimal past {limit:,} digits or a magnitude of 10**{limit:,}"
+    elif kind is fractions.Fraction:
+        bound = _int_bound()
+        if abs(obj.numerator) > bound or obj.denominator > bound:
+            return f"a Fraction of more than {budgets.MAX_DIGITS:,} digits"
+    return None
+
+
+# What converts numbers: each cost grows with a number's digits or exponent.
+_CONVERSIONS = frozenset(
+    {
+        "builtins.int",
+        "builtins.float",
+        "builtins.complex",
+        "builtins.str",
+        "decimal.Decimal",
+        "fractions.Fraction",
+    }
+)
+_PARSES_NUMBERS = frozenset({"builtins.int", "decimal.Decimal", "fractions.Fraction"})
+
+
+def text_problem(name: str, args: Any, kwargs: Any = None) -> str | None:
+    """``str``, ``bytes`` and ``bytearray`` as data uses them: ``str`` of text
+    (of anything else it is a repr, exponential in how the payload shares a
+    container's items), and encodings that are builtin (any other is looked
+    up by name, which imports a module of the ``encodings`` package)."""
+    if name not in _TEXT:
+        return None
+    positional = args if isinstance(args, tuple) else ()
+    if name == "builtins.str" and positional and type(positional[0]) not in _RAW_TEXT:
+        return (
+            f"str of a {type(positional[0]).__qualname__} (a repr, whose cost grows with how "
+            "the payload shares its items)"
+        )
+    encoding = positional[1] if len(positional) > 1 else (kwargs or {}).get("encoding")
+    if encoding is not None and encoding not in _ENCODINGS:
+        return f"an encoding named {str(encoding)[:40]!r} (looking it up imports a codec module)"
+    return None
+
+
+_TEXT = frozenset({"builtins.str", "builtins.bytes", "builtins.bytearray"})
+_RAW_TEXT = frozenset({str, bytes, bytearray})
+# What pickles write (bytearray at protocols < 3: latin-1) and the common ones.
+_ENCODINGS = frozenset({"latin-1", "latin1", "iso-8859-1", "utf-8", "utf8", "ascii"})
 
 
 def check_constructor(func: Any, args: Any, kwargs: Any = None) -> str | None:

@@ -29,8 +29,10 @@ A pickle can call anything it can import. With ``loads(data, allowed=...)``:
   another table (EXT1/2/4) are implemented here, so that no check depends on
   which private method ``pickle``'s own implementation happens to call.
 - **Work and memory are budgeted** (``budgets.py``): a tuple whose hash would
-  visit more than a million items, objects nested more than 10,000 deep, a
-  length the data does not hold, and a memo index past the data's length raise
+  visit more than a million items, hashing past the load's ``hashing`` budget
+  in all, objects nested more than 10,000 deep, a length the data does not
+  hold, a memo index past the data's length, allocations past ``memory``, and
+  numbers past ``digits`` where they are made or converted raise
   :class:`BudgetExceededError` before the work or the allocation.
 
 An allow-list is a collection of strings:
@@ -58,6 +60,8 @@ docs/security.md has the numbers); out-of-band buffers are loaded without a copy
 from __future__ import annotations
 
 import _compat_pickle
+import decimal
+import fractions
 import functools
 import pickle
 import pickletools
@@ -71,7 +75,7 @@ from typing import IO, Any, ClassVar, NoReturn
 from .._switches import READ_REFCOUNTS
 from ..errors import ForbiddenGlobalError, UnpicklingError
 from . import budgets
-from .budgets import Allowance, Depths, TupleWork, exceeded
+from .budgets import Allowance, Depths, Hashing, TupleWork, exceeded
 from .data_checks import (
     Arguments,
     allocation,
@@ -80,7 +84,9 @@ from .data_checks import (
     check_constructor,
     check_state,
     digits_problem,
+    number_problem,
     reconstructor,
+    unfolded,
 )
 from .data_only import DATA_ONLY
 
@@ -92,6 +98,9 @@ _BY_VALUE_MODULE = "cloudpickle.cloudpickle"
 # Exact builtin types that no opcode can change: a shared one (a small int, an
 # interned string) that a call returns is left to fail as pickle fails.
 _IMMUTABLE = frozenset({int, float, complex, str, bytes, bool, type(None), tuple, frozenset})
+
+# What number_problem checks (a call's result of another type is no such number).
+_NUMBERS = frozenset({decimal.Decimal, fractions.Fraction})
 
 _NOT_DATA = (
     type,
@@ -243,7 +252,9 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self._stream = file
         self._tuple_work = TupleWork()
         self._depths = Depths()
-        self._allowance = Allowance(len(file.getbuffer()) if hasattr(file, "getbuffer") else None)
+        size = len(file.getbuffer()) if hasattr(file, "getbuffer") else None
+        self._allowance = Allowance(size)
+        self._hashing = Hashing(size)
 
     # -- globals ---------------------------------------------------------------
 
@@ -364,14 +375,18 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
             self._globals.setdefault(id(top), f"{_describe(top)} ({why})")
             self._keep.append(top)
 
-    def _check_call(self, func: Any, args: Any, kwargs: Any, opcode: str) -> None:
+    def _check_call(self, func: Any, args: Any, kwargs: Any, opcode: str) -> Arguments:
         """Before a call: what it may allocate (the ``memory`` budget), and
         arguments that make an allowed name do more than build data
         (``data_checks.check_call``, ``check_constructor``)."""
         name = self._globals.get(id(func))
-        found = Arguments(args, kwargs)
+        found = Arguments(args, kwargs, work=self._tuple_work.counts)
         what = f"{name or 'the call'}(...)"
         self._allowance.allocate(allocation(name or "", args, found), opcode, self._offset, what)
+        if found.shared:
+            self._charge_unfolded((args, kwargs), found, opcode, what)
+        if found.hashing:
+            self._hashing.charge(found.hashing, opcode, self._offset)
         digits = digits_problem(name or "", args, kwargs, found)
         if digits is not None:
             raise exceeded("digits", opcode, self._offset(), f"{what} is {digits}")
@@ -380,17 +395,58 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
             problem = check_call(name, args, kwargs, found)
         if problem is not None:
             _refuse(f"{name or _describe(func)}(...)", problem, str(name))
+        return found
+
+    def _charge_unfolded(self, values: Any, found: Arguments, opcode: str, what: str) -> None:
+        """Arguments that share containers: what walks them whole (a repr, numpy's
+        dtype of nested fields) visits a shared one each time it is reached,
+        charged to the ``memory`` budget as its items beyond those already
+        charged (``ITEM_BYTES`` each), before the call."""
+        cap = self._allowance.memory // budgets.ITEM_BYTES + found.visited
+        items = unfolded(values, cap)
+        if items > cap:
+            raise exceeded(
+                "memory",
+                opcode,
+                self._offset(),
+                f"{what} is given containers that share containers: walked whole, they are "
+                f"more than {cap:,} items, {budgets.ITEM_BYTES} bytes each, past the "
+                f"{self._allowance.memory:,} bytes left for this load",
+            )
+        extra = items - found.visited
+        if extra > 0:
+            self._allowance.allocate(
+                extra * budgets.ITEM_BYTES,
+                opcode,
+                self._offset,
+                f"{what}, walked whole through the containers its arguments share,",
+            )
 
     def _check_built(self, obj: Any, opcode: str) -> None:
         problem = check_built(obj, given_state=opcode == "BUILD")
         if problem is not None:
             _refuse(opcode, f"it made {problem}", _describe(obj))
 
-    def _after_call(self, opcode: str, args: Any = ()) -> None:
+    def _after_call(self, opcode: str, args: Any, found: Arguments) -> None:
         self._note_if_shared()
         self._check_built(self.stack[-1], opcode)
-        self._count_if_tuple(opcode)
-        self._holds(self.stack[-1], (args,), opcode)  # (what it holds is in its arguments)
+        self._check_result(opcode, args, found)
+
+    def _check_result(self, opcode: str, args: Any, found: Arguments) -> None:
+        """After every call: a number past the ``digits`` budget is refused
+        where it is made; what the result holds is in its arguments (its depth,
+        and the work of hashing it, for a result that is not a tuple)."""
+        top = self.stack[-1]
+        kind = type(top)
+        if kind in _NUMBERS:
+            problem = number_problem(top)
+            if problem is not None:
+                raise exceeded("digits", opcode, self._offset(), f"it made {problem}")
+        if issubclass(kind, tuple):
+            self._count_if_tuple(opcode)
+        elif found.visited + found.hashing > budgets.COUNTED_WORK:
+            self._tuple_work.made(top, found.visited + found.hashing)
+        self._holds(top, (args,), opcode)
 
     # -- budgets (budgets.py) ---------------------------------------------------
 
@@ -419,13 +475,19 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self._holds(self.stack[-1], self.stack[-1], "LIST")
 
     def load_dict(self) -> None:
+        self._hash_keys(self.stack[::2], "DICT")  # (the items above the mark)
         super().load_dict()
         built = self.stack[-1]
         self._holds(built, [*built, *built.values()], "DICT")
 
     def load_frozenset(self) -> None:
+        self._hash_keys(self.stack, "FROZENSET")
         super().load_frozenset()
         self._holds(self.stack[-1], self.stack[-1], "FROZENSET")
+
+    def _hash_keys(self, keys: Any, opcode: str) -> None:
+        """Before keys or members are hashed: the ``hashing`` budget."""
+        self._hashing.keys(keys, self._tuple_work.counts, opcode, self._offset)
 
     def load_int(self) -> None:
         self._load_number(_PythonUnpickler.load_int, "INT")
@@ -516,25 +578,23 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
 
     def load_reduce(self) -> None:
         args = self._below(1)
-        self._check_call(self._below(2), args, None, "REDUCE")
+        found = self._check_call(self._below(2), args, None, "REDUCE")
         super().load_reduce()
-        self._after_call("REDUCE", args)
+        self._after_call("REDUCE", args, found)
 
     def load_newobj(self) -> None:
         args = self._below(1)
-        self._check_call(self._below(2), args, None, "NEWOBJ")
+        found = self._check_call(self._below(2), args, None, "NEWOBJ")
         super().load_newobj()
         self._note_if_shared()
-        self._count_if_tuple("NEWOBJ")
-        self._holds(self.stack[-1], (args,), "NEWOBJ")
+        self._check_result("NEWOBJ", args, found)
 
     def load_newobj_ex(self) -> None:
         args, kwargs = self._below(2), self._below(1)
-        self._check_call(self._below(3), args, kwargs, "NEWOBJ_EX")
+        found = self._check_call(self._below(3), args, kwargs, "NEWOBJ_EX")
         super().load_newobj_ex()
         self._note_if_shared()
-        self._count_if_tuple("NEWOBJ_EX")
-        self._holds(self.stack[-1], (args, kwargs), "NEWOBJ_EX")
+        self._check_result("NEWOBJ_EX", (args, kwargs), found)
 
     def load_inst(self) -> None:
         module = self.readline()[:-1].decode("ascii")
@@ -548,14 +608,14 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
     def _instantiate(self, klass: Any, args: list[Any], opcode: str) -> None:
         """INST and OBJ: the call pickle makes (a class with no arguments and no
         __getinitargs__ is only made, not initialized), checked as every call."""
-        self._check_call(klass, tuple(args), None, opcode)
+        found = self._check_call(klass, tuple(args), None, opcode)
         made: Any = klass
         # (No local may hold the result: _after_call reads its reference count.)
         if args or not isinstance(klass, type) or hasattr(klass, "__getinitargs__"):
             self.append(made(*args))
         else:
             self.append(made.__new__(made))
-        self._after_call(opcode, args)
+        self._after_call(opcode, args, found)
 
     def load_build(self) -> None:
         """BUILD as pickle does it, with what it calls looked up on the type: an
@@ -565,9 +625,13 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         target, state = self._below(2), self._below(1)
         self._check_target(target, "BUILD")
         found = Arguments(state)
-        self._allowance.allocate(
-            allocation("", (), found), "BUILD", self._offset, f"BUILD on a {type(target).__name__}"
-        )
+        what = f"BUILD on a {type(target).__name__}"
+        self._allowance.allocate(allocation("", (), found), "BUILD", self._offset, what)
+        # (What a state sets is stored, not walked: the __setstate__ of what
+        # DATA_ONLY allows keeps references, and a dict state hashes its keys.)
+        for part in state if isinstance(state, tuple) and len(state) == 2 else (state,):
+            if isinstance(part, dict):
+                self._hash_keys(part, "BUILD")
         problem = check_state(target, state, found)
         if problem is not None:
             _refuse(f"BUILD on a {type(target).__qualname__}", problem, _describe(target))
@@ -594,13 +658,15 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
     def load_setitem(self) -> None:
         target, key, value = self._below(3), self._below(2), self._below(1)
         self._check_target(target, "SETITEM")
+        self._hash_keys((key,), "SETITEM")
         self._holds(target, (key, value), "SETITEM")
         super().load_setitem()  # (obj[key] = value: __setitem__ comes from the type)
 
     def load_setitems(self) -> None:
         target = self._top_before_mark()
         self._check_target(target, "SETITEMS")
-        self._holds(target, self.stack, "SETITEMS")  # (the items above the mark)
+        self._hash_keys(self.stack[::2], "SETITEMS")  # (the items above the mark)
+        self._holds(target, self.stack, "SETITEMS")
         super().load_setitems()
 
     # pickle calls the ``append``, ``extend`` and ``add`` an object has, its own
@@ -630,6 +696,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         target = self._top_before_mark()
         self._check_target(target, "ADDITEMS")
         items = self.pop_mark()
+        self._hash_keys(items, "ADDITEMS")
         self._holds(target, items, "ADDITEMS")
         if isinstance(target, set):
             set.update(target, items)

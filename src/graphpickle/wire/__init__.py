@@ -71,8 +71,12 @@ from .frames import little_endian
 __all__ = [
     "COMPRESS_MAX_RATIO",
     "COMPRESS_MIN_BYTES",
+    "DECOMPRESS_FLOOR",
+    "DECOMPRESS_RATIO",
+    "FRAMES_FLOOR",
     "MAX_DECOMPRESSED",
     "MAX_FRAME",
+    "RECEIVED_PER_FRAME",
     "pack",
     "pack_bytes",
     "read",
@@ -99,10 +103,24 @@ _MIN_SIGNED = _PREFIX.size + SIGNATURE_BYTES
 
 #: The largest frame; larger buffers are split into several frames.
 MAX_FRAME = 2**31 - 1
-#: What one message's compressed frames may decompress to, in all, unless
-#: ``read(max_bytes=...)`` says otherwise: a header that declares more is refused
-#: before anything is decompressed (:class:`BudgetExceededError`).
-MAX_DECOMPRESSED = 2**32
+#: What one message's compressed frames may decompress to, in all, for every
+#: receiver in this process that passes no ``max_bytes``: ``None`` (the default)
+#: allows :data:`DECOMPRESS_FLOOR` plus :data:`DECOMPRESS_RATIO` times the bytes
+#: the message took to receive; a number is a cap of its own (set it once for a
+#: service that takes large compressed messages). A header that declares more
+#: is refused before anything is decompressed (:class:`BudgetExceededError`).
+MAX_DECOMPRESSED: int | None = None
+#: What any message may decompress to, however small (by default).
+DECOMPRESS_FLOOR = 64 << 20
+#: What each byte received may decompress to beyond the floor (by default):
+#: compressed numpy arrays of data shrink 1-10x, sparse ones 100-200x (zstd),
+#: zeros 250x (lz4) to 26,000x (zstd); see docs/wire.md.
+DECOMPRESS_RATIO = 64
+#: Frames a message may have, however small: beyond it, one per
+#: :data:`RECEIVED_PER_FRAME` bytes received (each frame becomes an object of
+#: about 100-200 bytes, from 8 bytes of header for an empty one).
+FRAMES_FLOOR = 1 << 16
+RECEIVED_PER_FRAME = 32
 #: Frames smaller than this are never compressed.
 COMPRESS_MIN_BYTES = 4096
 #: A frame is kept compressed only if it shrinks below this fraction of its size.
@@ -419,7 +437,7 @@ def _expect(value: Any, kind: type) -> Any:
 def _parse_json(document: bytes) -> Any:
     try:
         parsed = json.loads(document)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ("[" * 60,000 nests)
         raise WireFormatError(f"malformed wire header: {exc}") from None
     if not isinstance(parsed, dict):
         raise WireFormatError("malformed wire header: not an object")
@@ -476,7 +494,7 @@ def unpack(
             raise WireFormatError("a frame's length differs from the header's")
     except (BufferError, TypeError) as exc:
         raise WireFormatError(f"a frame is not a contiguous buffer: {exc}") from None
-    return _load(header, frames, 1, allowed, max_bytes)
+    return _load(header, frames, 1, allowed, max_bytes, header.size + sum(expected[1:]))
 
 
 def unpack_bytes(
@@ -506,6 +524,7 @@ def unpack_bytes(
     header = _Header(view)
     if view.nbytes < header.size:
         raise WireFormatError("truncated wire message: incomplete header")
+    _frames_budget(header, view.nbytes)
     header.parse(view[: header.size])
     lengths = header.frame_lengths()
     frames, end = _frame_views(view, header.size, lengths)
@@ -513,7 +532,7 @@ def unpack_bytes(
         raise WireFormatError("truncated wire message: a frame is incomplete")
     if end != view.nbytes:
         raise WireFormatError(f"wire message has {view.nbytes - end} bytes after its last frame")
-    return _load(header, frames, 0, allowed, max_bytes)
+    return _load(header, frames, 0, allowed, max_bytes, view.nbytes)
 
 
 def read(
@@ -557,11 +576,15 @@ def read(
         raise WireFormatError(
             f"wire message declares {sum(lengths)} bytes, over max_bytes={max_bytes}"
         )
+    # (The frames' bytes must arrive before each is made: a lie about their
+    # lengths costs the sender the bytes.)
+    received = header.size + sum(lengths)
+    _frames_budget(header, received)
     frames: list[Frame] = [_read_exactly(stream, n) for n in lengths]
     if keys is not None:
         _verify(header.flags, [head, *frames[:-1]], frames[-1], keys)
         header.parse(head)
-    return _load(header, frames, 0, allowed, max_bytes)  # frames were read to the declared sizes
+    return _load(header, frames, 0, allowed, max_bytes, received)  # read to the declared sizes
 
 
 def _load(
@@ -569,14 +592,16 @@ def _load(
     frames: list[Frame],
     start: int,
     allowed: Iterable[str] | None,
-    max_bytes: int | None = None,
+    max_bytes: int | None,
+    received: int,
 ) -> Any:
     """Decompress and unpickle ``frames[start:]`` (the pickle frame first; lengths
     already checked). The buffers are handed over without copying the list.
 
     What the frames decompress to is capped, in all (``max_bytes``, or
-    :data:`MAX_DECOMPRESSED`), before anything is decompressed; each frame is
-    then held to its declared size while it decompresses (``_decompress``)."""
+    :data:`MAX_DECOMPRESSED`, or in proportion to the ``received`` bytes),
+    before anything is decompressed; each frame is then held to its declared
+    size while it decompresses (``_decompress``)."""
     if header.by_value and header.python != _PYTHON:
         raise WireFormatError(
             f"the message holds objects pickled by value under Python {header.python}; "
@@ -584,14 +609,7 @@ def _load(
         )
     end = start + header.n_frames  # a signature, if any, follows: it is not data
     if header.compressed:
-        cap = MAX_DECOMPRESSED if max_bytes is None else max_bytes
-        total = sum(header.raw_lengths)
-        if total > cap:
-            raise BudgetExceededError(
-                f"wire message decompresses to {total:,} bytes, over the cap of {cap:,} "
-                "(max_bytes, or graphpickle.wire.MAX_DECOMPRESSED) (budget 'decompressed')",
-                budget="decompressed",
-            )
+        _decompressed_budget(header, max_bytes, received)
         frames = [
             _decompress(frame, raw, codec)
             for frame, raw, codec in zip(
@@ -614,6 +632,46 @@ def _load(
         raise UnpicklingError(
             f"cannot load the pickle: {load_failure(exc)}: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def _decompressed_budget(header: _Header, max_bytes: int | None, received: int) -> None:
+    """What the compressed frames declare they decompress to, in all, against
+    the cap: ``max_bytes``, else :data:`MAX_DECOMPRESSED`, else the floor plus
+    the ratio times what the message took to receive."""
+    if max_bytes is not None:
+        cap, why = max_bytes, "max_bytes"
+    elif MAX_DECOMPRESSED is not None:
+        cap, why = MAX_DECOMPRESSED, "graphpickle.wire.MAX_DECOMPRESSED"
+    else:
+        cap = DECOMPRESS_FLOOR + DECOMPRESS_RATIO * received
+        why = (
+            f"{DECOMPRESS_FLOOR:,} + {DECOMPRESS_RATIO} x the {received:,} bytes received; "
+            "raise it with max_bytes= or graphpickle.wire.MAX_DECOMPRESSED"
+        )
+    total = sum(header.raw_lengths)
+    if total > cap:
+        where = _PREFIX.size + header.json_length + 8 * header.n_frames
+        raise BudgetExceededError(
+            f"wire message decompresses to {total:,} bytes (its header's table of raw lengths, "
+            f"at byte {where}), over the cap of {cap:,} ({why}) (budget 'decompressed')",
+            budget="decompressed",
+            offset=where,
+        )
+
+
+def _frames_budget(header: _Header, received: int) -> None:
+    """A message's frames become objects of 100-200 bytes each, from 8 bytes
+    of header for an empty one: past :data:`FRAMES_FLOOR`, each must come with
+    :data:`RECEIVED_PER_FRAME` bytes received (refused before any is made)."""
+    allowed = max(FRAMES_FLOOR, received // RECEIVED_PER_FRAME)
+    if header.n_frames > allowed:
+        raise BudgetExceededError(
+            f"wire message declares {header.n_frames:,} frames (its header at byte 10) in "
+            f"{received:,} bytes: past {FRAMES_FLOOR:,}, a frame needs {RECEIVED_PER_FRAME} "
+            "bytes received (graphpickle.wire.FRAMES_FLOOR, RECEIVED_PER_FRAME) (budget 'frames')",
+            budget="frames",
+            offset=10,
+        )
 
 
 def _read_exactly(stream: IO[bytes], n: int) -> bytearray:
@@ -654,7 +712,9 @@ def _decompress(frame: Frame, raw_length: int, codec: str | None) -> Frame:
     except ImportError as exc:
         raise WireFormatError(f"the message is compressed with {codec}: {exc}") from None
     except Exception as exc:
-        raise WireFormatError(f"a {codec} frame does not decompress: {exc}") from None
+        raise WireFormatError(
+            f"a {codec} frame does not decompress: {type(exc).__name__}: {exc}"
+        ) from None
     if len(data) != raw_length:
         raise WireFormatError(
             f"a {codec} frame decompressed to {len(data)} bytes, not {raw_length}"
