@@ -389,29 +389,37 @@ def test_identity_on_the_receiver_is_the_senders(tmp_path):
     assert all("True, True, True, True, True, True" in row[-1] for _, row in seen)
 
 
-THREADS = """
+def racing_sender(count: int, source: str, change: str, after: str = "") -> str:
+    """A sender that makes ``count`` functions ``f`` (and the other functions of
+    ``source``) in namespaces of their own, and for each one starts a thread
+    that runs ``change`` once, at a moment the sender does not choose, while
+    the sender keeps reducing ``f`` afresh (each dump remembers anew); then
+    ``after`` runs and ``f`` is sent."""
+    return f"""
 import random, time
 sys.setswitchinterval(1e-6)
 random.seed(0)
-for i in range(40):
-    namespace = {"__name__": "__main__", "G": "old"}
-    exec("def f():\\n    return G\\n", namespace)
+for i in range({count}):
+    namespace = {{"__name__": "__main__", "G": "old", "X": "x"}}
+    exec({source!r}, namespace)
     f = namespace["f"]
-    def rebind(namespace=namespace, delay=random.random() * 2e-4):
+    def change(namespace=namespace, delay=random.random() * 2e-4):
         time.sleep(delay)
-        namespace["G"] = "new"  # once, at a moment the sender does not choose
-    thread = threading.Thread(target=rebind)
+        {change}
+    thread = threading.Thread(target=change)
     thread.start()
     while thread.is_alive():
-        _reducers.forget_by_value()  # each dump reduces and remembers afresh
+        _reducers.forget_by_value()
         graphpickle.dumps(f)
     thread.join()
-    send(f"function {i}", f)
+    {after}
+    send(f"function {{i}}", f)
 """
 
 
 def test_rebinding_threads_never_leave_a_stale_reduction(tmp_path):
-    seen = exchange(tmp_path, THREADS, CALL)
+    body = racing_sender(40, "def f():\n    return G\n", 'namespace["G"] = "new"')
+    seen = exchange(tmp_path, body, CALL)
     assert len(seen) == 40
     assert_as_cloudpickle(seen)
 
@@ -568,31 +576,14 @@ def test_remembered_reductions_are_used_on_this_python(tmp_path, future):
 
 # --- another thread changes what a remembered answer depends on ------------------
 
-CODE_THREADS = """
-import random, time
-sys.setswitchinterval(1e-6)
-random.seed(0)
-for i in range(150):
-    namespace = {"__name__": "__main__", "X": "x"}
-    exec("def f():\\n    return X\\ndef g():\\n    return X, Y\\n", namespace)
-    f, g = namespace["f"], namespace["g"]
-    def swap(f=f, g=g, delay=random.random() * 2e-4):
-        time.sleep(delay)
-        f.__code__ = g.__code__  # once, at a moment the sender does not choose
-    thread = threading.Thread(target=swap)
-    thread.start()
-    while thread.is_alive():
-        _reducers.forget_by_value()  # each dump reduces and remembers afresh
-        graphpickle.dumps(f)
-    thread.join()
-    namespace["Y"] = "y"  # read by the new code only
-    send(f"function {i}", f)
-"""
-
 
 def test_code_swapping_threads_never_leave_a_stale_reduction(tmp_path):
-    # Hot-reload tools assign __code__ from another thread.
-    seen = exchange(tmp_path, CODE_THREADS, CALL)
+    # Hot-reload tools assign __code__ from another thread; Y is read by the new
+    # code only, and defined once the thread is done.
+    source = "def f():\n    return X\ndef g():\n    return X, Y\n"
+    change = 'namespace["f"].__code__ = namespace["g"].__code__'
+    body = racing_sender(150, source, change, after='namespace["Y"] = "y"')
+    seen = exchange(tmp_path, body, CALL)
     assert len(seen) == 150
     assert_as_cloudpickle(seen)
 
