@@ -35,6 +35,7 @@ import cloudpickle
 from ..core.pickler import dumps as graphpickle_dumps
 from ..core.pickler import loads as graphpickle_loads
 from . import workloads
+from .bench_options import add_bench_arguments
 from .console import print_table, progress
 from .workloads import WORKLOADS, Workload
 
@@ -314,8 +315,6 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .main import add_bench_arguments
-
     parser = argparse.ArgumentParser(prog="graphpickle bench", description=__doc__.splitlines()[0])
     add_bench_arguments(parser)
     args = parser.parse_args(argv)

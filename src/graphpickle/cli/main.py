@@ -7,8 +7,9 @@ import importlib.util
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, TextIO, cast
+
+from .bench_options import add_bench_arguments
 
 # Every command's exit status when standard output is closed before it is done
 # (``graphpickle inspect FILE | head -1``): 128 + SIGPIPE, what a shell reports
@@ -20,17 +21,6 @@ EXIT_CLOSED_OUTPUT = 141
 EXTRA = "bench"
 NEEDS = {"demo": ("numpy",), "bench": ("numpy", "dask")}
 EXTRA_MODULES = ("numpy", "dask", "distributed", "matplotlib")
-
-
-def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    """``graphpickle bench``'s options (here: building the parser imports no
-    benchmark, which would import distributed, for every command)."""
-    parser.add_argument("--quick", action="store_true", help="1/20 of the sizes, in seconds")
-    parser.add_argument("--repeat", type=int, default=None, help="samples per measurement")
-    parser.add_argument("--only", help="only workloads whose name contains this text")
-    parser.add_argument("--json", type=Path, help="write rows, summary and metadata as JSON")
-    parser.add_argument("--plot", type=Path, help="write a bar chart of the ratios (PNG)")
-    parser.add_argument("--markdown", action="store_true", help="print the README's table")
 
 
 def main(argv: list[str] | None = None) -> int:
