@@ -33,6 +33,14 @@ def send(label, obj):
     _payloads.append((label, [graphpickle.dumps(obj), graphpickle.dumps(obj),
                               gpd.dumps(obj), gpd.dumps(obj), cloudpickle.dumps(obj)]))
 
+def spare_module():
+    # A module imported from a file, as far as cloudpickle can tell (it refers
+    # to what such a module holds), that no receiver has.
+    spare = types.ModuleType("gp_spare")
+    spare.__file__ = "gp_spare.py"
+    sys.modules["gp_spare"] = spare
+    return spare
+
 def remembered(func):
     if not os.environ.get("GRAPHPICKLE_NO_CACHE"):
         assert id(func) in _reducers._functions, func
@@ -237,9 +245,7 @@ SCENARIOS = {
     ),
     "__module__ changed after the reason was decided": (
         """
-        spare = types.ModuleType("gp_spare")
-        spare.__file__ = "gp_spare.py"  # not a module made at run time: cloudpickle's refers to it
-        sys.modules["gp_spare"] = spare
+        spare = spare_module()
         def f():
             return "f"
         spare.f = f
@@ -259,9 +265,7 @@ SCENARIOS = {
     ),
     "__module__ back to __main__ before the answer is remembered": (
         """
-        spare = types.ModuleType("gp_spare")
-        spare.__file__ = "gp_spare.py"  # not a module made at run time: cloudpickle's refers to it
-        sys.modules["gp_spare"] = spare
+        spare = spare_module()
         def f():
             return "f"
         spare.f = f
@@ -321,9 +325,7 @@ SCENARIOS = {
     ),
     "sys.modules rebound without the function's module": (
         """
-        spare = types.ModuleType("gp_spare")
-        spare.__file__ = "gp_spare.py"
-        sys.modules["gp_spare"] = spare
+        spare = spare_module()
         exec("def f():\\n    return 'f'\\n", spare.__dict__)
         f = spare.f
         f.__module__ = "gp_spare"
@@ -608,9 +610,7 @@ class Thing(Base):
     pass
 THING = Thing()
 
-SPARE = types.ModuleType("gp_spare")
-SPARE.__file__ = "gp_spare.py"  # imported from a file: cloudpickle refers to it
-sys.modules["gp_spare"] = SPARE
+SPARE = spare_module()
 A, B = ("a",), ("b",)
 G = A
 def f():

@@ -179,7 +179,7 @@ def _deferred_function_state(
         else ("__annotate__", annotate)
     )
     closure = func.__closure__
-    names = list(_cp._extract_code_globals(code))
+    names = list(code_global_names(code))
     if reads_class:
         read = _names_read(code)
         names += [name for name in read if name not in names]
