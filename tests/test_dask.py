@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 pytest.importorskip("distributed")
@@ -131,7 +133,6 @@ def test_local_cluster_runs_a_graph_on_graphpickle(tmp_path):
 
 
 def test_dumps_keeps_distributed_semantics():
-    import pickle
 
     import numpy as np
 
@@ -389,3 +390,137 @@ if __name__ == "__main__":
 def test_workers_that_join_later_install_graphpickle(tmp_path):
     out = run_python(_JOINING_WORKERS, cwd=tmp_path, timeout=300)
     assert out.split()[-1] == "ok"
+
+
+_UNLOADABLE_TASK = """
+import os, sys, types
+from distributed import Client, LocalCluster
+from graphpickle.integrations import dask_distributed as gpd
+
+if __name__ == "__main__":
+    # A module only this client has: its function goes by reference (it is
+    # importable here), and the worker cannot import it.
+    mod = types.ModuleType("clientonly")
+    exec("def double(x):\\n    return 2 * x\\n", mod.__dict__)
+    sys.modules["clientonly"] = mod
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        gpd.install(client)
+        pid = client.run(os.getpid)
+        try:
+            client.submit(mod.double, 3).result(timeout=60)
+        except ModuleNotFoundError as exc:
+            assert exc.name == "clientonly", exc.name
+            notes = " ".join(getattr(exc, "__notes__", []))
+            assert "module 'clientonly'" in notes and "register it for pickling by value" in notes, notes
+            assert "the task fails; the worker goes on" in notes, notes
+        else:
+            raise AssertionError("the task ran")
+        # The same worker process goes on running the next tasks.
+        assert client.submit(lambda x: x + 1, 41).result(timeout=60) == 42
+        assert client.run(os.getpid) == pid
+    print("ok")
+"""
+
+
+def test_a_task_the_worker_cannot_load_fails_alone(tmp_path):
+    # Stock distributed raises inside the worker's connection to the scheduler:
+    # the task, and every later one, never ends (seen here: 60 s timeouts).
+    out = run_python(_UNLOADABLE_TASK, cwd=tmp_path, timeout=300)
+    assert out.split()[-1] == "ok"
+
+
+_WORKER_WITHOUT_GRAPHPICKLE = """
+import subprocess, sys, time, warnings
+from distributed import Client, LocalCluster
+from graphpickle.integrations import dask_distributed as gpd
+from dataclasses import dataclass
+
+@dataclass
+class Point:
+    x: int
+    y: float
+
+def norm(p):
+    return p.x + p.y
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        (ours,) = client.scheduler_info()["workers"]
+        # A second worker whose Python cannot import graphpickle.
+        hide = "hide_graphpickle.py"
+        open(hide, "w").write("import sys\\nsys.modules['graphpickle'] = None\\n")
+        other = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker",
+                                  cluster.scheduler_address, "--nthreads", "1", "--no-nanny",
+                                  "--no-dashboard", "--preload", hide])
+        try:
+            client.wait_for_workers(2, timeout=60)
+            (theirs,) = set(client.scheduler_info()["workers"]) - {ours}
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                gpd.install(client)  # the plugin fails to load there
+            assert any("could not install" in str(w.message) for w in caught), caught
+            def has_graphpickle():
+                return sys.modules.get("graphpickle") is not None
+            assert client.run(has_graphpickle) == {ours: True, theirs: False}
+            # The scheduler keeps the plugin for the workers that join later.
+            assert "graphpickle" in client.run_on_scheduler(
+                lambda dask_scheduler: list(dask_scheduler.worker_plugins))
+            for worker in (ours, theirs):
+                for func, arg, expected in ((norm, Point(1, 2.5), 3.5), (lambda x: x * 3, 2, 6)):
+                    future = client.submit(func, arg, workers=[worker], allow_other_workers=False,
+                                           pure=False)
+                    assert future.result(timeout=60) == expected, worker
+        finally:
+            other.terminate()
+            other.wait(30)
+    print("ok")
+"""
+
+
+def test_a_worker_without_graphpickle_still_runs_tasks(tmp_path):
+    # What the integration writes loads with pickle and cloudpickle alone.
+    out = run_python(_WORKER_WITHOUT_GRAPHPICKLE, cwd=tmp_path, timeout=300)
+    assert out.split()[-1] == "ok"
+
+
+def _task_naming_a_missing_module(monkeypatch):
+    """A dask Task whose function is in a module the receiver no longer has."""
+    import sys
+    import types
+
+    from dask._task_spec import Task
+
+    import graphpickle.integrations.dask_distributed as gpd
+
+    mod = types.ModuleType("gone_module")
+    exec("def double(x):\n    return 2 * x\n", mod.__dict__)
+    monkeypatch.setitem(sys.modules, "gone_module", mod)
+    task = Task("k", mod.double, 3)
+    payloads = gpd.dumps(task), gpd.dumps([mod.double])
+    monkeypatch.delitem(sys.modules, "gone_module")
+    return payloads
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["C loader", "Python loads"])
+def test_an_unloadable_task_payload_loads_as_a_task_that_raises(monkeypatch, fast):
+    import graphpickle.integrations.dask_distributed as gpd
+
+    task_payload, list_payload = _task_naming_a_missing_module(monkeypatch)
+    loads = gpd.loads if fast else gpd.loads.__wrapped__
+    task = loads(task_payload)
+    with pytest.raises(ModuleNotFoundError, match="gone_module") as caught:
+        task({})
+    notes = " ".join(caught.value.__notes__)
+    assert "module 'gone_module'" in notes and "the worker goes on" in notes
+    # Anything else that cannot be loaded raises, as before.
+    with pytest.raises(ModuleNotFoundError, match="gone_module") as caught:
+        loads(list_payload)
+    assert "the worker goes on" not in " ".join(caught.value.__notes__)
+    # A corrupted task payload fails that task too; nothing of it runs.
+    task = loads(task_payload[: len(task_payload) // 2])
+    with pytest.raises(pickle.UnpicklingError, match="truncated"):
+        task({})
+    with pytest.raises(pickle.UnpicklingError):
+        loads(b"not a pickle at all")

@@ -1409,15 +1409,13 @@ loader_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     if (result != NULL || !PyErr_ExceptionMatches(PyExc_Exception)) {
         return result;
     }
+    /* failed(exc, data) raises, or returns what loads gives instead (distributed's
+     * loads: a task that raises, for a task's payload). */
     PyObject *exc = take_exception();
     PyObject *failed_args[2] = {exc, args[0]};
     PyObject *returned = PyObject_Vectorcall(self->failed, failed_args, 2, NULL);
     Py_DECREF(exc);
-    if (returned != NULL) {
-        Py_DECREF(returned);
-        PyErr_SetString(PyExc_SystemError, "graphpickle: failed() returned");
-    }
-    return NULL;
+    return returned;
 }
 
 static PyObject *
@@ -1886,7 +1884,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 13) < 0 /* VERSION: native.py */
+        || add_version(module, 14) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {

@@ -413,13 +413,18 @@ def accelerated_dumps(reference: _F, reducer_lookup: ReducerLookup | None, signa
     return _standing_for(dumper, reference)
 
 
-def accelerated_loads(reference: _F, signature: str) -> _F:
+def accelerated_loads(
+    reference: _F, signature: str, failed: Callable[[Exception, Any], Any] | None = None
+) -> _F:
     """A C stand-in for ``reference`` (a ``loads`` with graphpickle's or
-    distributed's signature) that calls ``_pickle.loads`` itself and
-    ``_loads_failed`` on failure; ``reference`` without the extension."""
+    distributed's signature) that calls ``_pickle.loads`` itself and, on
+    failure, ``failed(exc, data)`` (``_loads_failed`` unless given), which raises
+    or returns what the load gives instead (as ``reference`` does);
+    ``reference`` without the extension."""
     if _speedups is None:
         return reference
-    loader = _speedups.Loader(_pickle.loads, reference, _loads_failed, _SIGNATURES[signature])
+    handler = _loads_failed if failed is None else failed
+    loader = _speedups.Loader(_pickle.loads, reference, handler, _SIGNATURES[signature])
     return _standing_for(loader, reference)
 
 

@@ -33,14 +33,17 @@ import _pickle
 import importlib
 import io
 import pickle
+import pickletools
 import sys
+import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from ..core.pickler import (
     DEFAULT_PROTOCOL,
     Pickler,
     _loads_failed,
+    _note_load_failure,
     accelerated_dumps,
     accelerated_loads,
 )
@@ -168,19 +171,80 @@ def loads(x: Any, *, buffers: Any = ()) -> Any:
     with a note in words when it fails. Like stock distributed (and unlike
     ``graphpickle.loads``) it does not look for the malformed BYTEARRAY8 that
     crashes CPython's C unpickler: that walk would cost up to 10% of a load of
-    the messages a cluster's own peers send it."""
+    the messages a cluster's own peers send it.
+
+    A task's payload that cannot be loaded (it names a module this worker
+    cannot import, say) loads as a task that raises that error when it runs
+    (:func:`_load_failed`): that task fails, and the worker goes on. Stock
+    distributed raises inside the worker's connection to the scheduler, which
+    then stops reading: the task never ends, nor does any later one."""
     try:
         if buffers:
             return _pickle.loads(x, buffers=buffers)
         return _pickle.loads(x)
     except Exception as exc:
-        _loads_failed(exc, x)
+        return _load_failed(exc, x)
+
+
+def _load_failed(exc: Exception, data: Any) -> Any:
+    """``loads(data)`` raised ``exc``: a task's payload gives a task that raises
+    ``exc`` (with its note) when it runs; anything else raises it."""
+    task_class = _task_class_of(data)
+    if task_class is None:
+        _loads_failed(exc, data)
+    _note_load_failure(exc)
+    exc.add_note(
+        f"graphpickle: this {task_class.__name__}'s payload could not be loaded on this "
+        "worker, so the task fails; the worker goes on"
+    )
+    from dask._task_spec import Task
+
+    return Task(_UNLOADABLE_KEY, _raise_load_failure, exc)
+
+
+_UNLOADABLE_KEY = "graphpickle-unloadable-task"
+
+
+def _raise_load_failure(exc: Exception) -> NoReturn:
+    raise exc
+
+
+def _task_class_of(data: Any) -> type | None:
+    """The dask task class (``dask._task_spec.GraphNode``'s) that a payload
+    builds at its top level, read from its first opcodes (the class is pushed
+    first, before its arguments); None for anything else, or unreadable bytes.
+    Only failed loads are read."""
+    task_spec = sys.modules.get("dask._task_spec")
+    if task_spec is None:
+        return None
+    strings: list[str] = []
+    try:
+        for opcode, arg, _ in pickletools.genops(memoryview(data).tobytes()):
+            if opcode.name in ("PROTO", "FRAME", "MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"):
+                continue
+            if isinstance(arg, str) and opcode.name.endswith("UNICODE"):
+                strings.append(arg)
+                if len(strings) <= 2:
+                    continue
+            if opcode.name == "STACK_GLOBAL" and len(strings) == 2:
+                module, name = strings
+                break
+            return None
+        else:
+            return None
+    except Exception:
+        return None  # not a pickle we can read: it fails as it is
+    found = getattr(task_spec, name, None) if module == task_spec.__name__ else None
+    graph_node = getattr(task_spec, "GraphNode", None)
+    if isinstance(found, type) and graph_node is not None and issubclass(found, graph_node):
+        return found
+    return None
 
 
 # A scheduler pickles each task on its own: in C, on pooled picklers (see
 # graphpickle.core.pickler), when the extension is built.
 dumps = accelerated_dumps(dumps, _dask_serialize_lookup, "distributed")
-loads = accelerated_loads(loads, "distributed")
+loads = accelerated_loads(loads, "distributed", _load_failed)
 
 
 def _family_dumps(x: Any, context: Any = None) -> tuple[dict[str, Any], list[Any]]:
@@ -233,8 +297,10 @@ def install(client: Any = None) -> None:
     that every worker installs it when it joins: the current ones, one started
     later (adaptive scaling), one its nanny restarted, every one after
     ``client.restart()``. A worker that cannot import graphpickle fails the
-    plugin's set-up, which distributed logs, and goes on pickling as stock
-    distributed: what graphpickle writes loads with pickle and cloudpickle."""
+    plugin's set-up and goes on pickling as stock distributed (what graphpickle
+    writes loads with pickle and cloudpickle): distributed logs it, and for the
+    workers already there ``install`` warns with their error
+    (:class:`RuntimeWarning`) instead of raising it."""
     from distributed.protocol.serialize import register_serialization_family
 
     ours = {"dumps": dumps, "loads": loads}
@@ -252,7 +318,17 @@ def install(client: Any = None) -> None:
         from ._dask_workers import InstallOnWorkers
 
         client.run_on_scheduler(install)
-        client.register_plugin(InstallOnWorkers(install))
+        try:
+            client.register_plugin(InstallOnWorkers(install))
+        except Exception as exc:  # distributed re-raises a worker's error, as text
+            # The scheduler keeps the plugin for the workers that join later.
+            warnings.warn(
+                f"graphpickle: a worker could not install the dask integration ({exc}); "
+                "it goes on pickling as stock distributed, and what graphpickle writes "
+                "loads there with pickle and cloudpickle",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 def uninstall() -> None:
