@@ -140,6 +140,17 @@ def reduce_function_by_value(
     return (_cp._make_function, newargs, (state, slotstate), None, None, _cp._function_setstate)
 
 
+def make_function_as_loaded(
+    code: types.CodeType, base_globals: dict[str, Any], state: Any
+) -> types.FunctionType:
+    """The function a receiver of :func:`reduce_function_by_value`'s reduction
+    builds from its parts, with cloudpickle's own reconstructors (the slot
+    state is consumed)."""
+    func: types.FunctionType = _cp._make_function(code, base_globals, None, None, None)
+    _cp._function_setstate(func, state)
+    return func
+
+
 def function_state(func: types.FunctionType) -> tuple[dict[str, Any], dict[str, Any]]:
     """cloudpickle's state of a function pickled by value: ``(attributes, slot
     state)``, which its ``_function_setstate`` applies on the receiver

@@ -65,7 +65,7 @@
 typedef struct {
     PyTypeObject *dispatch_type, *sink_type, *dumper_type, *loader_type;
     PyObject *str_module, *str_by_value, *str_reset, *str_memo, *str_join, *str_qualname;
-    PyObject *str_protocol, *str_buffer_callback, *str_deterministic, *str_buffers;
+    PyObject *str_protocol, *str_buffer_callback, *str_deterministic, *str_buffers, *str_blocks;
     PyObject *str_fix_imports, *str_encoding, *str_errors, *str_speedups, *str_buffer;
     PyObject *str_generation, *str_globals_ref, *str_package, *str_name, *str_path, *str_file;
     PyObject *str_locals, *str_lambda, *main_modules, *str_modules, *sys_dict;
@@ -104,7 +104,7 @@ typedef struct {
 #define FOR_EACH_STATE_FIELD(DO)                                                                  \
     DO(dispatch_type) DO(sink_type) DO(dumper_type) DO(loader_type) DO(str_module)               \
     DO(str_by_value) DO(str_reset) DO(str_memo) DO(str_join) DO(str_qualname) DO(str_protocol)   \
-    DO(str_buffer_callback) DO(str_deterministic) DO(str_buffers) DO(str_fix_imports)            \
+    DO(str_buffer_callback) DO(str_deterministic) DO(str_buffers) DO(str_blocks) DO(str_fix_imports) \
     DO(str_encoding) DO(str_errors) DO(str_speedups) DO(str_buffer) DO(str_generation)           \
     DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(str_locals)    \
     DO(str_lambda) DO(main_modules) DO(str_modules) DO(sys_dict) DO(empty_bytes)                  \
@@ -373,9 +373,10 @@ in_default_mode(DispatchObject *self)
 /* A remembered function's entry (reducers._functions: id -> entry) and the
  * parts of its reduction, by position: ENTRY_FIELDS and PARTS_FIELDS below. */
 enum { ENTRY_REF, ENTRY_SNAPSHOT, ENTRY_NAMES, ENTRY_MODULES, ENTRY_GROWABLE, ENTRY_GENERATION,
-       ENTRY_PARTS, ENTRY_SIZE };
+       ENTRY_PARTS, ENTRY_BLOCK, ENTRY_SIZE };
 enum { PARTS_MAKE, PARTS_CODE, PARTS_CLOSURE, PARTS_STATE, PARTS_SETSTATE, PARTS_SIZE };
 #define SNAPSHOT_FIXED 9 /* code ... closure: see SNAPSHOT_FIELDS */
+#define SNAPSHOT_ANNOTATIONS 7
 
 /* Whether `value`, a global or a cell's contents of a remembered function, is
  * now a module to cloudpickle's submodule search: isinstance(value,
@@ -410,6 +411,30 @@ any_module_now(SpeedupsState *st, PyObject *snapshot, PyObject *names)
         }
     }
     return 0;
+}
+
+/* Whether this dump sends sealed functions as code blocks (reducers._blocks_wanted):
+ * the state's `blocks` context variable is set and true. 1, 0, or -1 with an
+ * exception set. */
+static int
+blocks_wanted(DispatchObject *self)
+{
+    PyObject *var = PyObject_GetAttr(self->state, self->st->str_blocks);
+    if (var == NULL) {
+        return -1;
+    }
+    int wanted = 0;
+    if (var != Py_None) {
+        PyObject *value = NULL;
+        if (!PyContextVar_CheckExact(var) || PyContextVar_Get(var, Py_False, &value) < 0) {
+            Py_DECREF(var);
+            return -1;
+        }
+        wanted = value == Py_True;
+        Py_DECREF(value);
+    }
+    Py_DECREF(var);
+    return wanted;
 }
 
 /* What the function handler (reducers._reduce_function) answers for a function
@@ -454,7 +479,20 @@ remembered_function(DispatchObject *self, PyObject *func)
     }
     self->touched = 1;
     PyObject *base = base_globals(self->st, self->state, ((PyFunctionObject *)func)->func_globals);
-    if (base != NULL) {
+    PyObject *block = PyTuple_GET_ITEM(entry, ENTRY_BLOCK); /* None, or (load_block, bytes) */
+    /* A block holds nothing mutable but the annotations dict, which must still
+     * be empty (reducers._block_holds) */
+    PyObject *annotations = PyTuple_GET_ITEM(snapshot, SNAPSHOT_ANNOTATIONS);
+    int holds = block != Py_None && PyDict_CheckExact(annotations) && PyDict_GET_SIZE(annotations) == 0;
+    int wanted = base == NULL || !holds ? 0 : blocks_wanted(self);
+    if (wanted > 0 && PyTuple_CheckExact(block) && PyTuple_GET_SIZE(block) == 2) {
+        /* (load_block, (block, base_globals)), as reducers._reuse */
+        PyObject *args = PyTuple_Pack(2, PyTuple_GET_ITEM(block, 1), base);
+        result = args == NULL ? NULL : PyTuple_Pack(2, PyTuple_GET_ITEM(block, 0), args);
+        Py_XDECREF(args);
+        Py_DECREF(base);
+    }
+    else if (base != NULL && wanted == 0) {
         /* (code, base_globals, None, None, closure), as _function_getnewargs */
         PyObject *args = PyTuple_Pack(5, PyTuple_GET_ITEM(parts, PARTS_CODE), base, Py_None,
                                       Py_None, PyTuple_GET_ITEM(parts, PARTS_CLOSURE));
@@ -464,6 +502,9 @@ remembered_function(DispatchObject *self, PyObject *func)
                                              PyTuple_GET_ITEM(parts, PARTS_SETSTATE));
         Py_XDECREF(args);
         Py_DECREF(base);
+    }
+    else {
+        Py_XDECREF(base);
     }
 done:
     Py_XDECREF(key);
@@ -1772,7 +1813,7 @@ static const char *SNAPSHOT_FIELDS[SNAPSHOT_FIXED] = {
     "code", "defaults", "kwdefaults", "name", "qualname", "module", "doc", "annotations", "closure",
 };
 static const char *ENTRY_FIELDS[ENTRY_SIZE] = {
-    "ref", "snapshot", "names", "modules", "growable", "generation", "parts",
+    "ref", "snapshot", "names", "modules", "growable", "generation", "parts", "block",
 };
 static const char *PARTS_FIELDS[PARTS_SIZE] = {"make", "code", "closure", "state", "setstate"};
 
@@ -1833,7 +1874,7 @@ init_state(PyObject *module, SpeedupsState *st)
         {&st->str_generation, "_generation"}, {&st->str_globals_ref, "globals_ref"},
         {&st->str_package, "__package__"}, {&st->str_name, "__name__"}, {&st->str_path, "__path__"},
         {&st->str_file, "__file__"}, {&st->str_locals, "<locals>"}, {&st->str_lambda, "<lambda>"},
-        {&st->str_modules, "modules"},
+        {&st->str_modules, "modules"}, {&st->str_blocks, "blocks"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) {
@@ -1884,7 +1925,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 14) < 0 /* VERSION: native.py */
+        || add_version(module, 15) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {

@@ -18,6 +18,7 @@ import functools
 import io
 import pickle
 from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
 from typing import IO, Any, NoReturn, TypeVar, cast
 
 from .. import determinism
@@ -66,6 +67,11 @@ class Pickler(_pickle.Pickler):
     (see :mod:`graphpickle.determinism`): it needs protocol 4 or 5, each
     ``dump()`` starts from an empty memo, and every buffer handed to
     ``buffer_callback`` goes out of band (its return value is not consulted).
+
+    ``code_blocks`` is for engine integrations: while that context variable is
+    true, sealed by-value functions travel as code blocks
+    (:mod:`graphpickle.core.blocks`), which only a receiver with graphpickle
+    loads; set it only for a receiver that said it does.
     """
 
     # Set on deterministic picklers only (a class default: one assignment fewer
@@ -88,6 +94,7 @@ class Pickler(_pickle.Pickler):
         reducers: Mapping[type, Reducer] | None = None,
         reducer_lookup: ReducerLookup | None = None,
         deterministic: bool = False,
+        code_blocks: ContextVar[bool] | None = None,
     ) -> None:
         if protocol is None:
             protocol = DEFAULT_PROTOCOL
@@ -108,7 +115,7 @@ class Pickler(_pickle.Pickler):
             file, buffer_callback = self._passes.pass_output, self._passes.pass_callback
         super().__init__(file, protocol, buffer_callback=buffer_callback)
         self.protocol: int = protocol
-        self._state = PicklerState(protocol, canonical)
+        self._state = PicklerState(protocol, canonical, None if deterministic else code_blocks)
         dispatch = dispatch_for(reducers, reducer_lookup)
         # With a mixin's reducer_override to call on, the Python method below
         # runs: it passes the mixin what graphpickle leaves to pickle.
@@ -376,11 +383,16 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _SIGNATURES = {"graphpickle": 0, "distributed": 1}
 
 
-def accelerated_dumps(reference: _F, reducer_lookup: ReducerLookup | None, signature: str) -> _F:
+def accelerated_dumps(
+    reference: _F,
+    reducer_lookup: ReducerLookup | None,
+    signature: str,
+    code_blocks: ContextVar[bool] | None = None,
+) -> _F:
     """A C stand-in for ``reference`` (a ``dumps`` with graphpickle's or
     distributed's signature) that pickles on pooled ``Pickler(file, protocol,
-    buffer_callback, reducer_lookup=reducer_lookup)``s; ``reference`` itself
-    without the extension."""
+    buffer_callback, reducer_lookup=reducer_lookup, code_blocks=code_blocks)``s;
+    ``reference`` itself without the extension."""
     if _speedups is None:
         return reference
 
@@ -391,6 +403,7 @@ def accelerated_dumps(reference: _F, reducer_lookup: ReducerLookup | None, signa
             protocol,
             sink.buffer if protocol >= 5 else None,
             reducer_lookup=reducer_lookup,
+            code_blocks=code_blocks,
         )
         return pickler, sink, pickler.reducer_override
 

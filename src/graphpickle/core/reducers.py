@@ -20,6 +20,7 @@ import types
 import typing
 import weakref
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from pickle import PickleBuffer
 from typing import Any
 
@@ -29,6 +30,7 @@ from .._switches import CACHING
 from ..determinism import canonical as _canonical
 from ..determinism.canonical import DeterministicState
 from ..errors import PicklingError
+from . import blocks as _blocks
 from . import captures as _captures
 from . import snapshots as _snapshots
 from .captures import warn_about_large_captures
@@ -64,14 +66,24 @@ answer is remembered for every pickler given the same lookup function, until
 class PicklerState:
     """What handlers need of their pickler: the protocol, cloudpickle's map
     from ``id(func.__globals__)`` to the globals dict the receiver will build
-    (so that functions sharing globals here share them after loading too), and
-    in deterministic mode what that mode needs (``None`` otherwise)."""
+    (so that functions sharing globals here share them after loading too),
+    in deterministic mode what that mode needs (``None`` otherwise), and
+    whether code blocks may be sent."""
 
-    __slots__ = ("by_value", "deterministic", "globals_ref", "protocol")
+    __slots__ = ("blocks", "by_value", "deterministic", "globals_ref", "protocol")
 
-    def __init__(self, protocol: int, deterministic: DeterministicState | None = None) -> None:
+    def __init__(
+        self,
+        protocol: int,
+        deterministic: DeterministicState | None = None,
+        blocks: ContextVar[bool] | None = None,
+    ) -> None:
         self.protocol = protocol
         self.deterministic = deterministic
+        # While this is true, sealed by-value functions travel as code blocks
+        # (see blocks.py): set by an engine integration whose receiver said it
+        # loads them.
+        self.blocks = blocks
         self.globals_ref: dict[int, dict[str, Any]] = {}
         # Set once anything is pickled by value: such payloads load only on the
         # same Python minor version (the wire envelope checks it).
@@ -128,9 +140,9 @@ _REMEMBERED_REASONS = frozenset(
 )
 # An entry of _functions (id(func) -> entry) and the parts of its reduction, by
 # position; _speedups.c reads both (its ENTRY_FIELDS and PARTS_FIELDS).
-ENTRY_FIELDS = ("ref", "snapshot", "names", "modules", "growable", "generation", "parts")
+ENTRY_FIELDS = ("ref", "snapshot", "names", "modules", "growable", "generation", "parts", "block")
 PARTS_FIELDS = ("make", "code", "closure", "state", "setstate")
-_REF, _SNAPSHOT, _NAMES, _MODULES, _GROWABLE, _GENERATION, _PARTS = range(len(ENTRY_FIELDS))
+_REF, _SNAPSHOT, _NAMES, _MODULES, _GROWABLE, _GENERATION, _PARTS, _BLOCK = range(len(ENTRY_FIELDS))
 _functions: dict[int, tuple[Any, ...]] = {}
 _codes: dict[int, tuple[types.CodeType, Any]] = {}
 # What cloudpickle's function state holds (_function_getstate's slot state).
@@ -216,8 +228,11 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
             entry = (
                 _weak_ref(func), snapshot, names, _modules_entry(snapshot, names, modules),
                 growable, generation, (make, code, closure, func_state, setstate),
+                _block_of(code, func_state),
             )  # fmt: skip
             _remember(func, entry)
+            if _blocks_wanted(state) and _block_holds(entry):
+                return _block_reduction(state, func, entry)
     return reduction
 
 
@@ -349,6 +364,8 @@ def _reuse(state: PicklerState, func: types.FunctionType) -> Any:
     elif not _same_submodules(func, entry):
         return None
     state.by_value = True
+    if _blocks_wanted(state) and _block_holds(entry):
+        return _block_reduction(state, func, entry)
     growable = entry[_GROWABLE]
     if growable is not None:  # a capture may have grown in place
         sizes = _captures.growable_sizes(func, func_state)
@@ -364,6 +381,40 @@ def _reuse(state: PicklerState, func: types.FunctionType) -> Any:
         None,
         setstate,
     )
+
+
+def _block_of(code: types.CodeType, func_state: Any) -> tuple[Any, bytes] | None:
+    """``(load_block, block)`` for a remembered function that is sealed (see
+    blocks.py), else ``None``. The block holds the code object the receiver
+    would rebuild from cloudpickle's reduction of ``code``."""
+    rebuild, args = cp.reduce_code(code)[:2]
+    block = _blocks.sealed_block(rebuild(*args), func_state)
+    return None if block is None else (_blocks.load_block, block)
+
+
+def _blocks_wanted(state: PicklerState) -> bool:
+    """Whether this dump sends sealed functions as code blocks (the C hook asks
+    the same: blocks_wanted)."""
+    return state.blocks is not None and state.blocks.get(False) is True
+
+
+# Where a snapshot holds the function's annotations (snapshots.SNAPSHOT_FIELDS).
+_ANNOTATIONS = _snapshots.SNAPSHOT_FIELDS.index("annotations")
+
+
+def _block_holds(entry: tuple[Any, ...]) -> bool:
+    """Whether the entry's block still describes its function (the snapshot
+    holding, checked before): everything in it is immutable but the
+    annotations dict, which must still be empty (the C hook checks the same)."""
+    annotations = entry[_SNAPSHOT][_ANNOTATIONS]
+    return entry[_BLOCK] is not None and type(annotations) is dict and not annotations
+
+
+def _block_reduction(state: PicklerState, func: types.FunctionType, entry: tuple[Any, ...]) -> Any:
+    load, block = entry[_BLOCK]
+    # The payload's globals dict for the function's module, which inline
+    # functions of that module in the same payload share (cloudpickle's sharing).
+    return (load, (block, _base_globals(state, func)))
 
 
 def _same_submodules(func: types.FunctionType, entry: tuple[Any, ...]) -> bool:

@@ -20,12 +20,17 @@ NAME = "graphpickle"
 
 class InstallOnWorkers(WorkerPlugin):  # type: ignore[misc]  # (distributed is not typed)
     """Calls ``install()`` (``dask_distributed.install``, which travels to the
-    workers by reference) in each worker that joins."""
+    workers by reference) in each worker that joins, then sends ``notice`` (a
+    stream message: the worker loads code blocks) to the scheduler, if given:
+    only once the scheduler has a handler for it, or its stream would break."""
 
     name = NAME
 
-    def __init__(self, install: Callable[[], None]) -> None:
+    def __init__(self, install: Callable[[], None], notice: dict[str, Any] | None = None) -> None:
         self.install = install
+        self.notice = notice
 
     def setup(self, worker: Any) -> None:
         self.install()
+        if self.notice is not None:
+            worker.batched_send(dict(self.notice))

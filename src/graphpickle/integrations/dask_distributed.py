@@ -37,6 +37,7 @@ import pickletools
 import sys
 import warnings
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, NoReturn
 
 from ..core.pickler import (
@@ -47,6 +48,7 @@ from ..core.pickler import (
     accelerated_dumps,
     accelerated_loads,
 )
+from ..core import blocks
 from ..core.reducers import Reducer, forget_lookup
 
 __all__ = ["dask_setup", "dumps", "install", "installed", "loads", "uninstall"]
@@ -56,6 +58,12 @@ HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
 # Types distributed always pickles itself, never through dask_serialize (see
 # distributed.protocol.pickle._always_use_pickle_for).
 _PICKLED_AS_IS_MODULES = ("numpy", "pandas")
+
+#: True while distributed's protocol writes a message to a peer that said it
+#: loads code blocks (set around distributed.protocol.dumps, read by dumps).
+_CODE_BLOCKS: ContextVar[bool] = ContextVar("graphpickle_code_blocks", default=False)
+#: The stream message's op, and the key of the mark in a connection's remote_info.
+_CODE_BLOCKS_KEY = "graphpickle-code-blocks"
 
 
 class _TrackedDict(dict[Any, Any]):
@@ -162,7 +170,13 @@ def dumps(
     protocol = protocol or HIGHEST_PROTOCOL
     callback = buffer_callback if protocol >= 5 else None
     out = io.BytesIO()
-    Pickler(out, protocol, buffer_callback=callback, reducer_lookup=_dask_serialize_lookup).dump(x)
+    Pickler(
+        out,
+        protocol,
+        buffer_callback=callback,
+        reducer_lookup=_dask_serialize_lookup,
+        code_blocks=_CODE_BLOCKS,
+    ).dump(x)
     return out.getvalue()
 
 
@@ -243,8 +257,50 @@ def _task_class_of(data: Any) -> type | None:
 
 # A scheduler pickles each task on its own: in C, on pooled picklers (see
 # graphpickle.core.pickler), when the extension is built.
-dumps = accelerated_dumps(dumps, _dask_serialize_lookup, "distributed")
+dumps = accelerated_dumps(dumps, _dask_serialize_lookup, "distributed", _CODE_BLOCKS)
 loads = accelerated_loads(loads, "distributed", _load_failed)
+
+
+# --- code blocks: a sealed __main__ function or lambda once per worker --------
+#
+# A scheduler sends each task's function again in every task. To a worker that
+# said it loads them, a sealed by-value function travels as a code block
+# (graphpickle.core.blocks), which the worker reads once and then only makes a
+# new function from. Who said so: a worker's plugin (install(client)), once
+# graphpickle is installed there, sends _CODE_BLOCKS_KEY on its stream to the
+# scheduler, which marks that very connection (its remote_info, which
+# distributed hands to every write on it as context["recipient"]). A worker
+# without graphpickle never says it, nor does a connection made before or
+# elsewhere (a client, another worker): they get cloudpickle's reductions.
+
+def _marking_recipients(protocol_dumps: Callable[..., Any]) -> Callable[..., Any]:
+    """distributed.protocol.dumps(msg, serializers, on_error, context, ...), with
+    _CODE_BLOCKS true while it writes for a recipient that said it loads blocks."""
+
+    def dumps_for_recipient(msg: Any, *args: Any, **kwargs: Any) -> Any:
+        context = args[2] if len(args) > 2 else kwargs.get("context")
+        recipient = context.get("recipient") if isinstance(context, dict) else None
+        takes = isinstance(recipient, dict) and recipient.get(_CODE_BLOCKS_KEY) == blocks.FORMAT
+        token = _CODE_BLOCKS.set(takes)
+        try:
+            return protocol_dumps(msg, *args, **kwargs)
+        finally:
+            _CODE_BLOCKS.reset(token)
+
+    dumps_for_recipient.__wrapped__ = protocol_dumps  # type: ignore[attr-defined]
+    return dumps_for_recipient
+
+
+def _accept_code_blocks(dask_scheduler: Any) -> None:
+    """In the scheduler: mark the stream of each worker whose plugin says it
+    loads code blocks of this graphpickle's format."""
+
+    def worker_loads_blocks(worker: Any = None, format: Any = None, **_: Any) -> None:
+        comm = getattr(dask_scheduler.stream_comms.get(worker), "comm", None)
+        if format == blocks.FORMAT and comm is not None:
+            comm.remote_info[_CODE_BLOCKS_KEY] = format
+
+    dask_scheduler.stream_handlers[_CODE_BLOCKS_KEY] = worker_loads_blocks
 
 
 def _family_dumps(x: Any, context: Any = None) -> tuple[dict[str, Any], list[Any]]:
@@ -313,13 +369,19 @@ def install(client: Any = None) -> None:
             continue
         _originals.setdefault((module_name, name), vars(module)[name])
         setattr(module, name, ours[name])
+    import distributed.protocol as protocol
+
+    original = _originals.setdefault(("distributed.protocol", "dumps"), protocol.dumps)
+    protocol.dumps = _marking_recipients(original)
     register_serialization_family("graphpickle", _family_dumps, _family_loads)
     if client is not None:
         from ._dask_workers import InstallOnWorkers
 
         client.run_on_scheduler(install)
+        client.run_on_scheduler(_accept_code_blocks)
+        notice = {"op": _CODE_BLOCKS_KEY, "format": blocks.FORMAT}
         try:
-            client.register_plugin(InstallOnWorkers(install))
+            client.register_plugin(InstallOnWorkers(install, notice))
         except Exception as exc:  # distributed re-raises a worker's error, as text
             # The scheduler keeps the plugin for the workers that join later.
             warnings.warn(
@@ -348,3 +410,5 @@ def installed() -> bool:
 def dask_setup(server: Any = None) -> None:
     """The ``--preload`` hook of ``dask scheduler`` and ``dask worker``."""
     install()
+    if type(server).__name__ == "Scheduler" and hasattr(server, "stream_handlers"):
+        _accept_code_blocks(server)
