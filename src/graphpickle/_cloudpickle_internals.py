@@ -141,14 +141,43 @@ def reduce_function_by_value(
 
 
 def make_function_as_loaded(
-    code: types.CodeType, base_globals: dict[str, Any], state: Any
+    code: types.CodeType,
+    base_globals: dict[str, Any],
+    closure: Any,
+    attributes: dict[str, Any],
+    slot_keys: tuple[str, ...],
+    slot_values: tuple[Any, ...],
 ) -> types.FunctionType:
     """The function a receiver of :func:`reduce_function_by_value`'s reduction
-    builds from its parts, with cloudpickle's own reconstructors (the slot
-    state is consumed)."""
-    func: types.FunctionType = _cp._make_function(code, base_globals, None, None, None)
-    _cp._function_setstate(func, state)
+    builds: ``_make_function(code, base_globals, None, None, closure)`` then
+    ``_function_setstate(func, (attributes, dict(zip(slot_keys,
+    slot_values))))``, step for step, without the slot dict (what
+    ``core/blocks.py`` sends). ``tests/test_cloudpickle_internals.py``
+    compares the two."""
+    builtins = _BUILTINS_OF_CLOUDPICKLE
+    base_globals["__builtins__"] = builtins
+    func = types.FunctionType(code, base_globals, None, None, closure)
+    func.__dict__.update(attributes)
+    slots = dict(zip(slot_keys, slot_values, strict=True))
+    base_globals.update(slots.pop("__globals__"))
+    base_globals["__builtins__"] = builtins
+    slot_closure = slots.pop("__closure__")
+    slots.pop("_cloudpickle_submodules")  # (loading them imported them)
+    if slot_closure is not None:
+        for i, cell in enumerate(slot_closure):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            func.__closure__[i].cell_contents = value  # type: ignore[index]
+    for name, value in slots.items():
+        setattr(func, name, value)
     return func
+
+
+# What cloudpickle's reconstructors set as a function's __builtins__ (their
+# module's own).
+_BUILTINS_OF_CLOUDPICKLE = vars(_cp)["__builtins__"]
 
 
 def function_state(func: types.FunctionType) -> tuple[dict[str, Any], dict[str, Any]]:

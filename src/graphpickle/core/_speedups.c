@@ -90,7 +90,7 @@ typedef struct {
      * - builtin_types maps the classes of `types` that are not importable by
      *   name to their constant reduction (every code object's payload names
      *   types.CodeType);
-     * - codes maps id(code) to (code, reduction), read only in default mode
+     * - codes maps id(code) to (code, reduction, its code block's or None), read in default mode
      *   (the code handler answers otherwise);
      * - functions holds the by-value functions remembered between payloads
      *   (reducers._functions: id -> an entry laid out as ENTRY_FIELDS),
@@ -376,7 +376,6 @@ enum { ENTRY_REF, ENTRY_SNAPSHOT, ENTRY_NAMES, ENTRY_MODULES, ENTRY_GROWABLE, EN
        ENTRY_PARTS, ENTRY_BLOCK, ENTRY_SIZE };
 enum { PARTS_MAKE, PARTS_CODE, PARTS_CLOSURE, PARTS_STATE, PARTS_SETSTATE, PARTS_SIZE };
 #define SNAPSHOT_FIXED 9 /* code ... closure: see SNAPSHOT_FIELDS */
-#define SNAPSHOT_ANNOTATIONS 7
 
 /* Whether `value`, a global or a cell's contents of a remembered function, is
  * now a module to cloudpickle's submodule search: isinstance(value,
@@ -479,16 +478,16 @@ remembered_function(DispatchObject *self, PyObject *func)
     }
     self->touched = 1;
     PyObject *base = base_globals(self->st, self->state, ((PyFunctionObject *)func)->func_globals);
-    PyObject *block = PyTuple_GET_ITEM(entry, ENTRY_BLOCK); /* None, or (load_block, bytes) */
-    /* A block holds nothing mutable but the annotations dict, which must still
-     * be empty (reducers._block_holds) */
-    PyObject *annotations = PyTuple_GET_ITEM(snapshot, SNAPSHOT_ANNOTATIONS);
-    int holds = block != Py_None && PyDict_CheckExact(annotations) && PyDict_GET_SIZE(annotations) == 0;
-    int wanted = base == NULL || !holds ? 0 : blocks_wanted(self);
-    if (wanted > 0 && PyTuple_CheckExact(block) && PyTuple_GET_SIZE(block) == 2) {
-        /* (load_block, (block, base_globals)), as reducers._reuse */
-        PyObject *args = PyTuple_Pack(2, PyTuple_GET_ITEM(block, 1), base);
+    PyObject *block = PyTuple_GET_ITEM(entry, ENTRY_BLOCK); /* None, or (make_function, flat) */
+    int wanted = base == NULL || block == Py_None ? 0 : blocks_wanted(self);
+    if (wanted > 0 && PyTuple_CheckExact(block) && PyTuple_GET_SIZE(block) == 2
+        && PyTuple_CheckExact(PyTuple_GET_ITEM(block, 1))) {
+        /* (make_function, (code, base_globals, closure, *flat)), as reducers._block_reduction */
+        PyObject *head = PyTuple_Pack(3, PyTuple_GET_ITEM(parts, PARTS_CODE), base,
+                                      PyTuple_GET_ITEM(parts, PARTS_CLOSURE));
+        PyObject *args = head == NULL ? NULL : PySequence_Concat(head, PyTuple_GET_ITEM(block, 1));
         result = args == NULL ? NULL : PyTuple_Pack(2, PyTuple_GET_ITEM(block, 0), args);
+        Py_XDECREF(head);
         Py_XDECREF(args);
         Py_DECREF(base);
     }
@@ -546,16 +545,19 @@ remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
     PyObject *entry;
     int found = dict_get_ref(st->codes, key, &entry);
     Py_DECREF(key);
-    if (found <= 0 || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2
+    /* (code, reduction, reduction when blocks are wanted or None until made) */
+    if (found <= 0 || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3
         || PyTuple_GET_ITEM(entry, 0) != obj) {
         Py_XDECREF(entry);
         return NULL;
     }
     int default_mode = in_default_mode(self);
-    if (default_mode < 0) {
+    int blocks = default_mode == 1 ? blocks_wanted(self) : 0;
+    if (default_mode < 0 || blocks < 0) {
         PyErr_Clear(); /* the handler runs, and answers */
     }
-    PyObject *result = default_mode == 1 ? Py_NewRef(PyTuple_GET_ITEM(entry, 1)) : NULL;
+    PyObject *answer = PyTuple_GET_ITEM(entry, blocks == 1 ? 2 : 1);
+    PyObject *result = default_mode == 1 && blocks >= 0 && answer != Py_None ? Py_NewRef(answer) : NULL;
     Py_DECREF(entry);
     return result;
 }

@@ -144,7 +144,7 @@ ENTRY_FIELDS = ("ref", "snapshot", "names", "modules", "growable", "generation",
 PARTS_FIELDS = ("make", "code", "closure", "state", "setstate")
 _REF, _SNAPSHOT, _NAMES, _MODULES, _GROWABLE, _GENERATION, _PARTS, _BLOCK = range(len(ENTRY_FIELDS))
 _functions: dict[int, tuple[Any, ...]] = {}
-_codes: dict[int, tuple[types.CodeType, Any]] = {}
+_codes: dict[int, tuple[types.CodeType, Any, Any]] = {}
 # What cloudpickle's function state holds (_function_getstate's slot state).
 # (and one of "__annotations__" and "__annotate__": cp.function_state)
 _SLOT_KEYS = frozenset({
@@ -228,10 +228,10 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
             entry = (
                 _weak_ref(func), snapshot, names, _modules_entry(snapshot, names, modules),
                 growable, generation, (make, code, closure, func_state, setstate),
-                _block_of(code, func_state),
+                _block_of(func_state),
             )  # fmt: skip
             _remember(func, entry)
-            if _blocks_wanted(state) and _block_holds(entry):
+            if entry[_BLOCK] is not None and _blocks_wanted(state):
                 return _block_reduction(state, func, entry)
     return reduction
 
@@ -364,7 +364,7 @@ def _reuse(state: PicklerState, func: types.FunctionType) -> Any:
     elif not _same_submodules(func, entry):
         return None
     state.by_value = True
-    if _blocks_wanted(state) and _block_holds(entry):
+    if entry[_BLOCK] is not None and _blocks_wanted(state):
         return _block_reduction(state, func, entry)
     growable = entry[_GROWABLE]
     if growable is not None:  # a capture may have grown in place
@@ -383,38 +383,28 @@ def _reuse(state: PicklerState, func: types.FunctionType) -> Any:
     )
 
 
-def _block_of(code: types.CodeType, func_state: Any) -> tuple[Any, bytes] | None:
-    """``(load_block, block)`` for a remembered function that is sealed (see
-    blocks.py), else ``None``. The block holds the code object the receiver
-    would rebuild from cloudpickle's reduction of ``code``."""
-    rebuild, args = cp.reduce_code(code)[:2]
-    block = _blocks.sealed_block(rebuild(*args), func_state)
-    return None if block is None else (_blocks.load_block, block)
+def _block_of(func_state: Any) -> tuple[Any, tuple[Any, ...]] | None:
+    """``(make_function, flat state)``: how a remembered function travels to a
+    receiver that loads code blocks (see blocks.py); ``None`` for a state of
+    a shape blocks.py does not know."""
+    flat = _blocks.flat_state(func_state)
+    return None if flat is None else (_blocks.make_function, flat)
 
 
 def _blocks_wanted(state: PicklerState) -> bool:
-    """Whether this dump sends sealed functions as code blocks (the C hook asks
-    the same: blocks_wanted)."""
+    """Whether this dump sends code blocks (the C hook asks the same:
+    blocks_wanted)."""
     return state.blocks is not None and state.blocks.get(False) is True
 
 
-# Where a snapshot holds the function's annotations (snapshots.SNAPSHOT_FIELDS).
-_ANNOTATIONS = _snapshots.SNAPSHOT_FIELDS.index("annotations")
-
-
-def _block_holds(entry: tuple[Any, ...]) -> bool:
-    """Whether the entry's block still describes its function (the snapshot
-    holding, checked before): everything in it is immutable but the
-    annotations dict, which must still be empty (the C hook checks the same)."""
-    annotations = entry[_SNAPSHOT][_ANNOTATIONS]
-    return entry[_BLOCK] is not None and type(annotations) is dict and not annotations
-
-
 def _block_reduction(state: PicklerState, func: types.FunctionType, entry: tuple[Any, ...]) -> Any:
-    load, block = entry[_BLOCK]
-    # The payload's globals dict for the function's module, which inline
-    # functions of that module in the same payload share (cloudpickle's sharing).
-    return (load, (block, _base_globals(state, func)))
+    """cloudpickle's reduction of a remembered function, flat, for
+    blocks.make_function (the C hook makes the same)."""
+    make, flat = entry[_BLOCK]
+    _, code, closure, _, _ = entry[_PARTS]
+    # The payload's globals dict for the function's module, which the other
+    # functions of that module in the same payload share (as in cloudpickle's).
+    return (make, (code, _base_globals(state, func), closure, *flat))
 
 
 def _same_submodules(func: types.FunctionType, entry: tuple[Any, ...]) -> bool:
@@ -495,16 +485,23 @@ def _reduce_set_subclass(state: PicklerState, members: set[Any] | frozenset[Any]
 def _reduce_code(state: PicklerState, code: types.CodeType) -> Any:
     if state.deterministic is not None:
         return _canonical.reduce_code(state, code)
+    blocks = _blocks_wanted(state)
     entry = _codes.get(id(code))
     if entry is not None and entry[0] is code:
-        return entry[1]
+        if not blocks:
+            return entry[1]
+        if entry[2] is not None:
+            return entry[2]
     reduction = cp.reduce_code(code)
-    if not CACHING:
-        return reduction
-    if len(_codes) >= _MAX_REMEMBERED:
-        _codes.clear()
-    _codes[id(code)] = (code, reduction)
-    return reduction
+    sent_as = None  # the reduction when blocks are wanted: made the first time they are
+    if blocks:
+        block = _blocks.code_block(code)
+        sent_as = reduction if block is None else (_blocks.load_code, (block,))
+    if CACHING:
+        if len(_codes) >= _MAX_REMEMBERED:
+            _codes.clear()
+        _codes[id(code)] = (code, reduction, sent_as)  # (the C hook reads these too)
+    return reduction if sent_as is None else sent_as
 
 
 def _reduce_module(state: PicklerState, module: types.ModuleType) -> Any:
