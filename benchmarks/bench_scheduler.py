@@ -1,31 +1,56 @@
-"""The scheduler's dumps of each task in a real LocalCluster: stock distributed
-against distributed on graphpickle, beside the same dumps called back to back.
+"""Each task's cost on the scheduler and on the workers of a real LocalCluster:
+stock distributed against distributed on graphpickle, for code pickled by value
+and for its importable twin, beside the same dumps and loads called back to back.
 
-    scripts/bench-scheduler [--tasks 5000] [--repeat 3] [--output FILE]
+    scripts/bench-scheduler [--tasks 5000] [--repeat 3] [--kinds KIND ...] [--output FILE]
 
-Each sample is one fresh LocalCluster (2 worker processes, 1 thread each) in a
-fresh driver process (this script run again with ``--sample CONFIG``), so neither
-configuration inherits what the other, or an earlier sample, left in memory:
+The kinds, each a graph of N independent tuple tasks submitted with
+``client.get`` (dask turns each into a ``dask._task_spec.Task``, the run spec the
+scheduler sends):
+
+* ``function``: ``("t", i) -> (inc, i)``, ``inc`` defined in ``__main__`` by
+  ``graphpickle.cli.workloads.MAIN_SOURCE``, executed as a notebook cell would be;
+* ``function-twin``: the same with ``graphpickle.cli.workloads.inc``;
+* ``dataclass``: ``("t", i) -> (getattr, Point(i, 0.5), "x")``: the builtin ``getattr``
+  (pickled by reference) on an instance of MAIN_SOURCE's ``__main__`` dataclass;
+* ``dataclass-twin``: the same with ``graphpickle.cli.workloads.Point``.
+
+Each sample is one kind in one configuration, in a fresh LocalCluster (2 worker
+processes, 1 thread each) in a fresh driver process (this script run again with
+``--sample CONFIG KIND``), so that no sample inherits what another left in memory;
+the samples are interleaved (for each repeat, for each kind: stock, then
+graphpickle). The configurations:
 
 * stock: distributed as installed;
-* graphpickle: ``graphpickle.integrations.dask_distributed.install(client)`` (driver, scheduler
-  and workers; with LocalCluster the scheduler runs in the driver process).
+* graphpickle: ``graphpickle.integrations.dask_distributed.install(client)`` (driver,
+  scheduler and workers; with LocalCluster the scheduler runs in the driver process).
 
-The graph is N independent tasks ``("t", i) -> (inc, i)`` with ``inc`` defined in
-``__main__``; ``client.get(graph, keys)`` is timed end to end (submission, the
-run, gathering the results). Before it, ``client.run_on_scheduler`` wraps
-``distributed.protocol.pickle.dumps`` in the scheduler (distributed's protocol
-code looks it up on that module at each call, so the wrapper is what
-``create_pickled_sub_frames`` calls on ``ToPickle(ts.run_spec)``). For each call
-whose object is a task (a ``dask._task_spec.GraphNode``) it records the thread's
-CPU time and the pickle's size, and which function called it. After the run, the
-last task the scheduler dumped is dumped again back to back, in the scheduler, by
-the same ``dumps``: the per-call figure, beside the in-run one.
+What a sample measures, around ``client.get(graph, keys)`` (timed end to end:
+submission, the run, gathering the results):
 
-Medians over the repeats; the wall-time ranges are printed with them, and the
-verdict says whether the difference exceeds them. CPU times are thread CPU time
-(``time.thread_time_ns``), so other processes on the machine slow them less than
-the wall time, but they still compete for the CPU caches.
+* the scheduler's pickling: ``client.run_on_scheduler`` wraps
+  ``distributed.protocol.pickle.dumps`` (distributed's protocol code looks it up on
+  that module at each call, so the wrapper is what ``create_pickled_sub_frames``
+  calls on ``ToPickle(ts.run_spec)``). For each call whose object is a task (a
+  ``dask._task_spec.GraphNode``) it records the thread's CPU time, the pickle's size
+  and which function called it;
+* the workers' unpickling: ``client.run`` wraps ``distributed.protocol.pickle.loads``
+  in each worker, the function ``distributed.protocol.core.loads`` calls on each
+  ``ToPickle`` sub-frame of a message; for each call that returns a task it records
+  the thread's CPU time and the payload's size;
+* whole processes: the CPU time (``time.process_time``) of the driver process (the
+  scheduler *and* the client, which share its event loop thread) and of each
+  worker process, and each of their threads' CPU clock, before and after the run.
+
+After the run the last task the scheduler dumped is dumped again back to back, in
+the scheduler, by the same ``dumps``, and the last payload each worker loaded is
+loaded again back to back, in the worker, by the same ``loads``: the per-call
+figures, beside the in-run ones.
+
+Medians over the repeats, with the range of the repeats beside them. Per-call CPU
+times are thread CPU time (``time.thread_time_ns``), so other processes on the
+machine slow them less than the wall time, but they still compete for the CPU
+caches.
 """
 
 from __future__ import annotations
@@ -38,72 +63,125 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 CONFIGS = ("stock", "graphpickle")
 BACK_TO_BACK_LOOPS = 2000
 
 
-def inc(x: int) -> int:
-    return x + 1
+# --- the graphs ------------------------------------------------------------------
 
 
-# --- run in the scheduler, through client.run_on_scheduler ---------------------
+def function_graph(tasks: int, by_value: bool) -> dict[Any, Any]:
+    from graphpickle.cli import workloads
+
+    inc = workloads.main_definitions()["inc"] if by_value else workloads.inc
+    return {("t", i): (inc, i) for i in range(tasks)}
+
+
+def dataclass_graph(tasks: int, by_value: bool) -> dict[Any, Any]:
+    from graphpickle.cli import workloads
+
+    point = workloads.main_definitions()["Point"] if by_value else workloads.Point
+    return {("t", i): (getattr, point(i, 0.5), "x") for i in range(tasks)}
+
+
+# kind -> (graph builder, by value?, the expected result of task i)
+KINDS: dict[str, tuple[Callable[[int, bool], dict[Any, Any]], bool, Callable[[int], int]]] = {
+    "function": (function_graph, True, lambda i: i + 1),
+    "function-twin": (function_graph, False, lambda i: i + 1),
+    "dataclass": (dataclass_graph, True, lambda i: i),
+    "dataclass-twin": (dataclass_graph, False, lambda i: i),
+}
+
+
+# --- run in the scheduler and the workers, through run_on_scheduler and run ------
 # They arrive pickled by value (this is __main__), so they import what they use
 # and keep their state on the wrapper, which lives in distributed's module.
 
 
-def install_recorder() -> None:
-    """Wrap ``distributed.protocol.pickle.dumps`` to record each task's dumps."""
+def install_recorder(name: str) -> None:
+    """Wrap ``distributed.protocol.pickle.<name>`` (``dumps`` or ``loads``) to
+    record each call that pickles or unpickles a task."""
     import sys
     import time
 
     import distributed.protocol.pickle as protocol_pickle
     from dask._task_spec import GraphNode
 
-    inner = protocol_pickle.dumps
+    inner = getattr(protocol_pickle, name)
 
-    def recording_dumps(x: Any, *args: Any, **kwargs: Any) -> Any:
-        if not isinstance(x, GraphNode):
-            return inner(x, *args, **kwargs)
+    def recording(x: Any, *args: Any, **kwargs: Any) -> Any:
         start = time.thread_time_ns()
         out = inner(x, *args, **kwargs)
         cpu_ns = time.thread_time_ns() - start
-        recording_dumps.calls.append((cpu_ns, len(out), sys._getframe(1).f_code.co_name))
-        recording_dumps.last = x
+        task, payload = (x, out) if name == "dumps" else (out, x)
+        if isinstance(task, GraphNode):
+            size = memoryview(payload).nbytes
+            recording.calls.append((cpu_ns, size, sys._getframe(1).f_code.co_name))
+            recording.last = (x, args, kwargs)
         return out
 
-    recording_dumps.inner = inner
-    recording_dumps.calls = []
-    recording_dumps.last = None
-    protocol_pickle.dumps = recording_dumps
+    recording.inner = inner
+    recording.calls = []
+    recording.last = None
+    setattr(protocol_pickle, name, recording)
 
 
-def remove_recorder(loops: int) -> dict[str, Any]:
-    """Unwrap ``dumps``; return the records and the back-to-back CPU times."""
+def remove_recorder(name: str, loops: int) -> dict[str, Any]:
+    """Unwrap it; return the records and the CPU times of the last task's call
+    repeated back to back."""
     import time
 
     import distributed.protocol.pickle as protocol_pickle
 
-    recorder = protocol_pickle.dumps
-    protocol_pickle.dumps = recorder.inner
-    frames: list[Any] = []
+    import graphpickle.integrations.dask_distributed as gpd
+
+    recorder = getattr(protocol_pickle, name)
+    setattr(protocol_pickle, name, recorder.inner)
+    x, args, kwargs = recorder.last
+    if name == "dumps":
+        kwargs = {**kwargs, "buffer_callback": [].append}
+    else:
+        x = bytes(x)  # the frame it was read from
     times = []
     for _ in range(loops):
         start = time.thread_time_ns()
-        recorder.inner(recorder.last, buffer_callback=frames.append)
+        recorder.inner(x, *args, **kwargs)
         times.append(time.thread_time_ns() - start)
-    return {"calls": recorder.calls, "back_to_back_ns": times}
+    return {"calls": recorder.calls, "back_to_back_ns": times, "installed": gpd.installed()}
 
 
-# --- one sample, in its own process --------------------------------------------
+def cpu_clocks() -> dict[str, Any]:
+    """This process's CPU time and each of its threads' (by name, numbers dropped:
+    ``Dask-Default-Threads-123-0`` -> ``Dask-Default-Threads``), in ns."""
+    import re
+    import threading
+    import time
+
+    threads: dict[str, int] = {}
+    for thread in threading.enumerate():
+        try:
+            ns = time.clock_gettime_ns(time.pthread_getcpuclockid(thread.ident))  # type: ignore[arg-type]
+        except (OSError, TypeError):  # ended meanwhile, or not started
+            continue
+        group = re.sub(r"[-_ ]*\d+", "", thread.name).strip("-_ ") or thread.name
+        threads[group] = threads.get(group, 0) + ns
+    return {"process": time.process_time_ns(), "threads": threads}
 
 
-def run_sample(config: str, tasks: int) -> dict[str, Any]:
+# --- one sample, in its own process -----------------------------------------------
+
+
+def run_sample(config: str, kind: str, tasks: int) -> dict[str, Any]:
     from distributed import Client, LocalCluster
 
     import graphpickle.integrations.dask_distributed as gpd
 
+    build, by_value, expected = KINDS[kind]
+    graph = build(tasks, by_value)
+    keys = list(graph)
     cluster_options = {"n_workers": 2, "threads_per_worker": 1, "processes": True}
     with (
         LocalCluster(**cluster_options, dashboard_address=None) as cluster,
@@ -111,114 +189,214 @@ def run_sample(config: str, tasks: int) -> dict[str, Any]:
     ):
         if config == "graphpickle":
             gpd.install(client)
-        client.run_on_scheduler(install_recorder)
-        graph = {("t", i): (inc, i) for i in range(tasks)}
-        keys = list(graph)
+        client.run_on_scheduler(install_recorder, "dumps")
+        client.run(install_recorder, "loads")
+        before = (cpu_clocks(), client.run(cpu_clocks))
         start = time.perf_counter()
         results = client.get(graph, keys)
         wall = time.perf_counter() - start
-        assert results == [i + 1 for i in range(tasks)]
-        record = client.run_on_scheduler(remove_recorder, BACK_TO_BACK_LOOPS)
-        record["scheduler_in_driver"] = client.run_on_scheduler(os.getpid) == os.getpid()
-        record["installed"] = gpd.installed()
-    return summarize(record, wall)
-
-
-def summarize(record: dict[str, Any], wall: float) -> dict[str, Any]:
-    cpu_us = [cpu / 1e3 for cpu, _, _ in record["calls"]]
-    callers: dict[str, int] = {}
-    for _, _, caller in record["calls"]:
-        callers[caller] = callers.get(caller, 0) + 1
+        after = (cpu_clocks(), client.run(cpu_clocks))
+        assert results == [expected(i) for i in range(tasks)]
+        scheduler = client.run_on_scheduler(remove_recorder, "dumps", BACK_TO_BACK_LOOPS)
+        workers = list(client.run(remove_recorder, "loads", BACK_TO_BACK_LOOPS).values())
+        scheduler_in_driver = client.run_on_scheduler(os.getpid) == os.getpid()
     return {
         "wall_s": wall,
-        "calls": len(cpu_us),
-        "median_us": statistics.median(cpu_us),
-        "p90_us": statistics.quantiles(cpu_us, n=10)[-1],
-        "total_ms": sum(cpu_us) / 1e3,
-        "bytes": statistics.median(size for _, size, _ in record["calls"]),
-        "back_to_back_us": statistics.median(record["back_to_back_ns"]) / 1e3,
-        "callers": callers,
-        "scheduler_in_driver": record["scheduler_in_driver"],
-        "installed": record["installed"],
+        **per_call("dumps", [scheduler]),
+        **per_call("loads", workers),
+        **process_cpu("driver", [before[0]], [after[0]], tasks),
+        **process_cpu("workers", list(before[1].values()), list(after[1].values()), tasks),
+        "scheduler_in_driver": scheduler_in_driver,
+        "installed": [scheduler["installed"]] + [w["installed"] for w in workers],
     }
 
 
-def sample_in_subprocess(config: str, tasks: int) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--sample", config, "--tasks", str(tasks)]
+def per_call(name: str, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The in-run calls of every process (median and p90 CPU, median bytes) and
+    the median back-to-back call (the median over the processes)."""
+    calls = [call for record in records for call in record["calls"]]
+    cpu_us = [cpu / 1e3 for cpu, _, _ in calls]
+    callers: dict[str, int] = {}
+    for _, _, caller in calls:
+        callers[caller] = callers.get(caller, 0) + 1
+    back_to_back = [statistics.median(r["back_to_back_ns"]) / 1e3 for r in records]
+    return {
+        f"{name}_calls": len(calls),
+        f"{name}_us": statistics.median(cpu_us),
+        f"{name}_p90_us": statistics.quantiles(cpu_us, n=10)[-1],
+        f"{name}_bytes": statistics.median(size for _, size, _ in calls),
+        f"{name}_back_to_back_us": statistics.median(back_to_back),
+        f"{name}_callers": callers,
+    }
+
+
+def process_cpu(
+    name: str, before: list[dict[str, Any]], after: list[dict[str, Any]], tasks: int
+) -> dict[str, Any]:
+    """CPU µs per task of these processes together, and of their threads by name
+    (a thread that ended during the run is in the process total only)."""
+    threads: dict[str, float] = {}
+    for old, new in zip(before, after, strict=True):
+        for group, ns in new["threads"].items():
+            spent = (ns - old["threads"].get(group, 0)) / 1e3 / tasks
+            threads[group] = threads.get(group, 0.0) + spent
+    total = sum(new["process"] - old["process"] for old, new in zip(before, after, strict=True))
+    return {f"{name}_cpu_us": total / 1e3 / tasks, f"{name}_threads_us": threads}
+
+
+def sample_in_subprocess(config: str, kind: str, tasks: int) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--sample", config, kind, "--tasks", str(tasks)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
-        sys.exit(f"{config} sample failed:\n{done.stderr}")
+        sys.exit(f"{config} {kind} sample failed:\n{done.stderr}")
     return json.loads(done.stdout.splitlines()[-1])
 
 
-# --- report --------------------------------------------------------------------
+# --- report ------------------------------------------------------------------------
+
+Samples = dict[tuple[str, str], list[dict[str, Any]]]  # (kind, config) -> samples
 
 COLUMNS = (
     ("wall s", "wall_s", "{:.2f}"),
-    ("scheduler dumps calls", "calls", "{:,.0f}"),
-    ("median µs CPU per task dumps in the run", "median_us", "{:.1f}"),
-    ("p90 µs", "p90_us", "{:.1f}"),
-    ("total ms", "total_ms", "{:.1f}"),
-    ("bytes per task", "bytes", "{:.0f}"),
-    ("median µs back to back after the run", "back_to_back_us", "{:.1f}"),
+    ("scheduler: dumps µs, in the run", "dumps_us", "{:.1f}"),
+    ("dumps µs, back to back", "dumps_back_to_back_us", "{:.1f}"),
+    ("bytes", "dumps_bytes", "{:,.0f}"),
+    ("workers: loads µs, in the run", "loads_us", "{:.1f}"),
+    ("loads µs, back to back", "loads_back_to_back_us", "{:.1f}"),
+    ("driver process CPU µs (scheduler + client)", "driver_cpu_us", "{:,.0f}"),
+    ("worker processes CPU µs", "workers_cpu_us", "{:,.0f}"),
 )
 
 
-def medians(samples: list[dict[str, Any]]) -> dict[str, float]:
-    return {key: statistics.median(s[key] for s in samples) for _, key, _ in COLUMNS}
+def median_of(samples: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(s[key] for s in samples)
 
 
-def table(results: dict[str, list[dict[str, Any]]]) -> list[str]:
-    rows = {config: medians(samples) for config, samples in results.items()}
-    lines = [
-        "| | " + " | ".join(title for title, _, _ in COLUMNS) + " |",
+def header(first: str) -> list[str]:
+    return [
+        f"| {first} | " + " | ".join(title for title, _, _ in COLUMNS) + " |",
         "|---" * (len(COLUMNS) + 1) + "|",
     ]
-    for config, row in rows.items():
-        cells = (form.format(row[key]) for _, key, form in COLUMNS)
-        lines.append(f"| {config} | " + " | ".join(cells) + " |")
-    stock, ours = rows["stock"], rows["graphpickle"]
-    ratios = (f"{ours[key] / stock[key]:.2f}x" for _, key, _ in COLUMNS)
-    lines.append("| graphpickle / stock | " + " | ".join(ratios) + " |")
+
+
+def medians_table(results: Samples) -> list[str]:
+    lines = header("kind, configuration")
+    for (kind, config), samples in results.items():
+        cells = (form.format(median_of(samples, key)) for _, key, form in COLUMNS)
+        lines.append(f"| {kind}, {config} | " + " | ".join(cells) + " |")
     return lines
 
 
-def wall_verdict(results: dict[str, list[dict[str, Any]]]) -> str:
-    spans = {
-        c: (min(s["wall_s"] for s in v), max(s["wall_s"] for s in v)) for c, v in results.items()
-    }
-    if len(results["stock"]) < 2:
-        walls = ", ".join(f"{c} {lo:.2f} s" for c, (lo, _) in spans.items())
-        return (
-            f"Wall time: one sample each ({walls}); no spread of repeats to judge a difference by."
+def spreads_table(results: Samples) -> list[str]:
+    lines = header("kind, configuration")
+    for (kind, config), samples in results.items():
+        cells = []
+        for _, key, form in COLUMNS:
+            values = [s[key] for s in samples]
+            cells.append(f"{form.format(min(values))}-{form.format(max(values))}")
+        lines.append(f"| {kind}, {config} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def ratios_table(results: Samples) -> list[str]:
+    """By value / twin in each configuration, and graphpickle / stock for each kind."""
+    kinds = list(dict.fromkeys(kind for kind, _ in results))
+    pairs = []
+    for kind in kinds:
+        twin = f"{kind}-twin"
+        if not kind.endswith("-twin") and (twin, "stock") in results:
+            for config in CONFIGS:
+                pairs.append((f"{kind} / twin, {config}", (kind, config), (twin, config)))
+    for kind in kinds:
+        pairs.append((f"{kind}: graphpickle / stock", (kind, "graphpickle"), (kind, "stock")))
+    lines = header("ratio of medians")
+    for title, top, bottom in pairs:
+        cells = (
+            f"{median_of(results[top], key) / median_of(results[bottom], key):.2f}x"
+            for _, key, _ in COLUMNS
         )
-    ranges = ", ".join(f"{c} {lo:.2f} to {hi:.2f} s" for c, (lo, hi) in spans.items())
-    (s_lo, s_hi), (g_lo, g_hi) = spans["stock"], spans["graphpickle"]
-    if s_lo <= g_hi and g_lo <= s_hi:
-        return f"Wall time over the repeats: {ranges}. The ranges overlap: the wall-time difference is within the spread of repeats."
-    faster = "graphpickle" if g_hi < s_lo else "stock"
-    return f"Wall time over the repeats: {ranges}. The ranges do not overlap: {faster} is faster in every repeat."
+        lines.append(f"| {title} | " + " | ".join(cells) + " |")
+    return lines
 
 
-def checks(results: dict[str, list[dict[str, Any]]], tasks: int) -> list[str]:
+def threads_table(results: Samples) -> list[str]:
+    """Where the processes' CPU goes: each thread group's median µs per task."""
     lines = []
-    for config, samples in results.items():
+    for side in ("driver", "workers"):
+        groups = sorted({g for ss in results.values() for s in ss for g in s[f"{side}_threads_us"]})
+        shown = [
+            g
+            for g in groups
+            if max(s[f"{side}_threads_us"].get(g, 0.0) for ss in results.values() for s in ss) >= 5
+        ]
+        lines += [
+            "",
+            f"{side.capitalize()}, CPU µs per task by thread (medians; threads under 5 µs left out; "
+            "`unattributed`: the process total minus its threads that were alive at the end):",
+            "",
+            "| kind, configuration | total | "
+            + " | ".join(f"`{g}`" for g in shown)
+            + " | unattributed |",
+            "|---" * (len(shown) + 3) + "|",
+        ]
+        for (kind, config), samples in results.items():
+            total = median_of(samples, f"{side}_cpu_us")
+            by_group = [
+                statistics.median(s[f"{side}_threads_us"].get(g, 0.0) for s in samples)
+                for g in shown
+            ]
+            rest = statistics.median(
+                s[f"{side}_cpu_us"] - sum(s[f"{side}_threads_us"].values()) for s in samples
+            )
+            cells = [f"{total:,.0f}", *(f"{v:,.0f}" for v in by_group), f"{rest:,.0f}"]
+            lines.append(f"| {kind}, {config} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def wall_verdicts(results: Samples) -> list[str]:
+    lines = []
+    for kind in dict.fromkeys(k for k, _ in results):
+        spans = {
+            config: (min(s["wall_s"] for s in ss), max(s["wall_s"] for s in ss))
+            for (k, config), ss in results.items()
+            if k == kind
+        }
+        ranges = ", ".join(f"{c} {lo:.2f} to {hi:.2f} s" for c, (lo, hi) in spans.items())
+        (s_lo, s_hi), (g_lo, g_hi) = spans["stock"], spans["graphpickle"]
+        if len(results[kind, "stock"]) < 2:
+            verdict = "one sample each: no spread of repeats to judge a difference by"
+        elif s_lo <= g_hi and g_lo <= s_hi:
+            verdict = "the ranges overlap: the difference is within the spread of repeats"
+        else:
+            faster = "graphpickle" if g_hi < s_lo else "stock"
+            verdict = f"the ranges do not overlap: {faster} is faster in every repeat"
+        lines.append(f"- {kind}: {ranges}; {verdict}.")
+    return lines
+
+
+def checks(results: Samples, tasks: int) -> list[str]:
+    lines = []
+    for (kind, config), samples in results.items():
         callers: dict[str, int] = {}
         for sample in samples:
-            for name, count in sample["callers"].items():
+            for name, count in {**sample["dumps_callers"], **sample["loads_callers"]}.items():
                 callers[name] = callers.get(name, 0) + count
         callers_text = ", ".join(f"{name} {count:,}" for name, count in callers.items())
         in_driver = all(s["scheduler_in_driver"] for s in samples)
-        installed = all(s["installed"] for s in samples) == (config == "graphpickle")
+        installed = all(all(s["installed"]) == (config == "graphpickle") for s in samples) and all(
+            len(set(s["installed"])) == 1 for s in samples
+        )
         lines.append(
-            f"- {config}: task dumps calls per sample {[s['calls'] for s in samples]} (tasks {tasks:,}); "
-            f"callers {callers_text}; scheduler in the driver process: {in_driver}; "
-            f"graphpickle installed as expected: {installed}"
+            f"- {kind}, {config}: task dumps in the scheduler per sample "
+            f"{[s['dumps_calls'] for s in samples]}, task loads in the workers "
+            f"{[s['loads_calls'] for s in samples]} (tasks {tasks:,}); callers {callers_text}; "
+            f"scheduler in the driver process: {in_driver}; graphpickle installed in the "
+            f"scheduler and both workers as expected: {installed}"
         )
     return lines
 
 
-def report(results: dict[str, list[dict[str, Any]]], tasks: int, repeat: int) -> str:
+def report(results: Samples, tasks: int, repeat: int, kinds: list[str]) -> str:
     import dask
     import distributed
 
@@ -227,29 +405,48 @@ def report(results: dict[str, list[dict[str, Any]]], tasks: int, repeat: int) ->
 
     extension = "built" if pickler._speedups is not None else "not built"
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    default_kinds = kinds == list(KINDS)
     lines = [
-        "# The scheduler's dumps of each task (LocalCluster)",
+        "# Each task's cost on the scheduler and on the workers (LocalCluster)",
         "",
         f"Python {platform.python_version()}, dask {dask.__version__}, distributed {distributed.__version__}, "
         f"graphpickle {graphpickle.__version__} (C extension {extension}); {os.cpu_count()} CPUs, "
-        f"load average {load:.2f} at the start.",
+        f"load average {load:.2f} at the end.",
         "",
-        f"{tasks:,} independent tasks `inc(i)` of a `__main__` function; LocalCluster, 2 worker processes "
-        f"x 1 thread; {repeat} repeat(s) per configuration, each a fresh cluster in a fresh driver process; "
-        "medians over the repeats. CPU µs are the scheduler thread's CPU time in "
-        "`distributed.protocol.pickle.dumps` of a task's run spec; back to back: the last such task "
-        f"dumped {BACK_TO_BACK_LOOPS:,} times in a row in the scheduler after the run (median).",
+        f"{tasks:,} independent tasks per graph; LocalCluster, 2 worker processes x 1 thread; "
+        f"{repeat} repeat(s) per kind and configuration, interleaved, each a fresh cluster in a fresh "
+        "driver process. Kinds: `function` is `inc(i)` of a `__main__` function, `dataclass` is "
+        "`getattr(Point(i, 0.5), 'x')` with the builtin `getattr` and a `__main__` dataclass `Point`; "
+        "`-twin` is the same code from an importable module (`graphpickle.cli.workloads`).",
         "",
-        *table(results),
+        "Per task. Scheduler: the thread CPU time of `distributed.protocol.pickle.dumps` of a task's run "
+        "spec (median of the run's calls), and the last one dumped again "
+        f"{BACK_TO_BACK_LOOPS:,} times in a row after the run; workers: the same for "
+        "`distributed.protocol.pickle.loads` of a run spec, in both workers. Processes: CPU time "
+        "(`process_time`) during `client.get` divided by the tasks; the driver process holds the "
+        "scheduler and the client, the workers' figure is both worker processes together. Medians "
+        "over the repeats:",
         "",
-        wall_verdict(results),
+        *medians_table(results),
+        "",
+        *ratios_table(results),
+        "",
+        "The range (lowest-highest) of the repeats:",
+        "",
+        *spreads_table(results),
+        *threads_table(results),
+        "",
+        "Wall time over the repeats:",
+        *wall_verdicts(results),
         "",
         "Checks:",
         *checks(results, tasks),
         "",
         "Reproduce: `scripts/bench-scheduler"
         + (f" --tasks {tasks}" if tasks != 5000 else "")
-        + f" --repeat {repeat}`",
+        + f" --repeat {repeat}"
+        + ("" if default_kinds else " --kinds " + " ".join(kinds))
+        + "`",
     ]
     return "\n".join(lines) + "\n"
 
@@ -258,17 +455,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--kinds", nargs="+", choices=list(KINDS), default=list(KINDS))
     parser.add_argument("--output", help="also write the markdown report to this file")
-    parser.add_argument("--sample", choices=CONFIGS, help=argparse.SUPPRESS)
+    parser.add_argument("--sample", nargs=2, metavar=("CONFIG", "KIND"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sample:
-        print(json.dumps(run_sample(args.sample, args.tasks)))
+        config, kind = args.sample
+        print(json.dumps(run_sample(config, kind, args.tasks)))
         return
-    results: dict[str, list[dict[str, Any]]] = {config: [] for config in CONFIGS}
-    for _ in range(args.repeat):
-        for config in CONFIGS:
-            results[config].append(sample_in_subprocess(config, args.tasks))
-    text = report(results, args.tasks, args.repeat)
+    results: Samples = {(kind, config): [] for kind in args.kinds for config in CONFIGS}
+    for round_ in range(args.repeat):
+        for kind in args.kinds:
+            for config in CONFIGS:
+                sample = sample_in_subprocess(config, kind, args.tasks)
+                results[kind, config].append(sample)
+                print(
+                    f"[{round_ + 1}/{args.repeat}] {kind}, {config}: wall {sample['wall_s']:.2f} s, "
+                    f"dumps {sample['dumps_us']:.1f} µs, loads {sample['loads_us']:.1f} µs",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    text = report(results, args.tasks, args.repeat, args.kinds)
     print(text, end="")
     if args.output:
         with open(args.output, "w", encoding="utf-8") as file:
