@@ -28,10 +28,20 @@ from graphpickle.core import reducers as _reducers
 
 _payloads = []
 
+def to_a_worker_that_loads_blocks(obj):
+    token = gpd._CODE_BLOCKS.set(True)
+    try:
+        return gpd.dumps(obj)
+    finally:
+        gpd._CODE_BLOCKS.reset(token)
+
 def send(label, obj):
-    # Twice each: the second payload reuses what the first remembered.
+    # Twice each: the second payload reuses what the first remembered. The
+    # last two before cloudpickle's need graphpickle to load (code blocks).
     _payloads.append((label, [graphpickle.dumps(obj), graphpickle.dumps(obj),
-                              gpd.dumps(obj), gpd.dumps(obj), cloudpickle.dumps(obj)]))
+                              gpd.dumps(obj), gpd.dumps(obj),
+                              to_a_worker_that_loads_blocks(obj),
+                              to_a_worker_that_loads_blocks(obj), cloudpickle.dumps(obj)]))
 
 def spare_module():
     # A module imported from a file, as far as cloudpickle can tell (it refers
@@ -51,31 +61,34 @@ with open(sys.argv[1], "wb") as _out:
     pickle.dump(_payloads, _out)
 """
 
-# Loads every payload with plain pickle (graphpickle blocked) and prints what
-# observe(obj) says of each, as JSON.
+# Loads the payloads at places PLACES of each row, in order, and prints what
+# observe(obj) says of each, as JSON (None elsewhere). Plain pickle, with
+# graphpickle blocked; a second receiver loads those with code blocks (BLOCKS),
+# which need graphpickle, in the same order.
 _RECEIVER = """
 import json, pickle, sys
-sys.modules["graphpickle"] = None
+if {plain}:
+    sys.modules["graphpickle"] = None
 with open(sys.argv[1], "rb") as f:
     payloads = pickle.load(f)
 {observe}
-seen = []
-for label, datas in payloads:
-    row = []
-    for data in datas:
-        try:
-            row.append(repr(observe(pickle.loads(data))))
-        except Exception as exc:
-            row.append(f"raised {{type(exc).__name__}}")
-    seen.append((label, row))
-print(json.dumps(seen))
+def seen_in(data):
+    try:
+        return repr(observe(pickle.loads(data)))
+    except Exception as exc:
+        return f"raised {{type(exc).__name__}}"
+print(json.dumps([(label, [seen_in(data) if (i in {blocks}) != {plain} else None
+                           for i, data in enumerate(datas)])
+                  for label, datas in payloads]))
 """
+BLOCKS = (4, 5)
 
 
 def exchange(tmp_path: Path, body: str, observe: str, env: dict[str, str] | None = None):
     """Run ``body`` as a sender's ``__main__``, load what it sent elsewhere;
     return ``[(label, [what each payload does])]``: graphpickle.dumps twice,
-    the dask integration's dumps twice, cloudpickle.dumps last."""
+    the dask integration's dumps twice, then twice to a worker that loads code
+    blocks, cloudpickle.dumps last."""
     sender_dir = tmp_path / "sender"
     sender_dir.mkdir()
     payloads = sender_dir / "payloads.pkl"
@@ -87,9 +100,14 @@ def exchange(tmp_path: Path, body: str, observe: str, env: dict[str, str] | None
 def receive(tmp_path: Path, payloads: Path, observe: str) -> list[tuple[str, list[str]]]:
     where = tmp_path / "receiver"
     where.mkdir(exist_ok=True)
-    code = _RECEIVER.format(observe=textwrap.dedent(observe))
-    out = run_python(code, str(payloads), cwd=where)
-    return [(label, row) for label, row in json.loads(out)]
+    seen = []
+    for plain in (True, False):
+        code = _RECEIVER.format(observe=textwrap.dedent(observe), blocks=BLOCKS, plain=plain)
+        seen.append(json.loads(run_python(code, str(payloads), cwd=where)))
+    return [
+        (label, [a if b is None else b for a, b in zip(plain_row, blocks_row, strict=True)])
+        for (label, plain_row), (_, blocks_row) in zip(*seen, strict=True)
+    ]
 
 
 def assert_as_cloudpickle(seen: list[tuple[str, list[str]]]) -> None:

@@ -9,6 +9,7 @@ import weakref
 from pathlib import Path
 
 import cloudpickle
+import pytest
 from cloudpickle import cloudpickle as cp
 
 from graphpickle import _cloudpickle_internals as internals
@@ -201,3 +202,61 @@ def test_the_state_of_deferred_annotations_is_cloudpickles_but_for_them():
     assert slotstate.pop("__annotations__") is f.__annotations__
     assert ours == slotstate
     assert ours["_cloudpickle_submodules"] == [xml.dom]
+
+
+def _functions_of_every_shape():
+    """Functions whose reductions fill each slot of cloudpickle's state."""
+    import math
+
+    counter = 0
+
+    def closure(x, *, step=1):
+        nonlocal counter
+        counter += step
+        return x + counter + math.floor(0.5)
+
+    def with_empty_cell():
+        return later
+
+    def annotated(x: int, y: "list[str]" = ()) -> float:  # noqa: UP037
+        """A docstring."""
+        return float(x)
+
+    annotated.tag = ["an", "attribute"]
+    annotated.__kwdefaults__ = None
+    lam = lambda a, b=(1, 2): (a, b)  # noqa: E731
+    if False:
+        later = None
+    return [closure, with_empty_cell, annotated, lam, _functions_of_every_shape]
+
+
+def test_making_a_function_as_loaded_is_cloudpickles():
+    # make_function_as_loaded (what a code block's receiver runs) against
+    # cloudpickle's _make_function + _function_setstate, on the very same parts.
+    for func in _functions_of_every_shape():
+        reduction = internals.reduce_function_by_value(
+            type("Holder", (), {"globals_ref": {}})(), func
+        )
+        _, (code, base, _, _, closure), state, _, _, _ = reduction
+        theirs_globals, ours_globals = dict(base), dict(base)
+        theirs = cp._make_function(code, theirs_globals, None, None, closure)
+        attributes, slots = state
+        cp._function_setstate(theirs, (dict(attributes), dict(slots)))
+        ours = internals.make_function_as_loaded(
+            code, ours_globals, closure, dict(attributes), tuple(slots), tuple(slots.values())
+        )
+        for name in (
+            "__name__", "__qualname__", "__module__", "__doc__", "__defaults__",
+            "__kwdefaults__", "__annotations__", "__dict__", "__code__",
+        ):  # fmt: skip
+            assert getattr(ours, name) == getattr(theirs, name), (func, name)
+        assert ours_globals == theirs_globals
+        assert ours.__globals__ is ours_globals and theirs.__globals__ is theirs_globals
+        for mine, other in zip(ours.__closure__ or (), theirs.__closure__ or (), strict=True):
+            try:
+                expected = other.cell_contents
+            except ValueError:
+                with pytest.raises(ValueError):
+                    mine.cell_contents  # noqa: B018
+            else:
+                assert mine.cell_contents is expected

@@ -52,13 +52,11 @@ _kept: dict[bytes, types.CodeType] = {}
 
 # cloudpickle's slot state, by layout (3.14+: a function with deferred
 # annotations has "__annotate__" where others have "__annotations__").
-_LAYOUTS = tuple(
-    (
-        "__name__", "__qualname__", annotations, "__kwdefaults__", "__defaults__",
-        "__module__", "__doc__", "__closure__", "_cloudpickle_submodules", "__globals__",
-    )  # fmt: skip
-    for annotations in ("__annotations__", "__annotate__")
-)
+_SLOTS = (
+    "__name__", "__qualname__", "__annotations__", "__kwdefaults__", "__defaults__",
+    "__module__", "__doc__", "__closure__", "_cloudpickle_submodules", "__globals__",
+)  # fmt: skip
+_LAYOUTS = (_SLOTS, tuple("__annotate__" if s == "__annotations__" else s for s in _SLOTS))
 
 
 def code_block(code: types.CodeType) -> bytes | None:
@@ -89,11 +87,11 @@ def flat_state(state: Any) -> tuple[Any, ...] | None:
 def load_code(block: bytes) -> types.CodeType:
     """The code object of a code block (kept: the same bytes give the same
     object)."""
+    if type(block) is not bytes:
+        raise UnpicklingError(f"a graphpickle code block is bytes, not {type(block).__name__}")
     code = _kept.get(block) if CACHING else None
     if code is not None:
         return code
-    if type(block) is not bytes:
-        raise UnpicklingError(f"a graphpickle code block is bytes, not {type(block).__name__}")
     if len(block) > MAX_BLOCK:
         raise UnpicklingError(
             f"a graphpickle code block of {len(block)} bytes: over {MAX_BLOCK}, refused"

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, NoReturn
 
+from ..core import blocks
 from ..core.pickler import (
     DEFAULT_PROTOCOL,
     Pickler,
@@ -48,7 +49,6 @@ from ..core.pickler import (
     accelerated_dumps,
     accelerated_loads,
 )
-from ..core import blocks
 from ..core.reducers import Reducer, forget_lookup
 
 __all__ = ["dask_setup", "dumps", "install", "installed", "loads", "uninstall"]
@@ -272,6 +272,7 @@ loads = accelerated_loads(loads, "distributed", _load_failed)
 # distributed hands to every write on it as context["recipient"]). A worker
 # without graphpickle never says it, nor does a connection made before or
 # elsewhere (a client, another worker): they get cloudpickle's reductions.
+
 
 def _marking_recipients(protocol_dumps: Callable[..., Any]) -> Callable[..., Any]:
     """distributed.protocol.dumps(msg, serializers, on_error, context, ...), with

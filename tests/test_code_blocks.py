@@ -1,0 +1,194 @@
+"""Code blocks (graphpickle.core.blocks): what the dask integration sends a
+worker that said it loads them. A payload with blocks must load, in a fresh
+receiver, as cloudpickle's payload of the same objects does; the receiver keeps
+nothing but code objects, keyed by their bytes."""
+
+from __future__ import annotations
+
+import marshal
+import pickle
+import pickletools
+import threading
+
+import pytest
+from conftest import run_python
+from test_cache_soundness import BLOCKS, assert_as_cloudpickle, exchange
+
+import graphpickle.integrations.dask_distributed as gpd
+from graphpickle.core import blocks
+from graphpickle.errors import UnpicklingError
+
+# Functions of every shape a notebook has, sent as a task's parts would be.
+SHAPES = """
+import math
+COUNT = 0
+SHARED = [1]
+def plain(x):
+    return x + 1
+def uses_globals(x):
+    global COUNT
+    COUNT += 1
+    return (x, COUNT, math.floor(2.5), len(SHARED))
+def reads_count():
+    return COUNT
+def defaults(x, y=(1, 2), *, k="k"):
+    "A docstring."
+    return (x, y, k)
+def annotated(x: int) -> "float":
+    return float(x)
+annotated.tag = ["attribute"]
+def make(offset):
+    def add(x):
+        return x + offset
+    return add
+add = make(10)
+lam = lambda x, *a: x * 2
+def recursive(n):
+    return 1 if n < 2 else n * recursive(n - 1)
+parts = [plain, uses_globals, reads_count, defaults, annotated, add, lam, recursive, SHARED]
+send("first", parts)
+send("again", parts)
+blocked = to_a_worker_that_loads_blocks(parts)
+assert blocked.count(b"graphpickle.core.blocks") == 1, "no code blocks were sent"
+assert b"\\x8c\\rmake_function" in blocked and b"load_code" in blocked
+"""
+
+OBSERVE = """
+def observe(parts):
+    plain, uses, reads, defaults, annotated, add, lam, recursive, shared = parts
+    shared.append(2)
+    return (plain(1), uses(2), reads(), uses.__globals__ is reads.__globals__,
+            defaults(0), defaults.__doc__, defaults.__kwdefaults__, annotated.__annotations__,
+            annotated.tag, add(1), add.__closure__[0].cell_contents, lam(3), recursive(5),
+            uses.__globals__["SHARED"] is shared, plain.__code__.co_filename,
+            plain.__qualname__, plain.__module__, sorted(uses.__globals__))
+"""
+
+
+def test_blocks_load_in_a_fresh_receiver_as_cloudpickle_payloads(tmp_path):
+    seen = exchange(tmp_path, SHAPES, OBSERVE)
+    assert [label for label, _ in seen] == ["first", "again"]
+    assert_as_cloudpickle(seen)
+    assert all(not row[i].startswith("raised") for _, row in seen for i in BLOCKS)
+
+
+def _block_payload(func):
+    token = gpd._CODE_BLOCKS.set(True)
+    try:
+        gpd.dumps(func)  # remembered
+        return gpd.dumps(func)
+    finally:
+        gpd._CODE_BLOCKS.reset(token)
+
+
+def _named(payload: bytes) -> set[str]:
+    """The globals a payload names (protocol 4+: two strings, then STACK_GLOBAL)."""
+    stack: list[object] = []
+    memo: list[object] = []
+    named = set()
+    for opcode, arg, _ in pickletools.genops(payload):
+        if opcode.name == "MEMOIZE":
+            memo.append(stack[-1] if stack else None)
+        elif opcode.name in ("BINGET", "LONG_BINGET"):
+            stack.append(memo[arg])
+        elif opcode.name == "STACK_GLOBAL":
+            named.add(f"{stack[-2]}.{stack[-1]}")
+            stack.append(None)
+        else:
+            stack.append(arg)
+    return named
+
+
+def _local_function():
+    state = {"calls": 0}
+
+    def counted(x=(1,)):
+        state["calls"] += 1
+        return x
+
+    return counted
+
+
+def test_each_load_makes_a_new_function_around_one_kept_code_object():
+    payload = _block_payload(_local_function())
+    assert _named(payload) >= {
+        "graphpickle.core.blocks.make_function",
+        "graphpickle.core.blocks.load_code",
+    }
+    first, second = pickle.loads(payload), pickle.loads(payload)
+    assert first is not second and first.__code__ is second.__code__
+    assert first.__closure__[0].cell_contents is not second.__closure__[0].cell_contents
+    first()
+    first.__defaults__ = (2,)
+    first.attribute = "set"
+    assert second() == (1,) and not hasattr(second, "attribute")
+    assert second.__closure__[0].cell_contents == {"calls": 1}
+
+
+def test_loads_from_many_threads_are_independent():
+    payload = _block_payload(_local_function())
+    made: list[object] = []
+    lock = threading.Lock()
+
+    def load_and_change():
+        for _ in range(200):
+            func = pickle.loads(payload)
+            func()
+            func.__defaults__ = ("changed",)
+            with lock:
+                made.append(func)
+
+    threads = [threading.Thread(target=load_and_change) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({id(f) for f in made}) == len(made) == 800
+    assert len({id(f.__code__) for f in made}) == 1
+    assert {f.__closure__[0].cell_contents["calls"] for f in made} == {1}
+    assert pickle.loads(payload)() == (1,)
+
+
+@pytest.mark.parametrize(
+    ("block", "match"),
+    [
+        (marshal.dumps(["not", "code"]), "holds a list, not code"),
+        (marshal.dumps(plain_code := compile("1", "<x>", "eval"))[:-3], "corrupted"),
+        (bytearray(marshal.dumps(plain_code)), "bytes, not bytearray"),
+        (b"\x00" * (blocks.MAX_BLOCK + 1), "over"),
+    ],
+)
+def test_a_code_block_that_is_not_one_is_refused(block, match):
+    with pytest.raises(UnpicklingError, match=match):
+        blocks.load_code(block)
+
+
+def test_a_function_of_an_unknown_layout_is_refused():
+    code = compile("1", "<x>", "exec")
+    with pytest.raises(UnpicklingError, match="no function layout 7"):
+        blocks.make_function(code, {}, None, 7, {})
+    with pytest.raises(UnpicklingError, match="has 10 slots, not 2"):
+        blocks.make_function(code, {}, None, 0, {}, "a", "b")
+
+
+def test_the_cache_switch_keeps_no_code(tmp_path):
+    out = run_python(
+        """
+        import pickle
+        import graphpickle.integrations.dask_distributed as gpd
+        from graphpickle.core import blocks
+        def f():
+            return 1
+        token = gpd._CODE_BLOCKS.set(True)
+        payloads = [gpd.dumps(f) for _ in range(3)]
+        assert all(b"\\x8c\\rmake_function" not in p for p in payloads)  # nothing remembered
+        code = compile("1", "<x>", "eval")
+        import marshal
+        first = blocks.load_code(marshal.dumps(code))
+        assert blocks.load_code(marshal.dumps(code)) is not first and not blocks._kept
+        print("ok")
+        """,
+        cwd=tmp_path,
+        env={"GRAPHPICKLE_NO_CACHE": "1"},
+    )
+    assert out.split()[-1] == "ok"
