@@ -42,8 +42,10 @@ import cloudpickle
 import distributed
 
 from graphpickle.cli.bench import (
+    BLOCKS,
     message_dumps,
     message_loads,
+    message_payload,
     message_plan,
     render_messages,
     run_messages,
@@ -57,7 +59,6 @@ INSTRUCTIONS = Path(__file__).parent / "results" / "messages-instructions.md"
 def _calls() -> list[tuple[int, str, str, Any]]:
     """(message index, "dumps" or "loads", serializer, call): the same list in the
     parent and under callgrind."""
-    import graphpickle
 
     calls = []
     for index, (_, _, message, _) in enumerate(message_plan()):
@@ -67,8 +68,8 @@ def _calls() -> list[tuple[int, str, str, Any]]:
             except Exception:
                 continue  # pickle: a lambda
             calls.append((index, "dumps", lib, functools.partial(dumps, message)))
-        payload = graphpickle.dumps(message)
         for lib, loads in message_loads().items():
+            payload = message_payload(lib, message)
             calls.append((index, "loads", lib, functools.partial(loads, payload)))
     return calls
 
@@ -154,6 +155,7 @@ def instruction_rows(n: int) -> list[dict[str, Any]]:
         rows[index][op][lib] = (total - base) / n  # instructions, in the seconds' place
     for row, (_, _, message, _) in zip(rows, plan, strict=True):
         row["bytes"] = len(graphpickle.dumps(message))
+        row["bytes_blocks"] = len(message_payload(BLOCKS, message))
         reference = "pickle" if "pickle" in row["dumps"] else "distributed"
         row["dumps_ratio"] = {lib: t / row["dumps"][reference] for lib, t in row["dumps"].items()}
         row["dask_dumps"] = row["dumps"]["graphpickle dask"] / row["dumps"]["distributed"]

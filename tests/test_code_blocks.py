@@ -192,3 +192,42 @@ def test_the_cache_switch_keeps_no_code(tmp_path):
         env={"GRAPHPICKLE_NO_CACHE": "1"},
     )
     assert out.split()[-1] == "ok"
+
+
+@pytest.mark.skipif(blocks._speedups is None, reason="the C module is not built")
+def test_the_c_make_function_is_the_python_one():
+    from graphpickle import _cloudpickle_internals as internals
+    from test_cloudpickle_internals import _functions_of_every_shape
+
+    assert blocks.make_function is not blocks.make_function_in_python
+    for func in _functions_of_every_shape():
+        holder = type("Holder", (), {"globals_ref": {}})()
+        _, (code, base, _, _, closure), state, _, _, _ = internals.reduce_function_by_value(
+            holder, func
+        )
+        made = [
+            make(code, dict(base), closure, *blocks.flat_state((dict(state[0]), dict(state[1]))))
+            for make in (blocks.make_function, blocks.make_function_in_python)
+        ]
+        c, python = made
+        for name in (
+            "__name__", "__qualname__", "__module__", "__doc__", "__defaults__",
+            "__kwdefaults__", "__annotations__", "__dict__", "__code__",
+        ):  # fmt: skip
+            assert getattr(c, name) == getattr(python, name), (func, name)
+        assert c.__globals__ == python.__globals__
+        assert [_contents(x) for x in c.__closure__ or ()] == [
+            _contents(x) for x in python.__closure__ or ()
+        ]
+    # Anything else goes to the Python function, which says what is wrong.
+    with pytest.raises(UnpicklingError, match="no function layout"):
+        blocks.make_function(compile("1", "<x>", "exec"), {}, None, "0", {})
+    with pytest.raises(TypeError):
+        blocks.make_function(compile("1", "<x>", "exec"), {}, "not a closure", 0, {}, *[None] * 10)
+
+
+def _contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return "<empty>"

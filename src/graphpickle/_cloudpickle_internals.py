@@ -154,7 +154,7 @@ def make_function_as_loaded(
     slot_values))))``, step for step, without the slot dict (what
     ``core/blocks.py`` sends). ``tests/test_cloudpickle_internals.py``
     compares the two."""
-    builtins = _BUILTINS_OF_CLOUDPICKLE
+    builtins = BUILTINS_OF_CLOUDPICKLE
     base_globals["__builtins__"] = builtins
     func = types.FunctionType(code, base_globals, None, None, closure)
     func.__dict__.update(attributes)
@@ -175,9 +175,9 @@ def make_function_as_loaded(
     return func
 
 
-# What cloudpickle's reconstructors set as a function's __builtins__ (their
-# module's own).
-_BUILTINS_OF_CLOUDPICKLE = vars(_cp)["__builtins__"]
+#: What cloudpickle's reconstructors set as a function's ``__builtins__`` (their
+#: module's own).
+BUILTINS_OF_CLOUDPICKLE = vars(_cp)["__builtins__"]
 
 
 def function_state(func: types.FunctionType) -> tuple[dict[str, Any], dict[str, Any]]:

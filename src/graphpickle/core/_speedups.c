@@ -98,6 +98,9 @@ typedef struct {
      *   missing_marker what a snapshot found missing. */
     PyObject *code_handler, *builtin_types, *codes;
     PyObject *functions, *captures_globals, *missing_marker;
+    /* blocks.make_function's: cloudpickle's __builtins__, the slot layouts, the
+     * Python function (anything unusual goes to it) */
+    PyObject *function_builtins, *function_layouts, *make_function_slow;
 } SpeedupsState;
 
 /* Every field of SpeedupsState, for the module's traverse and clear. */
@@ -110,6 +113,7 @@ typedef struct {
     DO(str_lambda) DO(main_modules) DO(str_modules) DO(sys_dict) DO(empty_bytes)                  \
     DO(empty_dict) DO(by_reference) DO(by_value_registry) DO(function_handler) DO(class_handler) \
     DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
+    DO(function_builtins) DO(function_layouts) DO(make_function_slow)                             \
     DO(missing_marker)
 
 static inline SpeedupsState *
@@ -1645,6 +1649,145 @@ set_remembered(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* set_function_layouts(builtins, layouts, slow): what make_function needs
+ * (blocks.py gives them at import). */
+static PyObject *
+set_function_layouts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    SpeedupsState *st = module_state(module);
+    if (nargs != 3 || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "set_function_layouts(builtins, layouts: tuple, slow)");
+        return NULL;
+    }
+    Py_XSETREF(st->function_builtins, Py_NewRef(args[0]));
+    Py_XSETREF(st->function_layouts, Py_NewRef(args[1]));
+    Py_XSETREF(st->make_function_slow, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+/* `key == name` for a slot name (exact str). */
+static int
+is_slot(PyObject *key, const char *name)
+{
+    return PyUnicode_CheckExact(key) && PyUnicode_CompareWithASCIIString(key, name) == 0;
+}
+
+/* blocks.make_function(code, base_globals, closure, layout, attributes, *slot_values):
+ * _cloudpickle_internals.make_function_as_loaded step for step (cloudpickle's
+ * _make_function, then _function_setstate), through the same generic calls.
+ * Arguments of another shape go to the Python function, which says what is wrong. */
+static PyObject *
+make_function(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    SpeedupsState *st = module_state(module);
+    if (st->make_function_slow == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "graphpickle: make_function before set_function_layouts");
+        return NULL;
+    }
+    Py_ssize_t layout = nargs >= 5 && PyLong_CheckExact(args[3]) ? PyLong_AsSsize_t(args[3]) : -1;
+    if (layout == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+    }
+    PyObject *keys = layout >= 0 && layout < PyTuple_GET_SIZE(st->function_layouts)
+                         ? PyTuple_GET_ITEM(st->function_layouts, layout)
+                         : NULL;
+    if (keys == NULL || !PyTuple_CheckExact(keys) || PyTuple_GET_SIZE(keys) != nargs - 5
+        || !PyDict_CheckExact(args[1])) {
+        return PyObject_Vectorcall(st->make_function_slow, args, nargs, NULL);
+    }
+    PyObject *code = args[0], *globals = args[1], *closure = args[2], *attributes = args[4];
+    PyObject *const *values = args + 5;
+    PyObject *builtins = st->function_builtins;
+    PyObject *func = NULL, *result = NULL;
+    if (PyDict_SetItemString(globals, "__builtins__", builtins) < 0) {
+        return NULL;
+    }
+    PyObject *new_args[5] = {code, globals, Py_None, Py_None, closure};
+    func = PyObject_Vectorcall((PyObject *)&PyFunction_Type, new_args, 5, NULL);
+    if (func == NULL) {
+        return NULL;
+    }
+    /* func.__dict__.update(attributes) */
+    PyObject *dict = PyObject_GetAttrString(func, "__dict__");
+    PyObject *done = dict == NULL ? NULL : PyObject_CallMethod(dict, "update", "O", attributes);
+    Py_XDECREF(dict);
+    if (done == NULL) {
+        goto finally;
+    }
+    Py_DECREF(done);
+    PyObject *slot_globals = NULL, *slot_closure = NULL;
+    int found = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); i++) {
+        PyObject *key = PyTuple_GET_ITEM(keys, i);
+        if (is_slot(key, "__globals__")) {
+            slot_globals = values[i];
+            found++;
+        }
+        else if (is_slot(key, "__closure__")) {
+            slot_closure = values[i];
+            found++;
+        }
+    }
+    if (found != 2) {
+        PyErr_SetString(PyExc_SystemError, "graphpickle: a function layout without its slots");
+        goto finally;
+    }
+    /* globals.update(slot globals), then __builtins__ again */
+    done = PyObject_CallMethod(globals, "update", "O", slot_globals);
+    if (done == NULL) {
+        goto finally;
+    }
+    Py_DECREF(done);
+    if (PyDict_SetItemString(globals, "__builtins__", builtins) < 0) {
+        goto finally;
+    }
+    if (slot_closure != Py_None) { /* each cell's contents into the new function's cells */
+        PyObject *targets = PyObject_GetAttrString(func, "__closure__");
+        PyObject *cells = targets == NULL ? NULL : PyObject_GetIter(slot_closure);
+        PyObject *cell;
+        Py_ssize_t i = 0;
+        int failed = cells == NULL;
+        while (!failed && (cell = PyIter_Next(cells)) != NULL) {
+            PyObject *value = PyObject_GetAttrString(cell, "cell_contents");
+            Py_DECREF(cell);
+            if (value == NULL) {
+                failed = !PyErr_ExceptionMatches(PyExc_ValueError); /* an empty cell */
+                if (!failed) {
+                    PyErr_Clear();
+                }
+            }
+            else {
+                PyObject *target = PySequence_GetItem(targets, i);
+                failed = target == NULL
+                         || PyObject_SetAttrString(target, "cell_contents", value) < 0;
+                Py_XDECREF(target);
+                Py_DECREF(value);
+            }
+            i++;
+        }
+        failed = failed || PyErr_Occurred() != NULL;
+        Py_XDECREF(cells);
+        Py_XDECREF(targets);
+        if (failed) {
+            goto finally;
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); i++) { /* the other slots, in order */
+        PyObject *key = PyTuple_GET_ITEM(keys, i);
+        if (is_slot(key, "__globals__") || is_slot(key, "__closure__")
+            || is_slot(key, "_cloudpickle_submodules")) {
+            continue;
+        }
+        if (PyObject_SetAttr(func, key, values[i]) < 0) {
+            goto finally;
+        }
+    }
+    result = Py_NewRef(func);
+finally:
+    Py_DECREF(func);
+    return result;
+}
+
 static PyObject *
 set_by_reference_policy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1842,6 +1985,11 @@ add_layout(PyObject *module, const char *name, const char **fields, Py_ssize_t n
 static PyMethodDef speedups_methods[] = {
     {"function_snapshot", (PyCFunction)(void (*)(void))function_snapshot, METH_FASTCALL,
      PyDoc_STR("function_snapshot(func, names, missing): what its by-value reduction reads.")},
+    {"set_function_layouts", (PyCFunction)(void (*)(void))set_function_layouts, METH_FASTCALL,
+     PyDoc_STR("set_function_layouts(builtins, layouts, slow): what make_function needs.")},
+    {"make_function", (PyCFunction)(void (*)(void))make_function, METH_FASTCALL,
+     PyDoc_STR("make_function(code, base_globals, closure, layout, attributes, *slot_values): "
+               "the function cloudpickle's receiver makes (graphpickle.core.blocks).")},
     {"same_objects", (PyCFunction)(void (*)(void))same_objects, METH_FASTCALL,
      PyDoc_STR("same_objects(a, b): two flat tuples of the same objects, position by position.")},
     {"same_modules", same_modules, METH_O,
@@ -1927,7 +2075,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 15) < 0 /* VERSION: native.py */
+        || add_version(module, 16) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {

@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import marshal
 import types
+from collections.abc import Callable
 from typing import Any
 
 from .. import _cloudpickle_internals as cp
 from .._switches import CACHING
 from ..errors import UnpicklingError
+from .native import speedups as _speedups
 
 __all__ = ["FORMAT", "code_block", "flat_state", "load_code", "make_function"]
 
@@ -111,7 +113,7 @@ def load_code(block: bytes) -> types.CodeType:
     return code
 
 
-def make_function(
+def make_function_in_python(
     code: types.CodeType,
     base_globals: dict[str, Any],
     closure: tuple[Any, ...] | None,
@@ -122,7 +124,8 @@ def make_function(
     """The function cloudpickle's receiver makes from its reduction
     ``(_make_function, (code, base_globals, None, None, closure), (attributes,
     slots), None, None, _function_setstate)``, the slots given flat (see
-    :func:`flat_state`)."""
+    :func:`flat_state`). The C module's ``make_function`` does the same (and
+    hands this anything of another shape)."""
     try:
         keys = _LAYOUTS[layout]
     except (IndexError, TypeError):
@@ -132,3 +135,16 @@ def make_function(
             f"a function of layout {layout} has {len(keys)} slots, not {len(slot_values)}"
         )
     return cp.make_function_as_loaded(code, base_globals, closure, attributes, keys, slot_values)
+
+
+def _make_function_in_c() -> Callable[..., types.FunctionType] | None:
+    if _speedups is None:
+        return None
+    _speedups.set_function_layouts(cp.BUILTINS_OF_CLOUDPICKLE, _LAYOUTS, make_function_in_python)
+    fast: Callable[..., types.FunctionType] = _speedups.make_function
+    fast.__module__ = __name__  # payloads name it as they name the Python function
+    return fast
+
+
+#: What a payload calls (pickled by reference as ``graphpickle.core.blocks.make_function``).
+make_function = _make_function_in_c() or make_function_in_python
