@@ -196,8 +196,9 @@ def test_the_cache_switch_keeps_no_code(tmp_path):
 
 @pytest.mark.skipif(blocks._speedups is None, reason="the C module is not built")
 def test_the_c_make_function_is_the_python_one():
-    from graphpickle import _cloudpickle_internals as internals
     from test_cloudpickle_internals import _functions_of_every_shape
+
+    from graphpickle import _cloudpickle_internals as internals
 
     assert blocks.make_function is not blocks.make_function_in_python
     for func in _functions_of_every_shape():
