@@ -232,3 +232,17 @@ def _contents(cell):
         return cell.cell_contents
     except ValueError:
         return "<empty>"
+
+
+def test_inspect_counts_code_blocks_as_code_and_restricted_loading_refuses_them():
+    import graphpickle
+    from graphpickle.diagnostics import inspect
+
+    payload = _block_payload(lambda x: x + 1)
+    for trust in ((), ("graphpickle",)):
+        report = inspect(payload, trust=trust)
+        assert report.verdict == "code", trust
+        (made,) = report.by_value
+        assert made.kind == "function" and made.name.endswith("<lambda>"), made
+    with pytest.raises(graphpickle.ForbiddenGlobalError, match=r"graphpickle\.core\.blocks"):
+        graphpickle.loads(payload, allowed=["dask", "builtins"])

@@ -367,6 +367,25 @@ def installed_everywhere(client, expected):
     found = client.run(gpd.installed)
     assert len(found) == expected and all(found.values()), found
 
+def kept_code_objects():
+    from graphpickle.core import blocks
+    return len(blocks._kept)
+
+def blocks_everywhere(client, expected):
+    # Each worker said it loads code blocks (its connection is marked), and the
+    # tasks' lambda reached each one as a block; the results are right.
+    offset = 1
+    futures = [client.submit(lambda x: x + offset, i, workers=[w], pure=False)
+               for w in client.scheduler_info()["workers"] for i in range(3)]
+    assert sorted(client.gather(futures)) == sorted(list(range(1, 4)) * expected)
+    marks = client.run_on_scheduler(lambda dask_scheduler: sorted(
+        bs.comm.remote_info.get("graphpickle-code-blocks")
+        for bs in dask_scheduler.stream_comms.values()))
+    from graphpickle.core.blocks import FORMAT
+    assert marks == [FORMAT] * expected, marks
+    kept = client.run(kept_code_objects)
+    assert len(kept) == expected and all(kept.values()), kept
+
 if __name__ == "__main__":
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
@@ -375,10 +394,11 @@ if __name__ == "__main__":
         cluster.scale(2)  # a worker that joins later
         client.wait_for_workers(2, timeout=60)
         installed_everywhere(client, 2)
+        blocks_everywhere(client, 2)
         client.restart()  # every worker started again by its nanny
         client.wait_for_workers(2, timeout=60)
         installed_everywhere(client, 2)
-        assert client.submit(lambda x: x + 1, 41).result(timeout=60) == 42
+        blocks_everywhere(client, 2)
         # A worker that joins from the command line names nothing: the plugin
         # reaches it all the same (registered once, kept by the scheduler).
         assert "graphpickle" in client.run_on_scheduler(
@@ -472,6 +492,12 @@ if __name__ == "__main__":
                     future = client.submit(func, arg, workers=[worker], allow_other_workers=False,
                                            pure=False)
                     assert future.result(timeout=60) == expected, worker
+            # Only the worker that said so is sent code blocks.
+            from graphpickle.core.blocks import FORMAT
+            marks = client.run_on_scheduler(lambda dask_scheduler: {
+                w: bs.comm.remote_info.get("graphpickle-code-blocks")
+                for w, bs in dask_scheduler.stream_comms.items()})
+            assert marks == {ours: FORMAT, theirs: None}, marks
         finally:
             other.terminate()
             other.wait(30)

@@ -50,16 +50,21 @@ from .gadgets import danger_of
 
 __all__ = ["Finding", "InspectReport", "NotAPickleError", "inspect"]
 
-# cloudpickle's reconstructors: what a by-value object is built with.
+# cloudpickle's reconstructors, and graphpickle's code blocks' (what the dask
+# integration sends a worker that loads them): what a by-value object is built with.
 _CLOUDPICKLE = "cloudpickle.cloudpickle"
+_BLOCKS = "graphpickle.core.blocks"
 _BY_VALUE_MAKERS = {
-    "_make_function": "function",
-    "_make_skeleton_class": "class",
-    "_make_skeleton_enum": "class",
-    "dynamic_subimport": "module",
-    "_make_typevar": "typevar",
+    (_CLOUDPICKLE, "_make_function"): "function",
+    (_CLOUDPICKLE, "_make_skeleton_class"): "class",
+    (_CLOUDPICKLE, "_make_skeleton_enum"): "class",
+    (_CLOUDPICKLE, "dynamic_subimport"): "module",
+    (_CLOUDPICKLE, "_make_typevar"): "typevar",
+    (_BLOCKS, "make_function"): "function",
 }
 _STATE_SETTERS = {"_function_setstate", "_class_setstate"}
+_FUNCTION_MAKERS = {f"{module}.{name}" for (module, name), kind in _BY_VALUE_MAKERS.items()
+                    if kind == "function"}  # fmt: skip
 
 # Verdict levels, in order.
 DATA, IMPORTS, CODE = "data", "imports", "code"
@@ -752,9 +757,9 @@ class _Scan:
         if problem is not None:  # what restricted loading refuses in a call's arguments
             self.flag(CODE, f"at byte {pos}: {_cut(func.module + '.' + func.name)}(...) with "
                       f"{problem}")  # fmt: skip
-        if func.module != _CLOUDPICKLE:
+        kind = _BY_VALUE_MAKERS.get((func.module, func.name))
+        if kind is None and func.module != _CLOUDPICKLE:
             return _Applied(func, args, start)
-        kind = _BY_VALUE_MAKERS.get(func.name)
         if kind is not None:
             obj = _ByValueInProgress(kind, _name_from_args(kind, args), start, pos + 1)
             self.objects.append(obj)
@@ -972,7 +977,7 @@ def _cut(text: str, limit: int = 200) -> str:
 
 
 def _makes_function(root: str) -> bool:
-    return root == f"{_CLOUDPICKLE}._make_function"
+    return root in _FUNCTION_MAKERS
 
 
 def _difference(scan: list[str], loader: list[str], scanned: int, loaded: int) -> str:
@@ -993,6 +998,10 @@ def _name_from_args(kind: str, args: Any) -> str:
         return name if isinstance(name, str) else "?"
     if kind in ("module", "typevar") and args and isinstance(args[0], str):
         return args[0]
+    # blocks.make_function(code, base_globals, closure, layout, attributes, name,
+    # qualname, annotations, kwdefaults, defaults, module, ...)
+    if kind == "function" and len(args) > 10 and isinstance(args[6], str):
+        return f"{args[10]}.{args[6]}" if isinstance(args[10], str) else args[6]
     return "?"
 
 
