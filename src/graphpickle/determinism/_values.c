@@ -62,9 +62,28 @@ typedef struct {
 
 typedef struct {
     uint64_t ident;
+    uint64_t hash;    /* its content's hash (see "Hashes" below) */
     Py_ssize_t start; /* where its construction starts in the output */
     Py_ssize_t memo;  /* output memo entries at that point */
 } Entry;
+
+typedef struct {
+    uint64_t ident, hash;
+} Memoized;
+
+/* An item of the walk ahead's stack or memo (see "The walk ahead" below). */
+typedef struct {
+    uint64_t hash;
+    uint64_t flags;
+} AheadItem;
+
+typedef struct {
+    const unsigned char *p;
+    AheadItem *stack, *memo;
+    Py_ssize_t depth, stack_capacity, memo_count, memo_capacity;
+    Py_ssize_t met; /* values met */
+    int stopped;    /* at STOP, or at data that the walk itself refuses */
+} Ahead;
 
 typedef struct {
     unsigned char *bytes;
@@ -84,7 +103,7 @@ typedef struct {
     Buffer out, arena; /* the output's opcodes; the items of tuples */
     Entry *stack;
     Py_ssize_t depth, stack_capacity;
-    uint64_t *old_memo;
+    Memoized *old_memo;
     Py_ssize_t old_count, old_capacity;
     Value *values;
     Py_ssize_t value_count, value_capacity;
@@ -94,6 +113,8 @@ typedef struct {
     Py_ssize_t segment_count, segment_capacity;
     Py_ssize_t written, unique;
     uint64_t frozenset_type; /* builtins.frozenset once memoized */
+    Py_ssize_t interned;     /* values looked up so far */
+    Ahead ahead;
 } Walk;
 
 
@@ -196,12 +217,12 @@ append(Buffer *buffer, const void *bytes, Py_ssize_t length)
 }
 
 static int
-push(Walk *w, uint64_t ident, Py_ssize_t start, Py_ssize_t memo)
+push(Walk *w, uint64_t ident, uint64_t hash, Py_ssize_t start, Py_ssize_t memo)
 {
     if (grow((void **)&w->stack, &w->stack_capacity, w->depth + 1, sizeof(Entry)) < 0) {
         return -1;
     }
-    w->stack[w->depth++] = (Entry){ident, start, memo};
+    w->stack[w->depth++] = (Entry){ident, hash, start, memo};
     return 0;
 }
 
@@ -268,6 +289,87 @@ mix(uint64_t x)
 }
 
 static uint64_t seed; /* keys the tuple hashes: made from the keyed bytes hash */
+
+/* Hashes. Each stack item has a hash of its content that does not depend on
+ * which values were met before it, so that the walk ahead (below) computes it
+ * without the table: a str or bytes by its bytes (keyed, as CPython hashes
+ * them), an atom by its opcode's bytes, a tuple by its items' hashes in order,
+ * a frozenset by the hash of the 1-tuple of the tuple of its members (so that
+ * FROZENSET and a call of builtins.frozenset on that 1-tuple agree), any other
+ * object by where the data makes it; a memo reference has the hash of what was
+ * memoized. Items that the table takes for the same (one object, equal atoms,
+ * values it found equal) have equal hashes, which is all the table needs. */
+#define FROZENSET_MIX 0x2545f4914f6cdd1dULL
+#define FROZENSET_TYPE_HASH 0x8cb92ba72f3d8dd7ULL /* builtins.frozenset, not memoized yet */
+static uint64_t empty_tuple_hash; /* EMPTY_TUPLE: the hash of the tuple of no items */
+
+static inline uint64_t
+items_hash_start(Py_ssize_t n)
+{
+    return seed ^ mix((uint64_t)'t' + (uint64_t)n);
+}
+
+static inline uint64_t
+items_hash_add(uint64_t hash, uint64_t item)
+{
+    /* xxHash64's round: in order ((a, b) is not (b, a)), two multiplications */
+    hash += item * 0xc2b2ae3d27d4eb4fULL;
+    hash = (hash << 31) | (hash >> 33);
+    return hash * 0x9e3779b185ebca87ULL;
+}
+
+static inline uint64_t
+frozenset_hash(uint64_t one_tuple)
+{
+    return mix(one_tuple ^ FROZENSET_MIX);
+}
+
+/* The hash of the tuple (tag 't') or frozenset ('z') of the `n` items whose
+ * hashes are `stride` bytes apart from `hashes`. */
+static inline uint64_t
+items_hash(char tag, const uint64_t *hashes, Py_ssize_t n, size_t stride)
+{
+    uint64_t hash = items_hash_start(n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        hash = items_hash_add(hash, *(const uint64_t *)((const char *)hashes + (size_t)i * stride));
+    }
+    hash = mix(hash); /* (items_hash_add mixes too little alone) */
+    return tag == 'z' ? frozenset_hash(mix(items_hash_add(items_hash_start(1), hash))) : hash;
+}
+
+static inline uint64_t
+atom_hash(const unsigned char *p, const unsigned char *end)
+{
+    if (*p == ')') {
+        return empty_tuple_hash;
+    }
+    uint64_t hash = 0x9e3779b97f4a7c15ULL;
+    for (; p < end; p++) {
+        hash = (hash ^ *p) * 0x100000001b3ULL;
+    }
+    return hash;
+}
+
+static inline uint64_t
+object_hash(Py_ssize_t position)
+{
+    return mix((uint64_t)position ^ 0x632be59bd9b4e019ULL);
+}
+
+static inline uint64_t
+string_hash(const unsigned char *bytes, Py_ssize_t length, char tag)
+{
+    return (uint64_t)HASH_BYTES(bytes, length) ^ (uint64_t)tag;
+}
+
+static inline uint32_t
+slot_hash(uint64_t hash)
+{
+    return (uint32_t)(hash ^ (hash >> 32));
+}
+
+static void ahead(Walk *w, Py_ssize_t met);
+#define AHEAD 16 /* values the walk ahead keeps ahead */
 
 static const unsigned char *
 atom_end(Walk *w, uint64_t ident)
@@ -364,7 +466,10 @@ intern_value(Walk *w, char tag, uint64_t hash64, Py_ssize_t offset, Py_ssize_t n
 {
     const void *key = tag == 's' || tag == 'b' ? (const void *)(w->data + offset)
                                                : (const void *)((uint64_t *)w->arena.bytes + offset);
-    uint32_t hash = (uint32_t)(hash64 ^ (hash64 >> 32));
+    if (!w->ahead.stopped) {
+        ahead(w, ++w->interned + AHEAD);
+    }
+    uint32_t hash = slot_hash(hash64);
     size_t slot = hash & (size_t)w->slot_mask;
     for (;; slot = (slot + 1) & (size_t)w->slot_mask) {
         Py_ssize_t found = (Py_ssize_t)w->slots[slot].value - 1;
@@ -393,22 +498,9 @@ intern_value(Walk *w, char tag, uint64_t hash64, Py_ssize_t offset, Py_ssize_t n
 /* The value (tag 't' or 'z') whose items are the last `n` idents in the arena:
  * its ident, the arena keeping them only if it is new; 0 on error. */
 static uint64_t
-value_of_items(Walk *w, char tag, Py_ssize_t n)
+value_of_items(Walk *w, char tag, Py_ssize_t n, uint64_t hash)
 {
     Py_ssize_t offset = w->arena.length / 8 - n;
-    const uint64_t *items = (const uint64_t *)w->arena.bytes + offset;
-    uint64_t hash = seed ^ mix((uint64_t)tag + (uint64_t)n);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t item = items[i];
-        if (KIND(item) == K_ATOM) { /* hashed by its bytes, which say its length */
-            const unsigned char *p = w->data + ID(item), *end = atom_end(w, item);
-            item = 0x9e3779b97f4a7c15ULL;
-            for (; p < end; p++) {
-                item = (item ^ *p) * 0x100000001b3ULL;
-            }
-        }
-        hash = mix(hash ^ mix(item + seed)); /* in order: (a, b) is not (b, a) */
-    }
     if ((uint64_t)n > MAX_ITEMS) { /* never merged: an object of its own */
         w->arena.length = offset * 8;
         return IDENT(K_UNIQUE, ++w->unique);
@@ -433,12 +525,13 @@ make_value(Walk *w, char tag, Py_ssize_t n, Entry first)
             return -1;
         }
     }
-    uint64_t ident = value_of_items(w, tag, n);
+    uint64_t hash = items_hash(tag, &w->stack[w->depth - n].hash, n, sizeof(Entry));
+    uint64_t ident = value_of_items(w, tag, n, hash);
     if (ident == 0) {
         return -1;
     }
     w->depth -= n;
-    return push(w, ident, first.start, first.memo);
+    return push(w, ident, hash, first.start, first.memo);
 }
 
 /* Whether `ident` is the str `text`. */
@@ -455,9 +548,10 @@ is_str(Walk *w, uint64_t ident, const char *text)
 
 /* REDUCE of `callable` and `args`: the frozenset (a value) when it calls
  * builtins.frozenset on a tuple of members (as deterministic payloads write
- * sorted frozensets); an object of its own otherwise. 0 on error. */
+ * sorted frozensets), `hash` then turned from the hash of `args` into the
+ * frozenset's; an object of its own otherwise. 0 on error. */
 static uint64_t
-reduced(Walk *w, uint64_t callable, uint64_t args)
+reduced(Walk *w, uint64_t callable, uint64_t args, uint64_t *hash)
 {
     if ((callable != FROZENSET_TYPE && callable != w->frozenset_type) || KIND(args) != K_VALUE) {
         return IDENT(K_UNIQUE, ++w->unique);
@@ -481,7 +575,8 @@ reduced(Walk *w, uint64_t callable, uint64_t args)
             return 0;
         }
     }
-    return value_of_items(w, 'z', n);
+    *hash = frozenset_hash(*hash); /* (`hash` was the 1-tuple's) */
+    return value_of_items(w, 'z', n, *hash);
 }
 
 /* The index of the innermost mark, or -1 (with the error set). */
@@ -514,20 +609,27 @@ pop_items(Walk *w, Py_ssize_t n)
 static int
 write_get(Walk *w, Py_ssize_t index)
 {
-    unsigned char get[5];
+    if (index > 0xFFFFFFFFLL) {
+        return fail("memo too large");
+    }
+    if (grow((void **)&w->out.bytes, &w->out.capacity, w->out.length + 5, 1) < 0) {
+        return -1;
+    }
+    /* written in place, byte by byte: an array on the stack copied out would
+     * be read back wider than it was written, which stalls */
+    unsigned char *get = w->out.bytes + w->out.length;
     if (index < 256) {
         get[0] = 'h';
         get[1] = (unsigned char)index;
-        return append(&w->out, get, 2);
-    }
-    if (index > 0xFFFFFFFFLL) {
-        return fail("memo too large");
+        w->out.length += 2;
+        return 0;
     }
     get[0] = 'j';
     for (int i = 0; i < 4; i++) {
         get[1 + i] = (unsigned char)(index >> (8 * i));
     }
-    return append(&w->out, get, 5);
+    w->out.length += 5;
+    return 0;
 }
 
 static int
@@ -538,14 +640,14 @@ memoize(Walk *w)
     }
     Entry *top = &w->stack[w->depth - 1];
     uint64_t ident = top->ident;
-    if (grow((void **)&w->old_memo, &w->old_capacity, w->old_count + 1, sizeof(uint64_t)) < 0) {
+    if (grow((void **)&w->old_memo, &w->old_capacity, w->old_count + 1, sizeof(Memoized)) < 0) {
         return -1;
     }
     if (KIND(ident) == K_VALUE) {
         Value *v = &w->values[ID(ident)];
         if (v->index > 0 && top->memo == w->written) { /* a copy: cut it */
             truncate_output(w, top->start);
-            w->old_memo[w->old_count++] = ident;
+            w->old_memo[w->old_count++] = (Memoized){ident, top->hash};
             return write_get(w, (Py_ssize_t)v->index - 1);
         }
         if (w->written >= (Py_ssize_t)MAX_MEMO - 1) {
@@ -564,7 +666,7 @@ memoize(Walk *w)
         }
         ident = top->ident = IDENT(K_REF, w->written);
     }
-    w->old_memo[w->old_count++] = ident;
+    w->old_memo[w->old_count++] = (Memoized){ident, top->hash};
     w->written++;
     return append(&w->out, "\x94", 1);
 }
@@ -575,12 +677,233 @@ get(Walk *w, unsigned long long old, Py_ssize_t start)
     if (old >= (unsigned long long)w->old_count) {
         return fail("a memo index that is not set");
     }
-    uint64_t ident = w->old_memo[old];
+    Memoized memoized = w->old_memo[old];
+    uint64_t ident = memoized.ident;
     Py_ssize_t index = KIND(ident) == K_REF ? ID(ident) : (Py_ssize_t)w->values[ID(ident)].index - 1;
     if (write_get(w, index) < 0) {
         return -1;
     }
-    return push(w, ident, start, w->written);
+    return push(w, ident, memoized.hash, start, w->written);
+}
+
+/* The walk ahead. Most values of a large payload are met once, and the table
+ * is then probed at a random slot that is rarely in the cache: the walk would
+ * wait for memory at every new value. A second walk over the same opcodes, a
+ * few values ahead (AHEAD), computes the hash each value will have (see
+ * "Hashes": no table needed) and asks for its slot to be fetched
+ * (__builtin_prefetch), so that the walk behind finds it in the cache. It only
+ * reads: it decides nothing, writes nothing, and stops quietly (prefetching
+ * no more) at STOP or at anything odd, which the walk behind reports. Its
+ * count of values follows the walk behind's lookups (one per str or bytes
+ * opcode, tuple, frozenset and call of builtins.frozenset on a 1-tuple of a
+ * tuple); were they ever to differ, it would only prefetch less well. */
+enum {
+    AHEAD_MARK = 1,
+    AHEAD_BUILTINS = 2,       /* the str "builtins" */
+    AHEAD_FROZENSET_NAME = 4, /* the str "frozenset" */
+    AHEAD_FROZENSET_TYPE = 8, /* builtins.frozenset */
+    AHEAD_TUPLE = 16,         /* a tuple, or EMPTY_TUPLE */
+    AHEAD_MEMBERS = 32,       /* a 1-tuple of a tuple: frozenset's arguments */
+};
+
+static int
+ahead_push(Ahead *a, uint64_t hash, uint64_t flags)
+{
+    if (a->depth == a->stack_capacity) {
+        Py_ssize_t capacity = a->stack_capacity ? a->stack_capacity * 2 : 64;
+        AheadItem *stack = PyMem_Realloc(a->stack, (size_t)capacity * sizeof(AheadItem));
+        if (stack == NULL) {
+            return -1;
+        }
+        a->stack = stack;
+        a->stack_capacity = capacity;
+    }
+    a->stack[a->depth++] = (AheadItem){hash, flags};
+    return 0;
+}
+
+static Py_ssize_t
+ahead_mark(Ahead *a)
+{
+    for (Py_ssize_t i = a->depth - 1; i >= 0; i--) {
+        if (a->stack[i].flags & AHEAD_MARK) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Whether the top `n` items are there, none of them a mark. */
+static int
+ahead_items(Ahead *a, Py_ssize_t n)
+{
+    if (a->depth < n) {
+        return 0;
+    }
+    for (Py_ssize_t i = a->depth - n; i < a->depth; i++) {
+        if (a->stack[i].flags & AHEAD_MARK) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static inline void
+ahead_met(Walk *w, uint64_t hash)
+{
+    w->ahead.met++;
+    __builtin_prefetch(&w->slots[slot_hash(hash) & (size_t)w->slot_mask]);
+}
+
+/* Replace the top `n` items by the tuple or frozenset of them. */
+static int
+ahead_value(Walk *w, char tag, Py_ssize_t n)
+{
+    Ahead *a = &w->ahead;
+    AheadItem *items = &a->stack[a->depth - n];
+    uint64_t hash = items_hash(tag, &items->hash, n, sizeof(AheadItem));
+    uint64_t flags = tag == 't' ? AHEAD_TUPLE : 0;
+    if (tag == 't' && n == 1 && (items->flags & AHEAD_TUPLE)) {
+        flags |= AHEAD_MEMBERS;
+    }
+    a->depth -= n;
+    ahead_met(w, hash);
+    return ahead_push(a, hash, flags);
+}
+
+static int
+is_text(const unsigned char *bytes, Py_ssize_t length, const char *text)
+{
+    return length == (Py_ssize_t)strlen(text) && memcmp(bytes, text, (size_t)length) == 0;
+}
+
+/* One opcode of the walk ahead: 0, or -1 where it stops. */
+static int
+ahead_step(Walk *w, const unsigned char *p, const unsigned char *next)
+{
+    Ahead *a = &w->ahead;
+    unsigned char op = *p;
+    Py_ssize_t mark, n;
+    switch (op) {
+    case 0x95: /* FRAME */
+    case 0x98: /* READONLY_BUFFER */
+        return 0;
+    case 0x94: /* MEMOIZE */
+        if (a->depth == 0 || (a->stack[a->depth - 1].flags & AHEAD_MARK)) {
+            return -1;
+        }
+        if (a->memo_count == a->memo_capacity) {
+            Py_ssize_t capacity = a->memo_capacity ? a->memo_capacity * 2 : 256;
+            void *memo = resize(a->memo, (size_t)a->memo_capacity * sizeof(AheadItem),
+                                (size_t)capacity * sizeof(AheadItem));
+            if (memo == NULL) {
+                return -1;
+            }
+            a->memo = memo;
+            a->memo_capacity = capacity;
+        }
+        a->memo[a->memo_count++] = a->stack[a->depth - 1];
+        return 0;
+    case 'h': case 'j': {
+        unsigned long long index = op == 'h' ? p[1] : read_le(p + 1, 4);
+        if (index >= (unsigned long long)a->memo_count) {
+            return -1;
+        }
+        return ahead_push(a, a->memo[index].hash, a->memo[index].flags);
+    }
+    case '(':
+        return ahead_push(a, 0, AHEAD_MARK);
+    case 0x8c: case 'X': case 0x8d: case 'C': case 'B': case 0x8e: {
+        int size = op == 0x8c || op == 'C' ? 1 : op == 'X' || op == 'B' ? 4 : 8;
+        char tag = op == 0x8c || op == 'X' || op == 0x8d ? 's' : 'b';
+        const unsigned char *bytes = p + 1 + size;
+        Py_ssize_t length = next - bytes;
+        uint64_t hash = string_hash(bytes, length, tag), flags = 0;
+        if (tag == 's') {
+            flags = is_text(bytes, length, "builtins") ? AHEAD_BUILTINS
+                  : is_text(bytes, length, "frozenset") ? AHEAD_FROZENSET_NAME : 0;
+        }
+        ahead_met(w, hash);
+        return ahead_push(a, hash, flags);
+    }
+    case 'N': case 0x88: case 0x89: case 'J': case 'K': case 'M': case 0x8a: case 0x8b: case 'G': case ')':
+        return ahead_push(a, atom_hash(p, next), op == ')' ? AHEAD_TUPLE : 0);
+    case ']': case '}': case 0x8f: case 0x96: case 0x97: case 'c': case 0x82: case 0x83: case 0x84: case 'P':
+        return ahead_push(a, object_hash(p - w->data), 0);
+    case 0x85: case 0x86: case 0x87: /* TUPLE1-3 */
+        n = op - 0x84;
+        return ahead_items(a, n) ? ahead_value(w, 't', n) : -1;
+    case 't': case 0x91: /* TUPLE, FROZENSET */
+        if ((mark = ahead_mark(a)) < 0) {
+            return -1;
+        }
+        n = a->depth - mark - 1;
+        if (ahead_value(w, op == 't' ? 't' : 'z', n) < 0) {
+            return -1;
+        }
+        a->stack[mark] = a->stack[a->depth - 1];
+        a->depth = mark + 1;
+        return 0;
+    case 'l': case 'd': case 'o': case 'i':
+        if ((mark = ahead_mark(a)) < 0) {
+            return -1;
+        }
+        a->stack[mark] = (AheadItem){object_hash(p - w->data), 0};
+        a->depth = mark + 1;
+        return 0;
+    case 'R': case 0x81: case 0x92: case 0x93: case 'Q': {
+        n = op == 0x92 ? 3 : op == 'Q' ? 1 : 2;
+        if (!ahead_items(a, n)) {
+            return -1;
+        }
+        AheadItem *top = &a->stack[a->depth - 1], made = {object_hash(p - w->data), 0};
+        if (op == 0x93 && (top[-1].flags & AHEAD_BUILTINS) && (top->flags & AHEAD_FROZENSET_NAME)) {
+            made = (AheadItem){FROZENSET_TYPE_HASH, AHEAD_FROZENSET_TYPE};
+        }
+        else if (op == 'R' && (top[-1].flags & AHEAD_FROZENSET_TYPE) && (top->flags & AHEAD_MEMBERS)) {
+            made.hash = frozenset_hash(top->hash);
+            ahead_met(w, made.hash);
+        }
+        a->depth -= n - 1;
+        a->stack[a->depth - 1] = made;
+        return 0;
+    }
+    case 'a': case 's': case 'b':
+        n = op == 's' ? 2 : 1;
+        if (!ahead_items(a, n)) {
+            return -1;
+        }
+        a->depth -= n;
+        return 0;
+    case 'e': case 'u': case 0x90: case '1':
+        if ((mark = ahead_mark(a)) < 0) {
+            return -1;
+        }
+        a->depth = mark;
+        return 0;
+    case '0':
+        if (a->depth == 0) {
+            return -1;
+        }
+        a->depth--;
+        return 0;
+    }
+    return -1; /* STOP, or an opcode the walk behind refuses */
+}
+
+/* Walk ahead until `met` values are met, or the walk ahead stops. */
+static void
+ahead(Walk *w, Py_ssize_t met)
+{
+    Ahead *a = &w->ahead;
+    while (a->met < met) {
+        const unsigned char *next = skip_opcode(a->p, w->end);
+        if (next == NULL || ahead_step(w, a->p, next) < 0) {
+            a->stopped = 1;
+            return;
+        }
+        a->p = next;
+    }
 }
 
 /* One opcode (at p, its argument up to next): 0, 1 at STOP, -1 on error. */
@@ -607,19 +930,18 @@ step(Walk *w, const unsigned char *p, const unsigned char *next)
     case '.':
         return w->depth == 1 && w->stack[0].ident != MARK ? 1 : fail("STOP with a stack of other than one item");
     case '(':
-        return push(w, MARK, start, w->written);
+        return push(w, MARK, 0, start, w->written);
     case 0x8c: case 'X': case 0x8d: case 'C': case 'B': case 0x8e: { /* str, bytes */
         int size = op == 0x8c || op == 'C' ? 1 : op == 'X' || op == 'B' ? 4 : 8;
         char tag = op == 0x8c || op == 'X' || op == 0x8d ? 's' : 'b';
-        Py_ssize_t length = (next - p) - 1 - size;
-        uint64_t hash = (uint64_t)HASH_BYTES(p + 1 + size, length) ^ (uint64_t)tag;
+        uint64_t hash = string_hash(p + 1 + size, (next - p) - 1 - size, tag);
         Py_ssize_t id = intern_value(w, tag, hash, p - w->data, 0);
-        return id < 0 ? -1 : push(w, IDENT(K_VALUE, id), start, w->written);
+        return id < 0 ? -1 : push(w, IDENT(K_VALUE, id), hash, start, w->written);
     }
     case 'N': case 0x88: case 0x89: case 'J': case 'K': case 'M': case 0x8a: case 0x8b: case 'G': case ')':
-        return push(w, IDENT(K_ATOM, p - w->data), start, w->written);
+        return push(w, IDENT(K_ATOM, p - w->data), atom_hash(p, next), start, w->written);
     case ']': case '}': case 0x8f: case 0x96: case 0x97: case 'c': case 0x82: case 0x83: case 0x84: case 'P':
-        return push(w, IDENT(K_UNIQUE, ++w->unique), start, w->written);
+        return push(w, IDENT(K_UNIQUE, ++w->unique), object_hash(p - w->data), start, w->written);
     case 0x85: case 0x86: case 0x87: { /* TUPLE1-3 */
         Py_ssize_t n = op - 0x84;
         if (pop_items(w, n) < 0) {
@@ -645,6 +967,7 @@ step(Walk *w, const unsigned char *p, const unsigned char *next)
             return -1;
         }
         w->stack[mark].ident = IDENT(K_UNIQUE, ++w->unique);
+        w->stack[mark].hash = object_hash(p - w->data);
         w->depth = mark + 1;
         return 0;
     case 'R': case 0x81: case 0x92: case 0x93: case 'Q': { /* REDUCE & co */
@@ -652,16 +975,24 @@ step(Walk *w, const unsigned char *p, const unsigned char *next)
         if (pop_items(w, n) < 0) {
             return -1;
         }
-        uint64_t ident = IDENT(K_UNIQUE, ++w->unique);
+        uint64_t ident = IDENT(K_UNIQUE, ++w->unique), hash = object_hash(p - w->data);
         Entry *top = &w->stack[w->depth - 1];
         if (op == 0x93 && is_str(w, top[-1].ident, "builtins") && is_str(w, top->ident, "frozenset")) {
-            ident = FROZENSET_TYPE;
+            ident = FROZENSET_TYPE; /* (one ident wherever it is made: one hash) */
+            hash = FROZENSET_TYPE_HASH;
         }
-        else if (op == 'R' && (ident = reduced(w, top[-1].ident, top->ident)) == 0) {
-            return -1;
+        else if (op == 'R') {
+            uint64_t args_hash = top->hash;
+            if ((ident = reduced(w, top[-1].ident, top->ident, &args_hash)) == 0) {
+                return -1;
+            }
+            if (KIND(ident) == K_VALUE) {
+                hash = args_hash;
+            }
         }
         w->depth -= n - 1;
         w->stack[w->depth - 1].ident = ident;
+        w->stack[w->depth - 1].hash = hash;
         return 0;
     }
     case 'a': case 's': case 'b': case 'e': case 'u': case 0x90: { /* fill the object below */
@@ -738,6 +1069,7 @@ canonical_values(PyObject *module, PyObject *data)
     const unsigned char *p = view.buf, *end = p + view.len;
     PyObject *result = NULL;
     Walk w = {.data = p, .end = end, .slot_mask = 255, .frozenset_type = FROZENSET_TYPE};
+    w.ahead.p = p + 2;
     w.slots = new_slots(256);
     if (w.slots == NULL) {
         PyErr_NoMemory();
@@ -782,7 +1114,9 @@ done:
     release(w.arena.bytes, (size_t)w.arena.capacity);
     release(w.stack, (size_t)w.stack_capacity * sizeof(Entry));
     release(w.segments, (size_t)w.segment_capacity * sizeof(Segment));
-    release(w.old_memo, (size_t)w.old_capacity * sizeof(uint64_t));
+    release(w.old_memo, (size_t)w.old_capacity * sizeof(Memoized));
+    PyMem_Free(w.ahead.stack);
+    release(w.ahead.memo, (size_t)w.ahead.memo_capacity * sizeof(AheadItem));
     release(w.values, (size_t)w.value_capacity * sizeof(Value));
     release(w.slots, ((size_t)w.slot_mask + 1) * sizeof(Slot));
     PyBuffer_Release(&view);
@@ -800,6 +1134,7 @@ init_tables(void)
 {
     init_opcode_args();
     seed = (uint64_t)HASH_BYTES("graphpickle", 11);
+    empty_tuple_hash = items_hash('t', NULL, 0, 0);
     return 0;
 }
 
