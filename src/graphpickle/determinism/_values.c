@@ -71,7 +71,7 @@ typedef struct {
     uint64_t ident, hash;
 } Memoized;
 
-/* An item of the walk ahead's stack or memo (see "The walk ahead" below). */
+/* An item of the walk ahead's stack (see "The walk ahead" below). */
 typedef struct {
     uint64_t hash;
     uint64_t flags;
@@ -79,8 +79,10 @@ typedef struct {
 
 typedef struct {
     const unsigned char *p;
-    AheadItem *stack, *memo;
-    Py_ssize_t depth, stack_capacity, memo_count, memo_capacity;
+    AheadItem *stack;
+    uint64_t *memo;             /* the hashes of what is memoized, */
+    unsigned char *memo_flags;  /* and their flags */
+    Py_ssize_t depth, stack_capacity, memo_count, memo_capacity, memo_flags_capacity;
     Py_ssize_t met; /* values met */
     int stopped;    /* at STOP, or at data that the walk itself refuses */
 } Ahead;
@@ -337,17 +339,37 @@ items_hash(char tag, const uint64_t *hashes, Py_ssize_t n, size_t stride)
     return tag == 'z' ? frozenset_hash(mix(items_hash_add(items_hash_start(1), hash))) : hash;
 }
 
+/* An atom's hash, from its opcode's bytes (from p to end). */
 static inline uint64_t
 atom_hash(const unsigned char *p, const unsigned char *end)
 {
-    if (*p == ')') {
+    uint64_t argument = 0;
+    switch (*p) {
+    case ')':
         return empty_tuple_hash;
+    case 'N': case 0x88: case 0x89:
+        break;
+    case 'K':
+        argument = p[1];
+        break;
+    case 'M':
+        argument = (uint64_t)p[1] | (uint64_t)p[2] << 8;
+        break;
+    case 'J':
+        argument = read_le(p + 1, 4);
+        break;
+    case 'G':
+        argument = read_le(p + 1, 8);
+        break;
+    default: { /* LONG1, LONG4: any length */
+        uint64_t hash = 0x9e3779b97f4a7c15ULL;
+        for (; p < end; p++) {
+            hash = (hash ^ *p) * 0x100000001b3ULL;
+        }
+        return hash;
     }
-    uint64_t hash = 0x9e3779b97f4a7c15ULL;
-    for (; p < end; p++) {
-        hash = (hash ^ *p) * 0x100000001b3ULL;
     }
-    return hash;
+    return mix(argument ^ mix((uint64_t)*p)); /* (the opcode tells the length) */
 }
 
 static inline uint64_t
@@ -792,24 +814,20 @@ ahead_step(Walk *w, const unsigned char *p, const unsigned char *next)
         if (a->depth == 0 || (a->stack[a->depth - 1].flags & AHEAD_MARK)) {
             return -1;
         }
-        if (a->memo_count == a->memo_capacity) {
-            Py_ssize_t capacity = a->memo_capacity ? a->memo_capacity * 2 : 256;
-            void *memo = resize(a->memo, (size_t)a->memo_capacity * sizeof(AheadItem),
-                                (size_t)capacity * sizeof(AheadItem));
-            if (memo == NULL) {
-                return -1;
-            }
-            a->memo = memo;
-            a->memo_capacity = capacity;
+        if (grow((void **)&a->memo, &a->memo_capacity, a->memo_count + 1, 8) < 0 ||
+            grow((void **)&a->memo_flags, &a->memo_flags_capacity, a->memo_count + 1, 1) < 0) {
+            PyErr_Clear(); /* (the walk behind goes on without it) */
+            return -1;
         }
-        a->memo[a->memo_count++] = a->stack[a->depth - 1];
+        a->memo[a->memo_count] = a->stack[a->depth - 1].hash;
+        a->memo_flags[a->memo_count++] = (unsigned char)a->stack[a->depth - 1].flags;
         return 0;
     case 'h': case 'j': {
         unsigned long long index = op == 'h' ? p[1] : read_le(p + 1, 4);
         if (index >= (unsigned long long)a->memo_count) {
             return -1;
         }
-        return ahead_push(a, a->memo[index].hash, a->memo[index].flags);
+        return ahead_push(a, a->memo[index], a->memo_flags[index]);
     }
     case '(':
         return ahead_push(a, 0, AHEAD_MARK);
@@ -1116,7 +1134,8 @@ done:
     release(w.segments, (size_t)w.segment_capacity * sizeof(Segment));
     release(w.old_memo, (size_t)w.old_capacity * sizeof(Memoized));
     PyMem_Free(w.ahead.stack);
-    release(w.ahead.memo, (size_t)w.ahead.memo_capacity * sizeof(AheadItem));
+    release(w.ahead.memo, (size_t)w.ahead.memo_capacity * 8);
+    release(w.ahead.memo_flags, (size_t)w.ahead.memo_flags_capacity);
     release(w.values, (size_t)w.value_capacity * sizeof(Value));
     release(w.slots, ((size_t)w.slot_mask + 1) * sizeof(Slot));
     PyBuffer_Release(&view);
