@@ -75,7 +75,10 @@ def dump(pickler: Any, obj: Any) -> None:
     state.reset(pickler)
     try:
         data, buffers = passes.run(pickler, obj)  # 1. C pass
-        if sets.sets_to_sort(data):
+        # 5. each equal value written once, in the walk that checks for sets:
+        # None if a set is in hash order (stages 2-4, then 5 again)
+        canonical = values.canonical_values_unless_sets(data)
+        if canonical is None:
             met = _sets_met(pickler, state, obj)  # 2. list the sets
             # Sets of fewer than two members have no order to fix: the C
             # pickler writes them in place (and the last stage merges equal
@@ -90,7 +93,8 @@ def dump(pickler: Any, obj: Any) -> None:
                 data, buffers = passes.run(pickler, _prologue(pickler, state, to_sort, obj))  # 3.
                 if sets.sets_to_sort(data):
                     data, buffers = _python_pass(pickler, state, obj)  # 4. Python pass
-        data = values.canonical_values(data)  # 5. each equal value written once
+            canonical = values.canonical_values(data)  # 5. each equal value written once
+        data = canonical
     finally:
         passes.clear()  # the payload and buffers stay alive only in the caller's hands
         state.reset(None)

@@ -116,6 +116,7 @@ typedef struct {
     Py_ssize_t written, unique;
     uint64_t frozenset_type; /* builtins.frozenset once memoized */
     Py_ssize_t interned;     /* values looked up so far */
+    int unless_sets;         /* stop at a set of two or more members (STEP_SETS) */
     Ahead ahead;
 } Walk;
 
@@ -924,7 +925,11 @@ ahead(Walk *w, Py_ssize_t met)
     }
 }
 
-/* One opcode (at p, its argument up to next): 0, 1 at STOP, -1 on error. */
+#define STEP_STOP 1
+#define STEP_SETS 2 /* (only with unless_sets) */
+
+/* One opcode (at p, its argument up to next): 0, STEP_STOP at STOP, STEP_SETS
+ * at a set of two or more members when the walk is to stop there, -1 on error. */
 static int
 step(Walk *w, const unsigned char *p, const unsigned char *next)
 {
@@ -946,7 +951,7 @@ step(Walk *w, const unsigned char *p, const unsigned char *next)
     Py_ssize_t mark;
     switch (op) {
     case '.':
-        return w->depth == 1 && w->stack[0].ident != MARK ? 1 : fail("STOP with a stack of other than one item");
+        return w->depth == 1 && w->stack[0].ident != MARK ? STEP_STOP : fail("STOP with a stack of other than one item");
     case '(':
         return push(w, MARK, 0, start, w->written);
     case 0x8c: case 'X': case 0x8d: case 'C': case 'B': case 0x8e: { /* str, bytes */
@@ -973,6 +978,9 @@ step(Walk *w, const unsigned char *p, const unsigned char *next)
         }
         Entry first = w->stack[mark];
         Py_ssize_t n = w->depth - mark - 1;
+        if (op == 0x91 && n >= 2 && w->unless_sets) {
+            return STEP_SETS;
+        }
         if (make_value(w, op == 't' ? 't' : 'z', n, first) < 0) {
             return -1;
         }
@@ -1017,6 +1025,9 @@ step(Walk *w, const unsigned char *p, const unsigned char *next)
         if (op == 'e' || op == 'u' || op == 0x90) {
             if ((mark = find_mark(w)) < 0) {
                 return -1;
+            }
+            if (op == 0x90 && w->depth - mark - 1 >= 2 && w->unless_sets) {
+                return STEP_SETS;
             }
             w->depth = mark;
         }
@@ -1078,7 +1089,7 @@ frame(Walk *w, unsigned char *write)
 }
 
 static PyObject *
-canonical_values(PyObject *module, PyObject *data)
+walk(PyObject *data, int unless_sets)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
@@ -1086,7 +1097,8 @@ canonical_values(PyObject *module, PyObject *data)
     }
     const unsigned char *p = view.buf, *end = p + view.len;
     PyObject *result = NULL;
-    Walk w = {.data = p, .end = end, .slot_mask = 255, .frozenset_type = FROZENSET_TYPE};
+    Walk w = {.data = p, .end = end, .slot_mask = 255, .frozenset_type = FROZENSET_TYPE,
+              .unless_sets = unless_sets};
     w.ahead.p = p + 2;
     w.slots = new_slots(256);
     if (w.slots == NULL) {
@@ -1117,6 +1129,10 @@ canonical_values(PyObject *module, PyObject *data)
     if (status < 0) {
         goto done;
     }
+    if (status == STEP_SETS) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
     if (p != end) {
         fail("data after STOP");
         goto done;
@@ -1142,9 +1158,28 @@ done:
     return result;
 }
 
+static PyObject *
+canonical_values(PyObject *module, PyObject *data)
+{
+    return walk(data, 0);
+}
+
+/* What sets_to_sort (_sets.c) would say first: None if the data writes a set
+ * or frozenset of two or more members itself (ADDITEMS or FROZENSET; the walk
+ * stops there), else canonical_values(data). One walk instead of two on the
+ * common path of deterministic dumps. */
+static PyObject *
+canonical_values_unless_sets(PyObject *module, PyObject *data)
+{
+    return walk(data, 1);
+}
+
 static PyMethodDef values_methods[] = {
     {"canonical_values", canonical_values, METH_O,
      PyDoc_STR("canonical_values(data): the pickle with each equal immutable value written once.")},
+    {"canonical_values_unless_sets", canonical_values_unless_sets, METH_O,
+     PyDoc_STR("canonical_values_unless_sets(data): None if the pickle writes a set of 2+ members "
+               "itself, else canonical_values(data).")},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1165,7 +1200,7 @@ values_exec(PyObject *module)
     if (once(&tables_ready, init_tables) < 0) {
         return -1;
     }
-    return add_version(module, 1); /* VERSION: checked by values.py */
+    return add_version(module, 2); /* VERSION: checked by values.py */
 }
 
 GRAPHPICKLE_MODULE_SLOTS(values_slots, values_exec, GRAPHPICKLE_GIL_NOT_USED);

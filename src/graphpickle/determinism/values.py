@@ -38,10 +38,11 @@ import types
 from typing import Any, cast
 
 from .. import _native
+from . import sets
 
 #: The VERSION of ``_values.c`` this file expects.
-VERSION = 1
-NAMES = ("canonical_values",)
+VERSION = 2
+NAMES = ("canonical_values", "canonical_values_unless_sets")
 FRAME_TARGET = 64 * 1024  # as pickle.py frames: data this long goes outside frames
 _FRAME_SIZE_MIN = 4
 
@@ -76,6 +77,19 @@ def canonical_values(data: bytes) -> bytes:
     a pickle, or holds opcodes those protocols' picklers do not write."""
     if _values is not None:
         return bytes(_values.canonical_values(data))
+    return _canonical_values(data)
+
+
+def canonical_values_unless_sets(data: bytes) -> bytes | None:
+    """``None`` if :func:`sets.sets_to_sort` says that ``data`` writes a set in
+    hash order, else :func:`canonical_values` of it: the first stage's check and
+    the last stage in one walk (the C walk stops at the first set of two or
+    more members; without it, the two run one after the other)."""
+    if _values is not None:
+        result = _values.canonical_values_unless_sets(data)
+        return None if result is None else bytes(result)
+    if sets.sets_to_sort(data):
+        return None
     return _canonical_values(data)
 
 
