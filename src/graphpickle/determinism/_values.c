@@ -22,6 +22,19 @@
 #include "../_extension.h"
 #include "../_opcodes.h"
 
+/* skip_opcode (_opcodes.h), inline for the opcodes of a fixed size. */
+static inline const unsigned char *
+next_opcode(const unsigned char *p, const unsigned char *end)
+{
+    if (p < end) {
+        int kind = opcode_arg[*p];
+        if (kind >= 0 && kind <= 8 && end - p > kind) {
+            return p + 1 + kind;
+        }
+    }
+    return skip_opcode(p, end);
+}
+
 /* What a stack item is: kind in the low 2 bits, an id above them. */
 enum { K_ATOM = 0, K_VALUE = 1, K_REF = 2, K_UNIQUE = 3 };
 #define MARK UINT64_MAX
@@ -62,14 +75,9 @@ typedef struct {
 
 typedef struct {
     uint64_t ident;
-    uint64_t hash;    /* its content's hash (see "Hashes" below) */
     Py_ssize_t start; /* where its construction starts in the output */
     Py_ssize_t memo;  /* output memo entries at that point */
 } Entry;
-
-typedef struct {
-    uint64_t ident, hash;
-} Memoized;
 
 /* An item of the walk ahead's stack (see "The walk ahead" below). */
 typedef struct {
@@ -83,9 +91,13 @@ typedef struct {
     uint64_t *memo;             /* the hashes of what is memoized, */
     unsigned char *memo_flags;  /* and their flags */
     Py_ssize_t depth, stack_capacity, memo_count, memo_capacity, memo_flags_capacity;
-    Py_ssize_t met; /* values met */
-    int stopped;    /* at STOP, or at data that the walk itself refuses */
+    Py_ssize_t met; /* hashes handed over (see "The walk ahead") */
+    int stopped;    /* at STOP, or at data that the walk behind refuses too */
+    int no_memory;  /* stopped for want of memory */
 } Ahead;
+
+#define AHEAD 16 /* hashes the walk ahead keeps ready */
+#define RING 64  /* (a power of two, above AHEAD) */
 
 typedef struct {
     unsigned char *bytes;
@@ -105,7 +117,7 @@ typedef struct {
     Buffer out, arena; /* the output's opcodes; the items of tuples */
     Entry *stack;
     Py_ssize_t depth, stack_capacity;
-    Memoized *old_memo;
+    uint64_t *old_memo;
     Py_ssize_t old_count, old_capacity;
     Value *values;
     Py_ssize_t value_count, value_capacity;
@@ -113,11 +125,13 @@ typedef struct {
     Py_ssize_t slot_mask;
     Segment *segments;
     Py_ssize_t segment_count, segment_capacity;
+    Py_ssize_t frame_start; /* segment_start(), kept */
     Py_ssize_t written, unique;
     uint64_t frozenset_type; /* builtins.frozenset once memoized */
-    Py_ssize_t interned;     /* values looked up so far */
     int unless_sets;         /* stop at a set of two or more members (STEP_SETS) */
     Ahead ahead;
+    uint64_t ring[RING];     /* the hashes from the walk ahead, by number */
+    Py_ssize_t taken;        /* hashes taken from it */
 } Walk;
 
 
@@ -220,12 +234,12 @@ append(Buffer *buffer, const void *bytes, Py_ssize_t length)
 }
 
 static int
-push(Walk *w, uint64_t ident, uint64_t hash, Py_ssize_t start, Py_ssize_t memo)
+push(Walk *w, uint64_t ident, Py_ssize_t start, Py_ssize_t memo)
 {
     if (grow((void **)&w->stack, &w->stack_capacity, w->depth + 1, sizeof(Entry)) < 0) {
         return -1;
     }
-    w->stack[w->depth++] = (Entry){ident, hash, start, memo};
+    w->stack[w->depth++] = (Entry){ident, start, memo};
     return 0;
 }
 
@@ -242,14 +256,18 @@ end_segment(Walk *w, Py_ssize_t end, Py_ssize_t large)
         return -1;
     }
     w->segments[w->segment_count++] = (Segment){end, large};
+    w->frame_start = end;
     return 0;
 }
 
 /* After an opcode of `length` bytes was written: end the frame there if it
  * holds 64 KiB, or keep the opcode apart if it is that long itself. */
-static int
+static inline int
 after_opcode(Walk *w, Py_ssize_t length)
 {
+    if (length < FRAME_TARGET && w->out.length - w->frame_start < FRAME_TARGET) {
+        return 0; /* (the common case) */
+    }
     Py_ssize_t start = segment_start(w);
     if (length >= FRAME_TARGET) {
         Py_ssize_t op_start = w->out.length - length;
@@ -271,6 +289,7 @@ truncate_output(Walk *w, Py_ssize_t length)
                                  w->segments[w->segment_count - 1].large == BEFORE_LARGE))) {
         w->segment_count--; /* (a frame ended for a large opcode that is cut) */
     }
+    w->frame_start = segment_start(w);
 }
 
 static int
@@ -293,15 +312,21 @@ mix(uint64_t x)
 
 static uint64_t seed; /* keys the tuple hashes: made from the keyed bytes hash */
 
-/* Hashes. Each stack item has a hash of its content that does not depend on
- * which values were met before it, so that the walk ahead (below) computes it
- * without the table: a str or bytes by its bytes (keyed, as CPython hashes
- * them), an atom by its opcode's bytes, a tuple by its items' hashes in order,
- * a frozenset by the hash of the 1-tuple of the tuple of its members (so that
- * FROZENSET and a call of builtins.frozenset on that 1-tuple agree), any other
- * object by where the data makes it; a memo reference has the hash of what was
- * memoized. Items that the table takes for the same (one object, equal atoms,
- * values it found equal) have equal hashes, which is all the table needs. */
+/* Hashes, which the walk ahead (below) computes, before the table is asked and
+ * without it. Each item of the stack has a hash of its content: a str or bytes
+ * by its bytes (keyed, as CPython hashes them), an atom by its opcode's bytes,
+ * a tuple by its items' hashes in order, a frozenset by the hash of the
+ * 1-tuple of the tuple of its members (FROZENSET and a call of
+ * builtins.frozenset on that 1-tuple agree), builtins.frozenset by a constant,
+ * any other object by where the data makes it; a memo reference has the hash
+ * of what was memoized. A call is taken for frozenset's (hashed as the
+ * frozenset) whenever its callable is builtins.frozenset (made by
+ * STACK_GLOBAL, or a reference to it) and its argument a 1-tuple of a tuple:
+ * whenever the walk behind makes a frozenset of a call, and sometimes when it
+ * does not (when it takes one of them for an object of its own, which its
+ * hash then merely names). So the items that the table takes for the same (one
+ * object, equal atoms, values it found equal) have equal hashes, which is all
+ * the table needs. */
 #define FROZENSET_MIX 0x2545f4914f6cdd1dULL
 #define FROZENSET_TYPE_HASH 0x8cb92ba72f3d8dd7ULL /* builtins.frozenset, not memoized yet */
 static uint64_t empty_tuple_hash; /* EMPTY_TUPLE: the hash of the tuple of no items */
@@ -392,7 +417,26 @@ slot_hash(uint64_t hash)
 }
 
 static void ahead(Walk *w, Py_ssize_t met);
-#define AHEAD 16 /* values the walk ahead keeps ahead */
+
+/* The hash of the next str, bytes, tuple or frozenset made, or of the next
+ * REDUCE (see "The walk ahead"): 0, or -1 with an error set. */
+static int
+take_hash(Walk *w, uint64_t *hash)
+{
+    Py_ssize_t k = w->taken++;
+    if (!w->ahead.stopped) {
+        ahead(w, k + 1 + AHEAD);
+    }
+    if (k >= w->ahead.met) { /* the walk ahead stopped at an opcode before this one */
+        if (w->ahead.no_memory) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        return fail("an opcode that the walk ahead refused");
+    }
+    *hash = w->ring[k & (RING - 1)];
+    return 0;
+}
 
 static const unsigned char *
 atom_end(Walk *w, uint64_t ident)
@@ -489,9 +533,6 @@ intern_value(Walk *w, char tag, uint64_t hash64, Py_ssize_t offset, Py_ssize_t n
 {
     const void *key = tag == 's' || tag == 'b' ? (const void *)(w->data + offset)
                                                : (const void *)((uint64_t *)w->arena.bytes + offset);
-    if (!w->ahead.stopped) {
-        ahead(w, ++w->interned + AHEAD);
-    }
     uint32_t hash = slot_hash(hash64);
     size_t slot = hash & (size_t)w->slot_mask;
     for (;; slot = (slot + 1) & (size_t)w->slot_mask) {
@@ -548,13 +589,16 @@ make_value(Walk *w, char tag, Py_ssize_t n, Entry first)
             return -1;
         }
     }
-    uint64_t hash = items_hash(tag, &w->stack[w->depth - n].hash, n, sizeof(Entry));
+    uint64_t hash;
+    if (take_hash(w, &hash) < 0) {
+        return -1;
+    }
     uint64_t ident = value_of_items(w, tag, n, hash);
     if (ident == 0) {
         return -1;
     }
     w->depth -= n;
-    return push(w, ident, hash, first.start, first.memo);
+    return push(w, ident, first.start, first.memo);
 }
 
 /* Whether `ident` is the str `text`. */
@@ -571,10 +615,10 @@ is_str(Walk *w, uint64_t ident, const char *text)
 
 /* REDUCE of `callable` and `args`: the frozenset (a value) when it calls
  * builtins.frozenset on a tuple of members (as deterministic payloads write
- * sorted frozensets), `hash` then turned from the hash of `args` into the
- * frozenset's; an object of its own otherwise. 0 on error. */
+ * sorted frozensets), whose hash is `hash`; an object of its own otherwise.
+ * 0 on error. */
 static uint64_t
-reduced(Walk *w, uint64_t callable, uint64_t args, uint64_t *hash)
+reduced(Walk *w, uint64_t callable, uint64_t args, uint64_t hash)
 {
     if ((callable != FROZENSET_TYPE && callable != w->frozenset_type) || KIND(args) != K_VALUE) {
         return IDENT(K_UNIQUE, ++w->unique);
@@ -598,8 +642,7 @@ reduced(Walk *w, uint64_t callable, uint64_t args, uint64_t *hash)
             return 0;
         }
     }
-    *hash = frozenset_hash(*hash); /* (`hash` was the 1-tuple's) */
-    return value_of_items(w, 'z', n, *hash);
+    return value_of_items(w, 'z', n, hash);
 }
 
 /* The index of the innermost mark, or -1 (with the error set). */
@@ -663,14 +706,14 @@ memoize(Walk *w)
     }
     Entry *top = &w->stack[w->depth - 1];
     uint64_t ident = top->ident;
-    if (grow((void **)&w->old_memo, &w->old_capacity, w->old_count + 1, sizeof(Memoized)) < 0) {
+    if (grow((void **)&w->old_memo, &w->old_capacity, w->old_count + 1, sizeof(uint64_t)) < 0) {
         return -1;
     }
     if (KIND(ident) == K_VALUE) {
         Value *v = &w->values[ID(ident)];
         if (v->index > 0 && top->memo == w->written) { /* a copy: cut it */
             truncate_output(w, top->start);
-            w->old_memo[w->old_count++] = (Memoized){ident, top->hash};
+            w->old_memo[w->old_count++] = ident;
             return write_get(w, (Py_ssize_t)v->index - 1);
         }
         if (w->written >= (Py_ssize_t)MAX_MEMO - 1) {
@@ -689,7 +732,7 @@ memoize(Walk *w)
         }
         ident = top->ident = IDENT(K_REF, w->written);
     }
-    w->old_memo[w->old_count++] = (Memoized){ident, top->hash};
+    w->old_memo[w->old_count++] = ident;
     w->written++;
     return append(&w->out, "\x94", 1);
 }
@@ -700,26 +743,26 @@ get(Walk *w, unsigned long long old, Py_ssize_t start)
     if (old >= (unsigned long long)w->old_count) {
         return fail("a memo index that is not set");
     }
-    Memoized memoized = w->old_memo[old];
-    uint64_t ident = memoized.ident;
+    uint64_t ident = w->old_memo[old];
     Py_ssize_t index = KIND(ident) == K_REF ? ID(ident) : (Py_ssize_t)w->values[ID(ident)].index - 1;
     if (write_get(w, index) < 0) {
         return -1;
     }
-    return push(w, ident, memoized.hash, start, w->written);
+    return push(w, ident, start, w->written);
 }
 
 /* The walk ahead. Most values of a large payload are met once, and the table
- * is then probed at a random slot that is rarely in the cache: the walk would
- * wait for memory at every new value. A second walk over the same opcodes, a
- * few values ahead (AHEAD), computes the hash each value will have (see
- * "Hashes": no table needed) and asks for its slot to be fetched
- * (__builtin_prefetch), so that the walk behind finds it in the cache. It only
- * reads: it decides nothing, writes nothing, and stops quietly (prefetching
- * no more) at STOP or at anything odd, which the walk behind reports. Its
- * count of values follows the walk behind's lookups (one per str or bytes
- * opcode, tuple, frozenset and call of builtins.frozenset on a 1-tuple of a
- * tuple); were they ever to differ, it would only prefetch less well. */
+ * is then probed at a random slot that is rarely in the cache: a walk that
+ * looked values up as it met them would wait for memory at each new one. So a
+ * second walk over the same opcodes runs a few values ahead (AHEAD): it
+ * computes the hashes (see "Hashes"), asks for each value's slot to be
+ * fetched (__builtin_prefetch), and hands the hashes over through a ring, one
+ * for each str and bytes opcode, TUPLE1-3, TUPLE, FROZENSET and REDUCE (the
+ * hash of the frozenset that a REDUCE may make), in the order of the data: the
+ * walk behind takes them in that order (take_hash), and computes none itself.
+ * It decides nothing else and writes nothing else. It stops at STOP, and at
+ * the first opcode that the walk behind refuses too, before handing its hash
+ * over (if it had one). */
 enum {
     AHEAD_MARK = 1,
     AHEAD_BUILTINS = 2,       /* the str "builtins" */
@@ -736,6 +779,7 @@ ahead_push(Ahead *a, uint64_t hash, uint64_t flags)
         Py_ssize_t capacity = a->stack_capacity ? a->stack_capacity * 2 : 64;
         AheadItem *stack = PyMem_Realloc(a->stack, (size_t)capacity * sizeof(AheadItem));
         if (stack == NULL) {
+            a->no_memory = 1;
             return -1;
         }
         a->stack = stack;
@@ -772,10 +816,12 @@ ahead_items(Ahead *a, Py_ssize_t n)
 }
 
 static inline void
-ahead_met(Walk *w, uint64_t hash)
+ahead_met(Walk *w, uint64_t hash, int value)
 {
-    w->ahead.met++;
-    __builtin_prefetch(&w->slots[slot_hash(hash) & (size_t)w->slot_mask]);
+    w->ring[w->ahead.met++ & (RING - 1)] = hash;
+    if (value) {
+        __builtin_prefetch(&w->slots[slot_hash(hash) & (size_t)w->slot_mask]);
+    }
 }
 
 /* Replace the top `n` items by the tuple or frozenset of them. */
@@ -790,7 +836,7 @@ ahead_value(Walk *w, char tag, Py_ssize_t n)
         flags |= AHEAD_MEMBERS;
     }
     a->depth -= n;
-    ahead_met(w, hash);
+    ahead_met(w, hash, 1);
     return ahead_push(a, hash, flags);
 }
 
@@ -817,7 +863,8 @@ ahead_step(Walk *w, const unsigned char *p, const unsigned char *next)
         }
         if (grow((void **)&a->memo, &a->memo_capacity, a->memo_count + 1, 8) < 0 ||
             grow((void **)&a->memo_flags, &a->memo_flags_capacity, a->memo_count + 1, 1) < 0) {
-            PyErr_Clear(); /* (the walk behind goes on without it) */
+            PyErr_Clear(); /* (raised again by the walk behind, at its next hash) */
+            a->no_memory = 1;
             return -1;
         }
         a->memo[a->memo_count] = a->stack[a->depth - 1].hash;
@@ -842,7 +889,7 @@ ahead_step(Walk *w, const unsigned char *p, const unsigned char *next)
             flags = is_text(bytes, length, "builtins") ? AHEAD_BUILTINS
                   : is_text(bytes, length, "frozenset") ? AHEAD_FROZENSET_NAME : 0;
         }
-        ahead_met(w, hash);
+        ahead_met(w, hash, 1);
         return ahead_push(a, hash, flags);
     }
     case 'N': case 0x88: case 0x89: case 'J': case 'K': case 'M': case 0x8a: case 0x8b: case 'G': case ')':
@@ -879,9 +926,12 @@ ahead_step(Walk *w, const unsigned char *p, const unsigned char *next)
         if (op == 0x93 && (top[-1].flags & AHEAD_BUILTINS) && (top->flags & AHEAD_FROZENSET_NAME)) {
             made = (AheadItem){FROZENSET_TYPE_HASH, AHEAD_FROZENSET_TYPE};
         }
-        else if (op == 'R' && (top[-1].flags & AHEAD_FROZENSET_TYPE) && (top->flags & AHEAD_MEMBERS)) {
-            made.hash = frozenset_hash(top->hash);
-            ahead_met(w, made.hash);
+        else if (op == 'R') {
+            int frozenset = (top[-1].flags & AHEAD_FROZENSET_TYPE) && (top->flags & AHEAD_MEMBERS);
+            if (frozenset) {
+                made.hash = frozenset_hash(top->hash);
+            }
+            ahead_met(w, made.hash, frozenset);
         }
         a->depth -= n - 1;
         a->stack[a->depth - 1] = made;
@@ -916,7 +966,7 @@ ahead(Walk *w, Py_ssize_t met)
 {
     Ahead *a = &w->ahead;
     while (a->met < met) {
-        const unsigned char *next = skip_opcode(a->p, w->end);
+        const unsigned char *next = next_opcode(a->p, w->end);
         if (next == NULL || ahead_step(w, a->p, next) < 0) {
             a->stopped = 1;
             return;
@@ -945,26 +995,36 @@ step(Walk *w, const unsigned char *p, const unsigned char *next)
     case 'j':
         return get(w, read_le(p + 1, 4), start);
     }
-    if (append(&w->out, p, next - p) < 0) {
+    Py_ssize_t length = next - p;
+    if (grow((void **)&w->out.bytes, &w->out.capacity, w->out.length + length + 16, 1) < 0) {
         return -1;
     }
+    if (length <= 16 && w->end - p >= 16) { /* one copy of a constant size: no call */
+        memcpy(w->out.bytes + w->out.length, p, 16);
+    }
+    else {
+        memcpy(w->out.bytes + w->out.length, p, (size_t)length);
+    }
+    w->out.length += length;
     Py_ssize_t mark;
     switch (op) {
     case '.':
         return w->depth == 1 && w->stack[0].ident != MARK ? STEP_STOP : fail("STOP with a stack of other than one item");
     case '(':
-        return push(w, MARK, 0, start, w->written);
+        return push(w, MARK, start, w->written);
     case 0x8c: case 'X': case 0x8d: case 'C': case 'B': case 0x8e: { /* str, bytes */
-        int size = op == 0x8c || op == 'C' ? 1 : op == 'X' || op == 'B' ? 4 : 8;
         char tag = op == 0x8c || op == 'X' || op == 0x8d ? 's' : 'b';
-        uint64_t hash = string_hash(p + 1 + size, (next - p) - 1 - size, tag);
+        uint64_t hash;
+        if (take_hash(w, &hash) < 0) {
+            return -1;
+        }
         Py_ssize_t id = intern_value(w, tag, hash, p - w->data, 0);
-        return id < 0 ? -1 : push(w, IDENT(K_VALUE, id), hash, start, w->written);
+        return id < 0 ? -1 : push(w, IDENT(K_VALUE, id), start, w->written);
     }
     case 'N': case 0x88: case 0x89: case 'J': case 'K': case 'M': case 0x8a: case 0x8b: case 'G': case ')':
-        return push(w, IDENT(K_ATOM, p - w->data), atom_hash(p, next), start, w->written);
+        return push(w, IDENT(K_ATOM, p - w->data), start, w->written);
     case ']': case '}': case 0x8f: case 0x96: case 0x97: case 'c': case 0x82: case 0x83: case 0x84: case 'P':
-        return push(w, IDENT(K_UNIQUE, ++w->unique), object_hash(p - w->data), start, w->written);
+        return push(w, IDENT(K_UNIQUE, ++w->unique), start, w->written);
     case 0x85: case 0x86: case 0x87: { /* TUPLE1-3 */
         Py_ssize_t n = op - 0x84;
         if (pop_items(w, n) < 0) {
@@ -993,7 +1053,6 @@ step(Walk *w, const unsigned char *p, const unsigned char *next)
             return -1;
         }
         w->stack[mark].ident = IDENT(K_UNIQUE, ++w->unique);
-        w->stack[mark].hash = object_hash(p - w->data);
         w->depth = mark + 1;
         return 0;
     case 'R': case 0x81: case 0x92: case 0x93: case 'Q': { /* REDUCE & co */
@@ -1001,24 +1060,17 @@ step(Walk *w, const unsigned char *p, const unsigned char *next)
         if (pop_items(w, n) < 0) {
             return -1;
         }
-        uint64_t ident = IDENT(K_UNIQUE, ++w->unique), hash = object_hash(p - w->data);
+        uint64_t ident = IDENT(K_UNIQUE, ++w->unique), hash;
         Entry *top = &w->stack[w->depth - 1];
         if (op == 0x93 && is_str(w, top[-1].ident, "builtins") && is_str(w, top->ident, "frozenset")) {
-            ident = FROZENSET_TYPE; /* (one ident wherever it is made: one hash) */
-            hash = FROZENSET_TYPE_HASH;
+            ident = FROZENSET_TYPE;
         }
-        else if (op == 'R') {
-            uint64_t args_hash = top->hash;
-            if ((ident = reduced(w, top[-1].ident, top->ident, &args_hash)) == 0) {
-                return -1;
-            }
-            if (KIND(ident) == K_VALUE) {
-                hash = args_hash;
-            }
+        else if (op == 'R' && (take_hash(w, &hash) < 0 ||
+                               (ident = reduced(w, top[-1].ident, top->ident, hash)) == 0)) {
+            return -1;
         }
         w->depth -= n - 1;
         w->stack[w->depth - 1].ident = ident;
-        w->stack[w->depth - 1].hash = hash;
         return 0;
     }
     case 'a': case 's': case 'b': case 'e': case 'u': case 0x90: { /* fill the object below */
@@ -1114,7 +1166,7 @@ walk(PyObject *data, int unless_sets)
     }
     int status = 0;
     for (p += 2; status == 0;) {
-        const unsigned char *next = skip_opcode(p, end);
+        const unsigned char *next = next_opcode(p, end);
         if (next == NULL) {
             fail("the pickle ends inside an opcode, or has no STOP");
             goto done;
@@ -1148,7 +1200,7 @@ done:
     release(w.arena.bytes, (size_t)w.arena.capacity);
     release(w.stack, (size_t)w.stack_capacity * sizeof(Entry));
     release(w.segments, (size_t)w.segment_capacity * sizeof(Segment));
-    release(w.old_memo, (size_t)w.old_capacity * sizeof(Memoized));
+    release(w.old_memo, (size_t)w.old_capacity * sizeof(uint64_t));
     PyMem_Free(w.ahead.stack);
     release(w.ahead.memo, (size_t)w.ahead.memo_capacity * 8);
     release(w.ahead.memo_flags, (size_t)w.ahead.memo_flags_capacity);
