@@ -35,8 +35,13 @@ next_opcode(const unsigned char *p, const unsigned char *end)
     return skip_opcode(p, end);
 }
 
-/* What a stack item is: kind in the low 2 bits, an id above them. */
+/* What a stack item is: kind in the low 2 bits, an id above them. An atom's
+ * id is where its opcode is in the data, or (INLINE_ATOM set) the opcode and
+ * its argument themselves, for the atoms of up to 4 bytes of argument (None,
+ * booleans, EMPTY_TUPLE, BININT1, BININT2, BININT): equal atoms of those have
+ * equal idents, compared without reading the data. */
 enum { K_ATOM = 0, K_VALUE = 1, K_REF = 2, K_UNIQUE = 3 };
+#define INLINE_ATOM (1ULL << 63)
 #define MARK UINT64_MAX
 #define FROZENSET_TYPE IDENT(K_UNIQUE, 0) /* builtins.frozenset, not memoized yet */
 #define IDENT(kind, id) (((uint64_t)(id) << 2) | (kind))
@@ -444,6 +449,23 @@ atom_end(Walk *w, uint64_t ident)
     return skip_opcode(w->data + ID(ident), w->end);
 }
 
+/* The ident of the atom whose opcode is at p (its argument up to next). */
+static inline uint64_t
+atom_ident(Walk *w, const unsigned char *p, const unsigned char *next)
+{
+    if (*p != 'G' && *p != 0x8a && *p != 0x8b) { /* (BINFLOAT, LONG1, LONG4: in the data) */
+        uint64_t argument = next - p > 1 ? read_le(p + 1, (int)(next - p - 1)) : 0;
+        return INLINE_ATOM | argument << 10 | (uint64_t)*p << 2 | K_ATOM;
+    }
+    return IDENT(K_ATOM, p - w->data);
+}
+
+static inline int
+is_empty_tuple(uint64_t ident)
+{
+    return ident == (INLINE_ATOM | (uint64_t)')' << 2 | K_ATOM);
+}
+
 /* Whether two items of tuples are the same: one object, or equal atoms. */
 static int
 same_item(Walk *w, uint64_t a, uint64_t b)
@@ -451,8 +473,8 @@ same_item(Walk *w, uint64_t a, uint64_t b)
     if (a == b) {
         return 1;
     }
-    if (KIND(a) != K_ATOM || KIND(b) != K_ATOM) {
-        return 0;
+    if (KIND(a) != K_ATOM || KIND(b) != K_ATOM || (a & INLINE_ATOM) || (b & INLINE_ATOM)) {
+        return 0; /* (atoms written inline are equal only if their idents are) */
     }
     const unsigned char *p = w->data + ID(a), *q = w->data + ID(b);
     Py_ssize_t n = atom_end(w, a) - p;
@@ -633,7 +655,7 @@ reduced(Walk *w, uint64_t callable, uint64_t args, uint64_t hash)
         offset = w->values[ID(members)].offset;
         n = w->values[ID(members)].meta >> 2;
     }
-    else if (KIND(members) != K_ATOM || w->data[ID(members)] != ')') { /* nor EMPTY_TUPLE */
+    else if (!is_empty_tuple(members)) {
         return IDENT(K_UNIQUE, ++w->unique);
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1022,7 +1044,7 @@ step(Walk *w, const unsigned char *p, const unsigned char *next)
         return id < 0 ? -1 : push(w, IDENT(K_VALUE, id), start, w->written);
     }
     case 'N': case 0x88: case 0x89: case 'J': case 'K': case 'M': case 0x8a: case 0x8b: case 'G': case ')':
-        return push(w, IDENT(K_ATOM, p - w->data), start, w->written);
+        return push(w, atom_ident(w, p, next), start, w->written);
     case ']': case '}': case 0x8f: case 0x96: case 0x97: case 'c': case 0x82: case 0x83: case 0x84: case 'P':
         return push(w, IDENT(K_UNIQUE, ++w->unique), start, w->written);
     case 0x85: case 0x86: case 0x87: { /* TUPLE1-3 */
