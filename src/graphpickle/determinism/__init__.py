@@ -8,8 +8,9 @@ the one before it leaves a set in hash order:
 
 1. **C pass.** The C pickler writes the payload once. Unless that payload
    writes a set or frozenset of two or more members (its opcodes are walked,
-   in C, following the unpickler's stack to count members), it is the answer:
-   the cost over a default dump is that walk, a few percent.
+   in C, following the unpickler's stack to count members), it is the answer,
+   and stage 5 runs in that same walk
+   (:func:`values.canonical_values_unless_sets`).
 2. **List the sets.** A second pass of the C pickler lists every set it writes
    (its ``persistent_id`` notes each set it is shown and does not persist).
    (Without the C extension, stage 1 cannot count members: if no set has two
@@ -29,8 +30,10 @@ the one before it leaves a set in hash order:
 5. **Each value once.** Whichever pass wrote it, the payload goes through
    :func:`values.canonical_values`: every str, bytes, tuple and frozenset equal
    to one written before becomes a reference to it, so the bytes depend on
-   values, not on which equal objects are one object. About a memo lookup per
-   such value.
+   values, not on which equal objects are one object. A lookup by content per
+   such value, in a table whose slots a second walk, a few values ahead,
+   fetches before they are read (``_values.c``). On the common path (no set
+   to sort) this walk is also stage 1's.
 
 Every pass honours the pickler's hooks (``persistent_id``, ``dispatch_table``,
 ``reducer_override``), so no pass writes or lists what the pickler would not.

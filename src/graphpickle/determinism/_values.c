@@ -3,13 +3,21 @@
  * (`values.py` beside it is the reference, and says what the stage does).
  *
  * canonical_values(data) walks a protocol 4 or 5 pickle as the unpickler would,
- * keeping for each stack item what it is: an atom (its opcode in `data`), a
- * value (str, bytes, tuple, frozenset: an id in a table keyed by content, a
- * tuple's content being its items' ids), an object memoized at an output
- * index, or an object never memoized. The first memoized copy of a value keeps
- * its memo entry; a later copy, whose construction memoized nothing, is cut
- * from the output and replaced by a reference. The opcodes are then framed
- * anew into the result.
+ * keeping for each stack item what it is: an atom (its opcode in `data`, or
+ * its bytes), a value (str, bytes, tuple, frozenset: an id in a table keyed by
+ * content, a tuple's content being its items' ids), an object memoized at an
+ * output index, or an object never memoized. The first memoized copy of a
+ * value keeps its memo entry; a later copy, whose construction memoized
+ * nothing, is cut from the output and replaced by a reference. The opcodes are
+ * then framed anew into the result.
+ *
+ * The table is probed at random, and on a large payload most probes would wait
+ * for memory: a second walk runs ahead of this one, computes each value's hash
+ * from content alone and fetches its slot in time ("The walk ahead", below).
+ * canonical_values_unless_sets(data) is the same walk that first answers what
+ * `_sets.c`'s sets_to_sort would: it stops, with None, at a set or frozenset
+ * of two or more members, so that deterministic dumps walk their payload once
+ * on the common path.
  */
 
 #define PY_SSIZE_T_CLEAN

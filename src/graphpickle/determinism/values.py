@@ -26,8 +26,11 @@ reference or a value met before, so that no memo entry dies with it. Tuples
 that contain themselves through a mutable item (written, popped, then
 referenced) keep their construction, which is the same for equal graphs.
 
-The C version lives in ``_values.c`` beside this file; this one is the
-reference, which tests compare it with, and the fallback without the C parts.
+The C version lives in ``_values.c`` beside this file (where a second walk
+ahead of the first fetches the table's slots before they are read, and
+:func:`canonical_values_unless_sets` also answers the first stage's question,
+whether a set is in hash order); this one is the reference, which tests
+compare it with, and the fallback without the C parts.
 """
 
 from __future__ import annotations
