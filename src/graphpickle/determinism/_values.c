@@ -350,13 +350,12 @@ items_hash_start(Py_ssize_t n)
     return seed ^ mix((uint64_t)'t' + (uint64_t)n);
 }
 
+/* In order ((a, b) is not (b, a)), each item keyed by the seed before it is
+ * mixed in: items chosen to collide would have to know the seed. */
 static inline uint64_t
 items_hash_add(uint64_t hash, uint64_t item)
 {
-    /* xxHash64's round: in order ((a, b) is not (b, a)), two multiplications */
-    hash += item * 0xc2b2ae3d27d4eb4fULL;
-    hash = (hash << 31) | (hash >> 33);
-    return hash * 0x9e3779b185ebca87ULL;
+    return mix(hash ^ mix(item + seed));
 }
 
 static inline uint64_t
@@ -374,11 +373,11 @@ items_hash(char tag, const uint64_t *hashes, Py_ssize_t n, size_t stride)
     for (Py_ssize_t i = 0; i < n; i++) {
         hash = items_hash_add(hash, *(const uint64_t *)((const char *)hashes + (size_t)i * stride));
     }
-    hash = mix(hash); /* (items_hash_add mixes too little alone) */
-    return tag == 'z' ? frozenset_hash(mix(items_hash_add(items_hash_start(1), hash))) : hash;
+    return tag == 'z' ? frozenset_hash(items_hash_add(items_hash_start(1), hash)) : hash;
 }
 
-/* An atom's hash, from its opcode's bytes (from p to end). */
+/* An atom's hash, from its opcode's bytes (from p to end): one to one for the
+ * atoms of a fixed size, keyed for LONG1 and LONG4. */
 static inline uint64_t
 atom_hash(const unsigned char *p, const unsigned char *end)
 {
@@ -400,13 +399,8 @@ atom_hash(const unsigned char *p, const unsigned char *end)
     case 'G':
         argument = read_le(p + 1, 8);
         break;
-    default: { /* LONG1, LONG4: any length */
-        uint64_t hash = 0x9e3779b97f4a7c15ULL;
-        for (; p < end; p++) {
-            hash = (hash ^ *p) * 0x100000001b3ULL;
-        }
-        return hash;
-    }
+    default: /* LONG1, LONG4: any length */
+        return (uint64_t)HASH_BYTES(p, end - p) ^ 0x9e3779b97f4a7c15ULL;
     }
     return mix(argument ^ mix((uint64_t)*p)); /* (the opcode tells the length) */
 }
