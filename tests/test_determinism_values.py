@@ -267,3 +267,49 @@ def test_equal_graphs_give_equal_bytes_across_processes(tmp_path):
         for how, seed in [("copies", "0"), ("shared", "1"), ("copies", "77")]
     }
     assert len(outputs) == 1
+
+
+_with_sets = st.recursive(
+    hashables | st.sets(st.integers(-3, 3) | st.text(max_size=2), max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=_with_sets, seed=st.integers(0, 2**32))
+def test_one_walk_checks_for_sets_and_writes_each_value_once(spec, seed):
+    # canonical_values_unless_sets: None exactly where sets_to_sort finds a set
+    # in hash order (the C walk stops there), else canonical_values.
+    from graphpickle.determinism import sets
+
+    graph = build(spec, randomly_shared(random.Random(seed)))
+    for protocol in (4, 5):
+        data = pickle.dumps(graph, protocol)
+        result = values.canonical_values_unless_sets(data)
+        if sets.sets_to_sort(data):
+            assert result is None
+        else:
+            assert result == values._canonical_values(data)
+
+
+def test_the_walk_ahead_leaves_the_bytes_alone():
+    # The C walk prefetches with a second walk ahead of it, whose hashes need no
+    # table: large payloads (the table grows under it), frozensets written by
+    # FROZENSET and by calls of builtins.frozenset (deterministic payloads),
+    # equal values far apart and near, give the reference's bytes.
+    keys = [("k", i, float(i), None, True) for i in range(30_000)]
+    graph = {
+        "tasks": {key: (len, ("k", key[1] - 1, float(key[1] - 1), None, True)) for key in keys},
+        "sets": [frozenset({i, -i, str(i)}) for i in range(3_000)],
+        "again": [frozenset({str(i), i, -i}) for i in range(3_000)],
+        "nested": [frozenset({frozenset({i, 1}), (i, "x")}) for i in range(1_000)],
+        "big": [10**30 + i for i in range(1_000)],
+    }
+    for data in (pickle.dumps(graph, 4), pickle.dumps(graph, 5), deterministic(graph)):
+        canonical = values._canonical_values(data)
+        if NATIVE:
+            assert values.canonical_values(data) == canonical
+        assert pickle.loads(canonical) == graph
+    payload = deterministic(graph)
+    assert values._canonical_values(payload) == payload  # a fixed point

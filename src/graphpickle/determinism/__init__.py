@@ -8,8 +8,9 @@ the one before it leaves a set in hash order:
 
 1. **C pass.** The C pickler writes the payload once. Unless that payload
    writes a set or frozenset of two or more members (its opcodes are walked,
-   in C, following the unpickler's stack to count members), it is the answer:
-   the cost over a default dump is that walk, a few percent.
+   in C, following the unpickler's stack to count members), it is the answer,
+   and stage 5 runs in that same walk
+   (:func:`values.canonical_values_unless_sets`).
 2. **List the sets.** A second pass of the C pickler lists every set it writes
    (its ``persistent_id`` notes each set it is shown and does not persist).
    (Without the C extension, stage 1 cannot count members: if no set has two
@@ -29,8 +30,10 @@ the one before it leaves a set in hash order:
 5. **Each value once.** Whichever pass wrote it, the payload goes through
    :func:`values.canonical_values`: every str, bytes, tuple and frozenset equal
    to one written before becomes a reference to it, so the bytes depend on
-   values, not on which equal objects are one object. About a memo lookup per
-   such value.
+   values, not on which equal objects are one object. A lookup by content per
+   such value, in a table whose slots a second walk, a few values ahead,
+   fetches before they are read (``_values.c``). On the common path (no set
+   to sort) this walk is also stage 1's.
 
 Every pass honours the pickler's hooks (``persistent_id``, ``dispatch_table``,
 ``reducer_override``), so no pass writes or lists what the pickler would not.
@@ -75,7 +78,10 @@ def dump(pickler: Any, obj: Any) -> None:
     state.reset(pickler)
     try:
         data, buffers = passes.run(pickler, obj)  # 1. C pass
-        if sets.sets_to_sort(data):
+        # 5. each equal value written once, in the walk that checks for sets:
+        # None if a set is in hash order (stages 2-4, then 5 again)
+        canonical = values.canonical_values_unless_sets(data)
+        if canonical is None:
             met = _sets_met(pickler, state, obj)  # 2. list the sets
             # Sets of fewer than two members have no order to fix: the C
             # pickler writes them in place (and the last stage merges equal
@@ -90,7 +96,8 @@ def dump(pickler: Any, obj: Any) -> None:
                 data, buffers = passes.run(pickler, _prologue(pickler, state, to_sort, obj))  # 3.
                 if sets.sets_to_sort(data):
                     data, buffers = _python_pass(pickler, state, obj)  # 4. Python pass
-        data = values.canonical_values(data)  # 5. each equal value written once
+            canonical = values.canonical_values(data)  # 5. each equal value written once
+        data = canonical
     finally:
         passes.clear()  # the payload and buffers stay alive only in the caller's hands
         state.reset(None)

@@ -26,8 +26,11 @@ reference or a value met before, so that no memo entry dies with it. Tuples
 that contain themselves through a mutable item (written, popped, then
 referenced) keep their construction, which is the same for equal graphs.
 
-The C version lives in ``_values.c`` beside this file; this one is the
-reference, which tests compare it with, and the fallback without the C parts.
+The C version lives in ``_values.c`` beside this file (where a second walk
+ahead of the first fetches the table's slots before they are read, and
+:func:`canonical_values_unless_sets` also answers the first stage's question,
+whether a set is in hash order); this one is the reference, which tests
+compare it with, and the fallback without the C parts.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ import types
 from typing import Any, cast
 
 from .. import _native
+from . import sets
 
 #: The VERSION of ``_values.c`` this file expects.
-VERSION = 1
-NAMES = ("canonical_values",)
+VERSION = 2
+NAMES = ("canonical_values", "canonical_values_unless_sets")
 FRAME_TARGET = 64 * 1024  # as pickle.py frames: data this long goes outside frames
 _FRAME_SIZE_MIN = 4
 
@@ -76,6 +80,19 @@ def canonical_values(data: bytes) -> bytes:
     a pickle, or holds opcodes those protocols' picklers do not write."""
     if _values is not None:
         return bytes(_values.canonical_values(data))
+    return _canonical_values(data)
+
+
+def canonical_values_unless_sets(data: bytes) -> bytes | None:
+    """``None`` if :func:`sets.sets_to_sort` says that ``data`` writes a set in
+    hash order, else :func:`canonical_values` of it: the first stage's check and
+    the last stage in one walk (the C walk stops at the first set of two or
+    more members; without it, the two run one after the other)."""
+    if _values is not None:
+        result = _values.canonical_values_unless_sets(data)
+        return None if result is None else bytes(result)
+    if sets.sets_to_sort(data):
+        return None
     return _canonical_values(data)
 
 
