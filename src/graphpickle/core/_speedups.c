@@ -416,7 +416,7 @@ any_module_now(SpeedupsState *st, PyObject *snapshot, PyObject *names)
     return 0;
 }
 
-/* Whether this dump sends sealed functions as code blocks (reducers._blocks_wanted):
+/* Whether this dump sends code blocks (reducers._blocks_wanted):
  * the state's `blocks` context variable is set and true. 1, 0, or -1 with an
  * exception set. */
 static int

@@ -69,7 +69,7 @@ class Pickler(_pickle.Pickler):
     ``buffer_callback`` goes out of band (its return value is not consulted).
 
     ``code_blocks`` is for engine integrations: while that context variable is
-    true, sealed by-value functions travel as code blocks
+    true, remembered by-value functions and code objects travel as code blocks
     (:mod:`graphpickle.core.blocks`), which only a receiver with graphpickle
     loads; set it only for a receiver that said it does.
     """

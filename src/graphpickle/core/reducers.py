@@ -80,7 +80,8 @@ class PicklerState:
     ) -> None:
         self.protocol = protocol
         self.deterministic = deterministic
-        # While this is true, sealed by-value functions travel as code blocks
+        # While this is true, remembered by-value functions and code objects
+        # travel as code blocks
         # (see blocks.py): set by an engine integration whose receiver said it
         # loads them.
         self.blocks = blocks

@@ -261,12 +261,12 @@ dumps = accelerated_dumps(dumps, _dask_serialize_lookup, "distributed", _CODE_BL
 loads = accelerated_loads(loads, "distributed", _load_failed)
 
 
-# --- code blocks: a sealed __main__ function or lambda once per worker --------
+# --- code blocks: a __main__ function's code made once per worker ------------
 #
 # A scheduler sends each task's function again in every task. To a worker that
-# said it loads them, a sealed by-value function travels as a code block
-# (graphpickle.core.blocks), which the worker reads once and then only makes a
-# new function from. Who said so: a worker's plugin (install(client)), once
+# said it loads them, a remembered by-value function travels as a code block
+# (graphpickle.core.blocks): the worker makes its code object once and a new
+# function around it for each task. Who said so: a worker's plugin (install(client)), once
 # graphpickle is installed there, sends _CODE_BLOCKS_KEY on its stream to the
 # scheduler, which marks that very connection (its remote_info, which
 # distributed hands to every write on it as context["recipient"]). A worker
