@@ -246,3 +246,18 @@ def test_inspect_counts_code_blocks_as_code_and_restricted_loading_refuses_them(
         assert made.kind == "function" and made.name.endswith("<lambda>"), made
     with pytest.raises(graphpickle.ForbiddenGlobalError, match=r"graphpickle\.core\.blocks"):
         graphpickle.loads(payload, allowed=["dask", "builtins"])
+
+
+def test_a_worker_keeps_code_objects_within_its_budgets(monkeypatch):
+    monkeypatch.setattr(blocks, "_kept", {})
+    monkeypatch.setattr(blocks, "_kept_bytes", 0)
+    monkeypatch.setattr(blocks, "_MAX_KEPT_BYTES", 3_000)
+    made = [marshal.dumps(compile(f"x = {i!r}", "<x>", "exec")) for i in range(100)]
+    for block in made:
+        blocks.load_code(block)
+        assert blocks._kept_bytes == sum(len(b) for b in blocks._kept) <= 3_000
+    assert 0 < len(blocks._kept) < 100
+    monkeypatch.setattr(blocks, "_MAX_KEPT", 5)
+    for block in made:
+        blocks.load_code(block)
+        assert len(blocks._kept) <= 5

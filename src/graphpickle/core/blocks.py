@@ -47,10 +47,14 @@ __all__ = ["FORMAT", "code_block", "flat_state", "load_code", "make_function"]
 FORMAT = 2
 
 #: The largest code block sent or read: bigger code travels as cloudpickle's
-#: reduction. A receiver keeps up to _MAX_KEPT code objects (then starts afresh).
+#: reduction. A receiver keeps up to _MAX_KEPT code objects, or blocks of up to
+#: _MAX_KEPT_BYTES in all, then starts afresh (a code object is about its block's
+#: size again).
 MAX_BLOCK = 256 * 1024
 _MAX_KEPT = 2048
+_MAX_KEPT_BYTES = 32 * 1024 * 1024
 _kept: dict[bytes, types.CodeType] = {}
+_kept_bytes = 0
 
 # cloudpickle's slot state, by layout (3.14+: a function with deferred
 # annotations has "__annotate__" where others have "__annotations__").
@@ -107,10 +111,17 @@ def load_code(block: bytes) -> types.CodeType:
             f"a graphpickle code block holds a {type(code).__name__}, not code: refused"
         )
     if CACHING:
-        if len(_kept) >= _MAX_KEPT:
-            _kept.clear()
-        _kept[block] = code
+        _keep(block, code)
     return code
+
+
+def _keep(block: bytes, code: types.CodeType) -> None:
+    global _kept_bytes
+    if len(_kept) >= _MAX_KEPT or _kept_bytes + len(block) > _MAX_KEPT_BYTES:
+        _kept.clear()
+        _kept_bytes = 0
+    _kept[block] = code
+    _kept_bytes += len(block)
 
 
 def make_function_in_python(
