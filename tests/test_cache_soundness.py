@@ -61,10 +61,10 @@ with open(sys.argv[1], "wb") as _out:
     pickle.dump(_payloads, _out)
 """
 
-# Loads the payloads at places PLACES of each row, in order, and prints what
-# observe(obj) says of each, as JSON (None elsewhere). Plain pickle, with
-# graphpickle blocked; a second receiver loads those with code blocks (BLOCKS),
-# which need graphpickle, in the same order.
+# Loads the payloads of each row, in order, and prints what observe(obj) says of
+# each, as JSON. Plain pickle, with graphpickle blocked; a second receiver loads
+# those with code blocks (BLOCKS, in rows that send() made), which need
+# graphpickle, in the same order (None in each receiver's row for the other's).
 _RECEIVER = """
 import json, pickle, sys
 if {plain}:
@@ -77,8 +77,8 @@ def seen_in(data):
         return repr(observe(pickle.loads(data)))
     except Exception as exc:
         return f"raised {{type(exc).__name__}}"
-print(json.dumps([(label, [seen_in(data) if (i in {blocks}) != {plain} else None
-                           for i, data in enumerate(datas)])
+print(json.dumps([(label, [seen_in(data) if (len(datas) > {last} and i in {blocks}) != {plain}
+                           else None for i, data in enumerate(datas)])
                   for label, datas in payloads]))
 """
 BLOCKS = (4, 5)
@@ -102,7 +102,9 @@ def receive(tmp_path: Path, payloads: Path, observe: str) -> list[tuple[str, lis
     where.mkdir(exist_ok=True)
     seen = []
     for plain in (True, False):
-        code = _RECEIVER.format(observe=textwrap.dedent(observe), blocks=BLOCKS, plain=plain)
+        code = _RECEIVER.format(
+            observe=textwrap.dedent(observe), blocks=BLOCKS, plain=plain, last=max(BLOCKS) + 1
+        )
         seen.append(json.loads(run_python(code, str(payloads), cwd=where)))
     return [
         (label, [a if b is None else b for a, b in zip(plain_row, blocks_row, strict=True)])
