@@ -15,6 +15,7 @@ from conftest import run_python
 from test_cache_soundness import BLOCKS, assert_as_cloudpickle, exchange
 
 import graphpickle.integrations.dask_distributed as gpd
+from graphpickle._switches import CACHING
 from graphpickle.core import blocks
 from graphpickle.errors import UnpicklingError
 
@@ -49,8 +50,9 @@ parts = [plain, uses_globals, reads_count, defaults, annotated, add, lam, recurs
 send("first", parts)
 send("again", parts)
 blocked = to_a_worker_that_loads_blocks(parts)
-assert blocked.count(b"graphpickle.core.blocks") == 1, "no code blocks were sent"
-assert b"\\x8c\\rmake_function" in blocked and b"load_code" in blocked
+if not os.environ.get("GRAPHPICKLE_NO_CACHE"):  # (else no function is remembered)
+    assert blocked.count(b"graphpickle.core.blocks") == 1, "no code blocks were sent"
+    assert b"\\x8c\\rmake_function" in blocked and b"load_code" in blocked
 """
 
 OBSERVE = """
@@ -109,6 +111,11 @@ def _local_function():
     return counted
 
 
+# What a remembered function's block does (GRAPHPICKLE_NO_CACHE=1 remembers none).
+needs_remembering = pytest.mark.skipif(not CACHING, reason="no function is remembered")
+
+
+@needs_remembering
 def test_each_load_makes_a_new_function_around_one_kept_code_object():
     payload = _block_payload(_local_function())
     assert _named(payload) >= {
@@ -125,6 +132,7 @@ def test_each_load_makes_a_new_function_around_one_kept_code_object():
     assert second.__closure__[0].cell_contents == {"calls": 1}
 
 
+@needs_remembering
 def test_loads_from_many_threads_are_independent():
     payload = _block_payload(_local_function())
     made: list[object] = []
@@ -234,6 +242,7 @@ def _contents(cell):
         return "<empty>"
 
 
+@needs_remembering
 def test_inspect_counts_code_blocks_as_code_and_restricted_loading_refuses_them():
     import graphpickle
     from graphpickle.diagnostics import inspect
@@ -248,6 +257,7 @@ def test_inspect_counts_code_blocks_as_code_and_restricted_loading_refuses_them(
         graphpickle.loads(payload, allowed=["dask", "builtins"])
 
 
+@needs_remembering
 def test_a_worker_keeps_code_objects_within_its_budgets(monkeypatch):
     monkeypatch.setattr(blocks, "_kept", {})
     monkeypatch.setattr(blocks, "_kept_bytes", 0)

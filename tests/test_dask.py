@@ -384,7 +384,10 @@ def blocks_everywhere(client, expected):
     from graphpickle.core.blocks import FORMAT
     assert marks == [FORMAT] * expected, marks
     kept = client.run(kept_code_objects)
-    assert len(kept) == expected and all(kept.values()), kept
+    assert len(kept) == expected, kept
+    import os
+    if not os.environ.get("GRAPHPICKLE_NO_CACHE"):  # (else none is kept, nor sent)
+        assert all(kept.values()), kept
 
 if __name__ == "__main__":
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
@@ -536,7 +539,7 @@ def test_an_unloadable_task_payload_loads_as_a_task_that_raises(monkeypatch, fas
     import graphpickle.integrations.dask_distributed as gpd
 
     task_payload, list_payload = _task_naming_a_missing_module(monkeypatch)
-    loads = gpd.loads if fast else gpd.loads.__wrapped__
+    loads = gpd.loads if fast else getattr(gpd.loads, "__wrapped__", gpd.loads)
     task = loads(task_payload)
     with pytest.raises(ModuleNotFoundError, match="gone_module") as caught:
         task({})

@@ -124,7 +124,7 @@ def _keep(block: bytes, code: types.CodeType) -> None:
     _kept_bytes += len(block)
 
 
-def make_function_in_python(
+def make_function(
     code: types.CodeType,
     base_globals: dict[str, Any],
     closure: tuple[Any, ...] | None,
@@ -148,6 +148,10 @@ def make_function_in_python(
     return cp.make_function_as_loaded(code, base_globals, closure, attributes, keys, slot_values)
 
 
+#: The Python function, which stays the reference.
+make_function_in_python = make_function
+
+
 def _make_function_in_c() -> Callable[..., types.FunctionType] | None:
     if _speedups is None:
         return None
@@ -157,5 +161,6 @@ def _make_function_in_c() -> Callable[..., types.FunctionType] | None:
     return fast
 
 
-#: What a payload calls (pickled by reference as ``graphpickle.core.blocks.make_function``).
+# What a payload calls, pickled by reference as graphpickle.core.blocks.make_function
+# with the C module or without it (the same bytes).
 make_function = _make_function_in_c() or make_function_in_python
