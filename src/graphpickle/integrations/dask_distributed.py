@@ -266,9 +266,9 @@ loads = accelerated_loads(loads, "distributed", _load_failed)
 # A scheduler sends each task's function again in every task. To a worker that
 # said it loads them, a remembered by-value function travels as a code block
 # (graphpickle.core.blocks): the worker makes its code object once and a new
-# function around it for each task. Who said so: a worker's plugin (install(client)), once
-# graphpickle is installed there, sends _CODE_BLOCKS_KEY on its stream to the
-# scheduler, which marks that very connection (its remote_info, which
+# function around it for each task. Who said so: a worker's plugin
+# (install(client)), once graphpickle is installed there, sends _CODE_BLOCKS_KEY
+# on its stream to the scheduler, which marks that very connection (its remote_info, which
 # distributed hands to every write on it as context["recipient"]). A worker
 # without graphpickle never says it, nor does a connection made before or
 # elsewhere (a client, another worker): they get cloudpickle's reductions.
@@ -411,5 +411,7 @@ def installed() -> bool:
 def dask_setup(server: Any = None) -> None:
     """The ``--preload`` hook of ``dask scheduler`` and ``dask worker``."""
     install()
-    if type(server).__name__ == "Scheduler" and hasattr(server, "stream_handlers"):
+    from distributed import Scheduler
+
+    if isinstance(server, Scheduler):
         _accept_code_blocks(server)
