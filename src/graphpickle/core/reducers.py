@@ -81,9 +81,8 @@ class PicklerState:
         self.protocol = protocol
         self.deterministic = deterministic
         # While this is true, remembered by-value functions and code objects
-        # travel as code blocks
-        # (see blocks.py): set by an engine integration whose receiver said it
-        # loads them.
+        # travel as code blocks (see blocks.py): set by an engine integration
+        # whose receiver said it loads them.
         self.blocks = blocks
         self.globals_ref: dict[int, dict[str, Any]] = {}
         # Set once anything is pickled by value: such payloads load only on the
@@ -365,8 +364,6 @@ def _reuse(state: PicklerState, func: types.FunctionType) -> Any:
     elif not _same_submodules(func, entry):
         return None
     state.by_value = True
-    if entry[_BLOCK] is not None and _blocks_wanted(state):
-        return _block_reduction(state, func, entry)
     growable = entry[_GROWABLE]
     if growable is not None:  # a capture may have grown in place
         sizes = _captures.growable_sizes(func, func_state)
@@ -374,6 +371,8 @@ def _reuse(state: PicklerState, func: types.FunctionType) -> Any:
         # warns in every payload).
         if (sizes != growable or -1 in growable) and warn_about_large_captures(func, func_state):
             _functions[id(func)] = (*entry[:_GROWABLE], sizes, *entry[_GROWABLE + 1 :])
+    if entry[_BLOCK] is not None and _blocks_wanted(state):
+        return _block_reduction(state, func, entry)
     return (
         make,
         (code, _base_globals(state, func), None, None, closure),
@@ -488,12 +487,12 @@ def _reduce_code(state: PicklerState, code: types.CodeType) -> Any:
         return _canonical.reduce_code(state, code)
     blocks = _blocks_wanted(state)
     entry = _codes.get(id(code))
-    if entry is not None and entry[0] is code:
-        if not blocks:
-            return entry[1]
-        if entry[2] is not None:
-            return entry[2]
-    reduction = cp.reduce_code(code)
+    if entry is not None and entry[0] is not code:
+        entry = None
+    answer = None if entry is None else entry[2 if blocks else 1]
+    if answer is not None:
+        return answer
+    reduction = cp.reduce_code(code) if entry is None else entry[1]
     sent_as = None  # the reduction when blocks are wanted: made the first time they are
     if blocks:
         block = _blocks.code_block(code)
