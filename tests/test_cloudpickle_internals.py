@@ -3,6 +3,7 @@ loudly, with the name, when an upgrade moves any of them."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import tomllib
 import weakref
@@ -260,3 +261,98 @@ def test_making_a_function_as_loaded_is_cloudpickles():
                     mine.cell_contents  # noqa: B018
             else:
                 assert mine.cell_contents is expected
+
+
+class _Counting(type):
+    made = 0
+
+    def __init__(cls, *args, **kwargs):
+        _Counting.made += 1
+        super().__init__(*args, **kwargs)
+
+
+class _CountsSubclasses:
+    made = 0
+
+    def __init_subclass__(cls, **kwargs):
+        _CountsSubclasses.made += 1
+        super().__init_subclass__(**kwargs)
+
+
+class _Plain:
+    pass
+
+
+def _skeleton_cases():
+    """(metaclass, bases, type_kwargs, the counter that a skeleton made moves, and
+    whether a tracked class is found without one)."""
+    module = {"__module__": "__main__"}
+    count_meta = (_Counting, "made")
+    count_sub = (_CountsSubclasses, "made")
+    return [
+        (type, (object,), dict(module), None, True),
+        (type, (_Plain,), dict(module), None, True),
+        (type, (object,), {}, None, True),
+        (_Counting, (object,), dict(module), count_meta, False),
+        (type, (_CountsSubclasses,), dict(module), count_sub, False),
+        (type, (object,), {"__module__": "__main__", "__dict__": property(id)}, None, False),
+        (type, (_Plain, object), dict(module), None, False),
+        (type, (bool,), dict(module), None, False),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_skeleton_cases())))
+def test_a_tracked_class_is_found_as_cloudpickle_finds_it(case):
+    # make_skeleton_class_as_loaded (blocks.make_class) against cloudpickle's
+    # _make_skeleton_class: the same class, or the same error, and a skeleton
+    # made (with what making it runs) whenever making it could be seen.
+    metaclass, bases, type_kwargs, counter, skips = _skeleton_cases()[case]
+    try:
+        tracked = metaclass("Tracked", bases, dict(type_kwargs))
+    except TypeError:
+        tracked = type("Tracked", (object,), {})  # bool cannot be subclassed
+    tracker_id = f"graphpickle-skeleton-test-{case}"
+    internals.track_class(tracker_id, tracked)
+    results = []
+    for make in (cp._make_skeleton_class, internals.make_skeleton_class_as_loaded):
+        before = getattr(*counter) if counter else 0
+        try:
+            made = make(metaclass, "Tracked", bases, dict(type_kwargs), tracker_id, None)
+        except TypeError as exc:
+            made = type(exc)
+        results.append((made, (getattr(*counter) if counter else 0) - before))
+        if made is tracked:
+            assert cp._DYNAMIC_CLASS_TRACKER_BY_CLASS[tracked] == tracker_id
+    assert results[0] == results[1]
+    assert (results[0][0] is tracked) == (bases != (bool,))
+    if counter:
+        assert results[1][1] == 1, "the skeleton, with what making it runs, was not made"
+    # Without the skip, the fallback is cloudpickle's function itself:
+    calls = []
+    real = cp._make_skeleton_class
+
+    def spy(*args):
+        calls.append(args)
+        return real(*args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cp, "_make_skeleton_class", spy)
+        with contextlib.suppress(TypeError):
+            internals.make_skeleton_class_as_loaded(
+                metaclass, "Tracked", bases, dict(type_kwargs), tracker_id, None
+            )
+    assert (not calls) == skips
+
+
+def test_an_untracked_class_gets_cloudpickles_skeleton_tracked():
+    made = internals.make_skeleton_class_as_loaded(
+        type, "Fresh", (object,), {"__module__": "__main__"}, "graphpickle-fresh-id", None
+    )
+    assert made.__name__ == "Fresh" and made.__module__ == "__main__"
+    assert cp._DYNAMIC_CLASS_TRACKER_BY_ID["graphpickle-fresh-id"] is made
+    again = internals.make_skeleton_class_as_loaded(
+        type, "Fresh", (object,), {"__module__": "__main__"}, "graphpickle-fresh-id", None
+    )
+    assert again is made
+    untracked = internals.make_skeleton_class_as_loaded(type, "Fresh", (object,), {}, None, None)
+    assert untracked is not made

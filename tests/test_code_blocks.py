@@ -5,6 +5,7 @@ nothing but code objects, keyed by their bytes."""
 
 from __future__ import annotations
 
+import json
 import marshal
 import pickle
 import pickletools
@@ -255,6 +256,16 @@ def test_inspect_counts_code_blocks_as_code_and_restricted_loading_refuses_them(
         assert made.kind == "function" and made.name.endswith("<lambda>"), made
     with pytest.raises(graphpickle.ForbiddenGlobalError, match=r"graphpickle\.core\.blocks"):
         graphpickle.loads(payload, allowed=["dask", "builtins"])
+    # A class made by blocks.make_class (a class block) is a class by value.
+    token = gpd._CODE_BLOCKS.set(True)
+    try:
+        payload = gpd.dumps(type("Local", (), {"__module__": "__main__"}))
+    finally:
+        gpd._CODE_BLOCKS.reset(token)
+    assert "graphpickle.core.blocks.make_class" in _named(payload)
+    report = inspect(payload, trust=("graphpickle",))
+    (made,) = report.by_value
+    assert made.kind == "class" and made.name == "Local", made
 
 
 @needs_remembering
@@ -271,3 +282,76 @@ def test_a_worker_keeps_code_objects_within_its_budgets(monkeypatch):
     for block in made:
         blocks.load_code(block)
         assert len(blocks._kept) <= 5
+
+
+_CLASSES_SENDER = """
+import dataclasses, pickle, sys, cloudpickle
+import graphpickle.integrations.dask_distributed as gpd
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: float = 0.5
+    LIMIT = 10
+    def norm(self):
+        return abs(self.x) + self.y
+
+class Registry:
+    made = []
+    def __init_subclass__(cls, **kwargs):
+        Registry.made.append(cls.__name__)
+
+class Child(Registry):
+    LIMIT = 1
+
+class Meta(type):
+    pass
+
+class WithMeta(metaclass=Meta):
+    LIMIT = 2
+
+objects = [Point(3, 1.5), Child(), WithMeta()]
+token = gpd._CODE_BLOCKS.set(True)
+blocked = [gpd.dumps(objects), gpd.dumps(objects)]
+gpd._CODE_BLOCKS.reset(token)
+assert all(b"make_class" in payload for payload in blocked)
+theirs = [cloudpickle.dumps(objects), cloudpickle.dumps(objects)]
+with open(sys.argv[1], "wb") as out:
+    pickle.dump({"blocks": blocked, "cloudpickle": theirs}, out)
+"""
+
+_CLASSES_RECEIVER = """
+import dataclasses, json, pickle, sys
+with open(sys.argv[1], "rb") as f:
+    first, second = pickle.load(f)[sys.argv[2]]
+a = pickle.loads(first)
+for obj in a:
+    type(obj).LIMIT = 99  # the receiver changes the classes between loads
+type(a[0]).norm = lambda self: "changed"
+b = pickle.loads(second)
+point, child, with_meta = b
+registry = type(child).__mro__[1]
+print(json.dumps([
+    [type(x) is type(y) for x, y in zip(a, b)],
+    [type(x).LIMIT for x in b],
+    point.norm(), repr(point), [f.name for f in dataclasses.fields(point)],
+    registry.made, type(with_meta).__class__.__name__, a[0] == point,
+]))
+"""
+
+
+def test_classes_in_blocks_load_as_cloudpickles_from_the_tracked_class(tmp_path):
+    # blocks.make_class looks a tracked class up instead of making a skeleton,
+    # when making one could not be seen: the loads must be cloudpickle's, the
+    # class state applied again in each, a skeleton made where making it runs
+    # code (__init_subclass__, a metaclass).
+    payloads = tmp_path / "payloads.pkl"
+    run_python(_CLASSES_SENDER, str(payloads), cwd=tmp_path)
+    seen = {
+        kind: run_python(_CLASSES_RECEIVER, str(payloads), kind, cwd=tmp_path)
+        for kind in ("blocks", "cloudpickle")
+    }
+    assert seen["blocks"] == seen["cloudpickle"]
+    same_classes, limits, norm, *_, registry_made, _, _ = json.loads(seen["blocks"])
+    assert same_classes == [True, True, True] and limits == [10, 1, 2] and norm == 4.5
+    assert registry_made == ["Child", "Child"]  # the sender's list, then the skeleton's append

@@ -29,6 +29,7 @@ SUPPORTED_VERSIONS = ">=3.1.0,<3.2"
 _REQUIRED = (
     "_PICKLE_BY_VALUE_MODULES",
     "_DYNAMIC_CLASS_TRACKER_BY_ID",
+    "_DYNAMIC_CLASS_TRACKER_BY_CLASS",
     "_DYNAMIC_CLASS_TRACKER_LOCK",
     "_BUILTIN_TYPE_NAMES",
     "_class_reduce",
@@ -37,6 +38,7 @@ _REQUIRED = (
     "_function_getstate",
     "_function_setstate",
     "_make_function",
+    "_make_skeleton_class",
     "_method_reduce",
     "_module_reduce",
     "_decompose_typevar",
@@ -409,6 +411,63 @@ def track_class(tracker_id: str, cls: type) -> None:
     cloudpickle does for the uuid4s it draws (unless the id is taken already)."""
     with _cp._DYNAMIC_CLASS_TRACKER_LOCK:
         _cp._DYNAMIC_CLASS_TRACKER_BY_ID.setdefault(tracker_id, cls)
+
+
+def make_skeleton_class_as_loaded(
+    type_constructor: Any,
+    name: Any,
+    bases: Any,
+    type_kwargs: Any,
+    class_tracker_id: Any,
+    extra: Any,
+) -> type:
+    """What cloudpickle's ``_make_skeleton_class(...)`` returns, without making
+    the skeleton when the class is tracked already and making it could not be
+    seen: cloudpickle makes one, then returns the tracked class in its place
+    (``_lookup_class_or_track``). Making it runs no code of the user's when
+    the metaclass is ``type``, the one base is a subclassable class of
+    metaclass ``type`` whose MRO defines no ``__init_subclass__`` but object's,
+    and the namespace holds ``__module__`` only, a str (a value's
+    ``__set_name__`` would run). ``tests/test_cloudpickle_internals.py``
+    compares the two."""
+    if (
+        class_tracker_id is not None
+        and type_constructor is type
+        and _no_code_runs_in_subclassing(bases)
+        and type(name) is str
+        and type(type_kwargs) is dict
+        and type_kwargs.keys() <= {"__module__"}
+        and type(type_kwargs.get("__module__", "")) is str
+    ):
+        with _cp._DYNAMIC_CLASS_TRACKER_LOCK:
+            tracked = _cp._DYNAMIC_CLASS_TRACKER_BY_ID.get(class_tracker_id)
+            if tracked is not None:
+                _cp._DYNAMIC_CLASS_TRACKER_BY_CLASS[tracked] = class_tracker_id
+                return tracked  # type: ignore[no-any-return]
+    skeleton: type = _cp._make_skeleton_class(
+        type_constructor, name, bases, type_kwargs, class_tracker_id, extra
+    )
+    return skeleton
+
+
+#: cloudpickle's reconstructor of a class (not an enum) by value.
+make_skeleton_class = _cp._make_skeleton_class
+
+_SUBCLASSABLE = 1 << 10  # Py_TPFLAGS_BASETYPE
+
+
+def _no_code_runs_in_subclassing(bases: Any) -> bool:
+    """Whether ``type(name, bases, {"__module__": ...})`` neither runs code of
+    the user's nor can fail: one base, a class of metaclass ``type`` that can
+    be subclassed, with no ``__init_subclass__`` in its MRO but object's."""
+    if type(bases) is not tuple or len(bases) != 1:
+        return False
+    base = bases[0]
+    if type(base) is not type or not base.__flags__ & _SUBCLASSABLE:
+        return False
+    return all(
+        klass is object or "__init_subclass__" not in klass.__dict__ for klass in base.__mro__
+    )
 
 
 def reduce_code(code: types.CodeType) -> Reduction:

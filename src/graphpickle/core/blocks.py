@@ -25,6 +25,14 @@ for less, and nothing else changes:
   identity and sharing as in cloudpickle's payload, and no value kept between
   payloads.
 
+- a **class** (a ``__main__`` dataclass, say) as cloudpickle's reduction, its
+  skeleton made by :func:`make_class` instead of cloudpickle's
+  ``_make_skeleton_class``: the receiver looks the class up by its tracker id
+  first, and makes the skeleton only if that could be seen (see
+  ``_cloudpickle_internals.make_skeleton_class_as_loaded``). cloudpickle's makes
+  one in every load, then drops it for the class it tracked. The class state
+  is then applied as cloudpickle applies it.
+
 A payload with blocks needs graphpickle to load: it is written only for a
 receiver that said it loads them.
 """
@@ -41,10 +49,10 @@ from .._switches import CACHING
 from ..errors import UnpicklingError
 from .native import speedups as _speedups
 
-__all__ = ["FORMAT", "code_block", "flat_state", "load_code", "make_function"]
+__all__ = ["FORMAT", "code_block", "flat_state", "load_code", "make_class", "make_function"]
 
 #: The version of the layouts below; both ends must have the same.
-FORMAT = 2
+FORMAT = 3
 
 #: The largest code block sent or read: bigger code travels as cloudpickle's
 #: reduction. A receiver keeps up to _MAX_KEPT code objects, or blocks of up to
@@ -146,6 +154,22 @@ def make_function(
             f"a function of layout {layout} has {len(keys)} slots, not {len(slot_values)}"
         )
     return cp.make_function_as_loaded(code, base_globals, closure, attributes, keys, slot_values)
+
+
+def make_class(
+    type_constructor: Any,
+    name: Any,
+    bases: Any,
+    type_kwargs: Any,
+    class_tracker_id: Any,
+    extra: Any,
+) -> type:
+    """The class cloudpickle's ``_make_skeleton_class`` gives for the same
+    arguments (the tracked class, or a new skeleton), without making a skeleton
+    that would be dropped unseen."""
+    return cp.make_skeleton_class_as_loaded(
+        type_constructor, name, bases, type_kwargs, class_tracker_id, extra
+    )
 
 
 #: The Python function, which stays the reference.

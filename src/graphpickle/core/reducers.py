@@ -471,7 +471,10 @@ def _reduce_class(state: PicklerState, cls: type) -> Any:
         return reduction
     state.by_value = True
     if state.deterministic is None:
-        return cp.reduce_class_by_value(cls)
+        reduction = cp.reduce_class_by_value(cls)
+        if _blocks_wanted(state) and reduction[0] is cp.make_skeleton_class:
+            return (_blocks.make_class, *reduction[1:])
+        return reduction
     class_id = state.deterministic.class_id(cls)
     return cp.reduce_class_by_value(cls, canonical=True, tracker_id=class_id)
 

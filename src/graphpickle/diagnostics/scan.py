@@ -61,6 +61,7 @@ _BY_VALUE_MAKERS = {
     (_CLOUDPICKLE, "dynamic_subimport"): "module",
     (_CLOUDPICKLE, "_make_typevar"): "typevar",
     (_BLOCKS, "make_function"): "function",
+    (_BLOCKS, "make_class"): "class",
 }
 _STATE_SETTERS = {"_function_setstate", "_class_setstate"}
 _FUNCTION_MAKERS = {f"{module}.{name}" for (module, name), kind in _BY_VALUE_MAKERS.items()
