@@ -2,7 +2,7 @@
 stock distributed against distributed on graphpickle, for code pickled by value
 and for its importable twin, beside the same dumps and loads called back to back.
 
-    scripts/bench-scheduler [--tasks 5000] [--repeat 3] [--kinds KIND ...] [--output FILE]
+    scripts/bench-scheduler [--tasks 5000] [--repeat 3] [--kinds KIND ...] [--tokenize] [--output FILE]
 
 The kinds, each a graph of N independent tuple tasks submitted with
 ``client.get`` (dask turns each into a ``dask._task_spec.Task``, the run spec the
@@ -23,7 +23,9 @@ graphpickle). The configurations:
 
 * stock: distributed as installed;
 * graphpickle: ``graphpickle.integrations.dask_distributed.install(client)`` (driver,
-  scheduler and workers; with LocalCluster the scheduler runs in the driver process).
+  scheduler and workers; with LocalCluster the scheduler runs in the driver process);
+  with ``--tokenize``, ``graphpickle.integrations.dask_tokenize.install()`` too, in the
+  driver, where ``client.get`` names the graph with dask's ``tokenize``.
 
 What a sample measures, around ``client.get(graph, keys)`` (timed end to end:
 submission, the run, gathering the results):
@@ -174,7 +176,7 @@ def cpu_clocks() -> dict[str, Any]:
 # --- one sample, in its own process -----------------------------------------------
 
 
-def run_sample(config: str, kind: str, tasks: int) -> dict[str, Any]:
+def run_sample(config: str, kind: str, tasks: int, tokenize: bool) -> dict[str, Any]:
     from distributed import Client, LocalCluster
 
     import graphpickle.integrations.dask_distributed as gpd
@@ -189,6 +191,10 @@ def run_sample(config: str, kind: str, tasks: int) -> dict[str, Any]:
     ):
         if config == "graphpickle":
             gpd.install(client)
+            if tokenize:
+                import graphpickle.integrations.dask_tokenize
+
+                graphpickle.integrations.dask_tokenize.install()
         client.run_on_scheduler(install_recorder, "dumps")
         client.run(install_recorder, "loads")
         before = (cpu_clocks(), client.run(cpu_clocks))
@@ -244,8 +250,9 @@ def process_cpu(
     return {f"{name}_cpu_us": total / 1e3 / tasks, f"{name}_threads_us": threads}
 
 
-def sample_in_subprocess(config: str, kind: str, tasks: int) -> dict[str, Any]:
+def sample_in_subprocess(config: str, kind: str, tasks: int, tokenize: bool) -> dict[str, Any]:
     command = [sys.executable, __file__, "--sample", config, kind, "--tasks", str(tasks)]
+    command += ["--tokenize"] if tokenize else []
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"{config} {kind} sample failed:\n{done.stderr}")
@@ -396,7 +403,7 @@ def checks(results: Samples, tasks: int) -> list[str]:
     return lines
 
 
-def report(results: Samples, tasks: int, repeat: int, kinds: list[str]) -> str:
+def report(results: Samples, tasks: int, repeat: int, kinds: list[str], tokenize: bool) -> str:
     import dask
     import distributed
 
@@ -417,7 +424,13 @@ def report(results: Samples, tasks: int, repeat: int, kinds: list[str]) -> str:
         f"{repeat} repeat(s) per kind and configuration, interleaved, each a fresh cluster in a fresh "
         "driver process. Kinds: `function` is `inc(i)` of a `__main__` function, `dataclass` is "
         "`getattr(Point(i, 0.5), 'x')` with the builtin `getattr` and a `__main__` dataclass `Point`; "
-        "`-twin` is the same code from an importable module (`graphpickle.cli.workloads`).",
+        "`-twin` is the same code from an importable module (`graphpickle.cli.workloads`). "
+        + (
+            "The graphpickle configuration also installs graphpickle's dask `tokenize` in the "
+            "driver (`--tokenize`)."
+            if tokenize
+            else "dask's `tokenize` is dask's own in both configurations."
+        ),
         "",
         "Per task. Scheduler: the thread CPU time of `distributed.protocol.pickle.dumps` of a task's run "
         "spec (median of the run's calls), and the last one dumped again "
@@ -446,6 +459,7 @@ def report(results: Samples, tasks: int, repeat: int, kinds: list[str]) -> str:
         + (f" --tasks {tasks}" if tasks != 5000 else "")
         + f" --repeat {repeat}"
         + ("" if default_kinds else " --kinds " + " ".join(kinds))
+        + (" --tokenize" if tokenize else "")
         + "`",
     ]
     return "\n".join(lines) + "\n"
@@ -456,18 +470,23 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--kinds", nargs="+", choices=list(KINDS), default=list(KINDS))
+    parser.add_argument(
+        "--tokenize",
+        action="store_true",
+        help="graphpickle's configuration also installs graphpickle's dask tokenize in the driver",
+    )
     parser.add_argument("--output", help="also write the markdown report to this file")
     parser.add_argument("--sample", nargs=2, metavar=("CONFIG", "KIND"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sample:
         config, kind = args.sample
-        print(json.dumps(run_sample(config, kind, args.tasks)))
+        print(json.dumps(run_sample(config, kind, args.tasks, args.tokenize)))
         return
     results: Samples = {(kind, config): [] for kind in args.kinds for config in CONFIGS}
     for round_ in range(args.repeat):
         for kind in args.kinds:
             for config in CONFIGS:
-                sample = sample_in_subprocess(config, kind, args.tasks)
+                sample = sample_in_subprocess(config, kind, args.tasks, args.tokenize)
                 results[kind, config].append(sample)
                 print(
                     f"[{round_ + 1}/{args.repeat}] {kind}, {config}: wall {sample['wall_s']:.2f} s, "
@@ -475,7 +494,7 @@ def main() -> None:
                     file=sys.stderr,
                     flush=True,
                 )
-    text = report(results, args.tasks, args.repeat, args.kinds)
+    text = report(results, args.tasks, args.repeat, args.kinds, args.tokenize)
     print(text, end="")
     if args.output:
         with open(args.output, "w", encoding="utf-8") as file:
