@@ -354,6 +354,77 @@ def test_c_and_python_snapshots_and_comparisons_agree(cell):
     assert not speedups.same_modules(items[:-2])
 
 
+def test_sys_modules_items_are_one_tuple_until_sys_modules_changes(monkeypatch):
+    # The C module's modules_items is one tuple while sys.modules is the same
+    # unchanged dict (its version tag, 3.11; a dict watcher, 3.12+), which
+    # same_modules then takes without a walk: every change must end that.
+    import types
+
+    from graphpickle.core import snapshots
+    from graphpickle.core.native import speedups
+
+    if speedups is None:
+        pytest.skip("graphpickle.core._speedups is not built")
+    spare = types.ModuleType("gp_modules_items_spare")
+    changes = [
+        lambda: sys.modules.__setitem__("gp_modules_items_spare", spare),  # added
+        lambda: sys.modules.__setitem__("gp_modules_items_spare", types.ModuleType("x")),  # replaced
+        lambda: sys.modules.pop("gp_modules_items_spare"),  # deleted
+        lambda: sys.modules.update(gp_modules_items_spare=spare),  # added by update
+        lambda: sys.modules.setdefault("gp_modules_items_spare_2", spare),
+        lambda: sys.modules.pop("gp_modules_items_spare_2"),
+        lambda: monkeypatch.setattr(sys, "modules", dict(sys.modules)),  # rebound
+        lambda: sys.modules.pop("gp_modules_items_spare"),  # in the new dict
+    ]
+    for change in changes:
+        before = speedups.modules_items()
+        assert speedups.modules_items() is before and speedups.same_modules(before)
+        assert before == snapshots.modules_items_in_python()
+        change()
+        after = speedups.modules_items()
+        assert after is not before and after == snapshots.modules_items_in_python()
+        assert speedups.same_modules(after) and snapshots.same_modules_in_python(after)
+        assert speedups.same_modules(before) == snapshots.same_modules_in_python(before)
+    assert not speedups.same_modules(before)  # the last change removed a module
+    monkeypatch.setattr(sys, "modules", _NotADict(sys.modules))
+    assert speedups.modules_items() is None  # (the Python function copies it)
+    assert snapshots.modules_items() == snapshots.modules_items_in_python()
+
+
+class _NotADict(dict):
+    pass
+
+
+def test_a_function_that_uses_modules_is_answered_by_the_c_hook(cell, monkeypatch):
+    # Its entry depends on sys.modules (cloudpickle lists the submodules it
+    # reaches): while sys.modules does not change, the C hook answers it; once
+    # it changes, or a module's name does, the Python path checks it again.
+    from graphpickle.core.native import speedups
+
+    if speedups is None or not _reducers.CACHING:
+        pytest.skip("needs graphpickle.core._speedups, and functions remembered")
+    import xml.dom
+
+    cell["G"] = xml
+    f = cell["f"]
+    f.__code__ = (lambda: G.dom).__code__  # noqa: F821 (G is the cell's)
+    first = graphpickle.dumps(f)
+    assert_remembered(f)
+    assert _reducers._functions[id(f)][_reducers._MODULES] is not None
+    reused = []
+    real_reuse = _reducers._reuse
+    monkeypatch.setattr(
+        _reducers, "_reuse", lambda state, g: (g is f and reused.append(g)) or real_reuse(state, g)
+    )
+    assert graphpickle.dumps(f) == first and reused == []
+    monkeypatch.setitem(sys.modules, "gp_hook_spare", None)
+    assert graphpickle.dumps(f) == first and reused == [f]  # checked again, still the same
+    assert graphpickle.dumps(f) == first and reused == [f]  # remembered with the new sys.modules
+    monkeypatch.setattr(xml, "__name__", "renamed")
+    renamed = graphpickle.dumps(f)
+    assert reused == [f, f] and renamed != first and renamed == fresh(f)
+
+
 def test_a_remembered_function_never_turns_an_error_into_a_payload(cell):
     # A capture that becomes unpicklable in place, or by a rebinding, fails the
     # next payload as it fails a fresh one; once fixed, the payload comes back.

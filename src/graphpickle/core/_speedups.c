@@ -101,6 +101,14 @@ typedef struct {
     /* blocks.make_function's: cloudpickle's __builtins__, the slot layouts, the
      * Python function (anything unusual goes to it) */
     PyObject *function_builtins, *function_layouts, *make_function_slow;
+    /* sys.modules's keys and values, flat (modules_items), as `modules_dict`
+     * held them at `modules_stamp`: its version tag (3.11), or the count of
+     * events of the dicts watched as sys.modules (3.12+: `modules_watcher`, or
+     * -1 if none could be had). A snapshot that *is* this tuple is sys.modules's
+     * while the dict is the same and unchanged since: same_modules needs no walk. */
+    PyObject *modules_dict, *modules_items;
+    uint64_t modules_stamp;
+    int modules_watcher;
 } SpeedupsState;
 
 /* Every field of SpeedupsState, for the module's traverse and clear. */
@@ -114,7 +122,7 @@ typedef struct {
     DO(empty_dict) DO(by_reference) DO(by_value_registry) DO(function_handler) DO(class_handler) \
     DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
     DO(function_builtins) DO(function_layouts) DO(make_function_slow)                             \
-    DO(missing_marker)
+    DO(missing_marker) DO(modules_dict) DO(modules_items)
 
 static inline SpeedupsState *
 module_state(PyObject *module)
@@ -416,6 +424,69 @@ any_module_now(SpeedupsState *st, PyObject *snapshot, PyObject *names)
     return 0;
 }
 
+static int modules_unchanged(SpeedupsState *st, PyObject *modules);
+
+/* getattr(obj, name) into *result: 1, or 0 on AttributeError (as getattr's
+ * default catches it), or -1 with another exception set. */
+static int
+optional_attr(PyObject *obj, PyObject *name, PyObject **result)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyObject_GetOptionalAttr(obj, name, result);
+#else
+    *result = PyObject_GetAttr(obj, name);
+    if (*result != NULL) {
+        return 1;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        return -1;
+    }
+    PyErr_Clear();
+    return 0;
+#endif
+}
+
+/* For an entry whose submodules depend on sys.modules (its `modules` field,
+ * reducers._modules_entry: (sys.modules's items, the modules' names and
+ * packages)): whether what reducers._same_submodules checks holds without a
+ * walk of sys.modules: the items are the current, unchanged sys.modules's
+ * (modules_items) and the modules among the globals and cells of `snapshot`
+ * have the remembered names and packages (reducers._module_names, asked
+ * again). 1, 0, or -1 with an exception set. */
+static int
+same_modules_now(SpeedupsState *st, PyObject *snapshot, PyObject *names, PyObject *modules_entry)
+{
+    PyObject *modules = sys_modules(st);
+    if (!PyTuple_CheckExact(modules_entry) || PyTuple_GET_SIZE(modules_entry) != 2 || modules == NULL
+        || PyTuple_GET_ITEM(modules_entry, 0) != st->modules_items || !modules_unchanged(st, modules)) {
+        return 0;
+    }
+    PyObject *found = PyList_New(0);
+    PyObject *closure = PyTuple_GET_ITEM(snapshot, SNAPSHOT_FIXED - 1);
+    Py_ssize_t end = SNAPSHOT_FIXED + PyTuple_GET_SIZE(names)
+                     + (PyTuple_Check(closure) ? PyTuple_GET_SIZE(closure) : 0);
+    for (Py_ssize_t i = SNAPSHOT_FIXED; found != NULL && i < end && i < PyTuple_GET_SIZE(snapshot); i++) {
+        PyObject *value = PyTuple_GET_ITEM(snapshot, i);
+        int module = value == st->missing_marker ? 0 : is_module_now(value);
+        PyObject *name = NULL, *package = NULL, *pair = NULL;
+        if (module != 0 && (module < 0 || optional_attr(value, st->str_name, &name) < 0
+                            || optional_attr(value, st->str_package, &package) < 0
+                            || (pair = PyTuple_Pack(2, name ? name : Py_None,
+                                                    package ? package : Py_None)) == NULL
+                            || PyList_Append(found, pair) < 0)) {
+            Py_CLEAR(found);
+        }
+        Py_XDECREF(name);
+        Py_XDECREF(package);
+        Py_XDECREF(pair);
+    }
+    PyObject *now = found == NULL ? NULL : PyList_AsTuple(found);
+    Py_XDECREF(found);
+    int same = now == NULL ? -1 : PyObject_RichCompareBool(now, PyTuple_GET_ITEM(modules_entry, 1), Py_EQ);
+    Py_XDECREF(now);
+    return same;
+}
+
 /* Whether this dump sends code blocks (reducers._blocks_wanted):
  * the state's `blocks` context variable is set and true. 1, 0, or -1 with an
  * exception set. */
@@ -455,8 +526,7 @@ remembered_function(DispatchObject *self, PyObject *func)
     PyObject *result = NULL, *obj = NULL, *snapshot = NULL, *entry = NULL, *generation = NULL;
     PyObject *key = PyLong_FromVoidPtr(func);
     if (key == NULL || dict_get_ref(st->functions, key, &entry) <= 0 || !PyTuple_CheckExact(entry)
-        || PyTuple_GET_SIZE(entry) != ENTRY_SIZE || PyTuple_GET_ITEM(entry, ENTRY_MODULES) != Py_None
-        || PyTuple_GET_ITEM(entry, ENTRY_GROWABLE) != Py_None) {
+        || PyTuple_GET_SIZE(entry) != ENTRY_SIZE || PyTuple_GET_ITEM(entry, ENTRY_GROWABLE) != Py_None) {
         goto done;
     }
     PyObject *parts = PyTuple_GET_ITEM(entry, ENTRY_PARTS);
@@ -475,8 +545,10 @@ remembered_function(DispatchObject *self, PyObject *func)
     snapshot = PyDict_CheckExact(((PyFunctionObject *)func)->func_globals)
                    ? function_snapshot(NULL, snapshot_args, 3)
                    : NULL;
+    PyObject *modules_entry = PyTuple_GET_ITEM(entry, ENTRY_MODULES);
     if (snapshot == NULL || !same_items(snapshot, PyTuple_GET_ITEM(entry, ENTRY_SNAPSHOT))
-        || any_module_now(st, snapshot, names) != 0
+        || (modules_entry == Py_None ? any_module_now(st, snapshot, names) != 0
+                                     : same_modules_now(st, snapshot, names, modules_entry) != 1)
         || PyObject_SetAttr(self->state, st->str_by_value, Py_True) < 0) {
         goto done;
     }
@@ -1928,13 +2000,89 @@ same_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(same_items(args[0], args[1]));
 }
 
+#if PY_VERSION_HEX >= 0x030C0000
+/* The events of the dicts watched as sys.modules, counted (only ever up, under
+ * the GIL): a dict watcher's callback reaches no module state, so this is the
+ * one static that changes. */
+static uint64_t modules_events;
+
+static int
+count_modules_event(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
+{
+    modules_events++;
+    return 0;
+}
+#endif
+
+/* Whether `modules` (sys.modules, an exact dict) is the dict of st->modules_items
+ * and has not changed since that tuple was made. */
+static int
+modules_unchanged(SpeedupsState *st, PyObject *modules)
+{
+    if (modules != st->modules_dict || st->modules_items == NULL) {
+        return 0;
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    return st->modules_watcher >= 0 && modules_events == st->modules_stamp;
+#else
+    return ((PyDictObject *)modules)->ma_version_tag == st->modules_stamp;
+#endif
+}
+
+/* modules_items(): sys.modules's keys and values, flat, in order (what
+ * cloudpickle's submodule search reads), as one tuple for as long as the dict
+ * is the same and unchanged; None if sys.modules is not an exact dict (the
+ * Python version copies it then). */
+static PyObject *
+modules_items(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    SpeedupsState *st = module_state(module);
+    PyObject *modules = sys_modules(st);
+    if (modules == NULL) {
+        Py_RETURN_NONE;
+    }
+    if (modules_unchanged(st, modules)) {
+        return Py_NewRef(st->modules_items);
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    if (modules != st->modules_dict && st->modules_watcher >= 0) {
+        if ((st->modules_dict != NULL && PyDict_Unwatch(st->modules_watcher, st->modules_dict) < 0)
+            || PyDict_Watch(st->modules_watcher, modules) < 0) {
+            return NULL;
+        }
+    }
+    uint64_t stamp = modules_events;
+#else
+    uint64_t stamp = ((PyDictObject *)modules)->ma_version_tag;
+#endif
+    PyObject *items = PyTuple_New(2 * PyDict_GET_SIZE(modules));
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t pos = 0, at = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(modules, &pos, &key, &value)) { /* (no Python code runs) */
+        PyTuple_SET_ITEM(items, at, Py_NewRef(key));
+        PyTuple_SET_ITEM(items, at + 1, Py_NewRef(value));
+        at += 2;
+    }
+    Py_XSETREF(st->modules_dict, Py_NewRef(modules));
+    Py_XSETREF(st->modules_items, Py_NewRef(items));
+    st->modules_stamp = stamp;
+    return items;
+}
+
 /* same_modules(items): whether sys.modules holds the very keys and values of
  * `items` (a flat tuple: key, value, key, value...), in the same order. The
  * submodules cloudpickle lists for a function depend on them. */
 static PyObject *
 same_modules(PyObject *module, PyObject *items)
 {
-    PyObject *modules = sys_modules(module_state(module)); /* borrowed: what cloudpickle reads */
+    SpeedupsState *st = module_state(module);
+    PyObject *modules = sys_modules(st); /* borrowed: what cloudpickle reads */
+    if (modules != NULL && items == st->modules_items && modules_unchanged(st, modules)) {
+        Py_RETURN_TRUE;
+    }
     if (modules == NULL || !PyTuple_CheckExact(items)
         || PyTuple_GET_SIZE(items) != 2 * PyDict_GET_SIZE(modules)) {
         Py_RETURN_FALSE;
@@ -1992,6 +2140,8 @@ static PyMethodDef speedups_methods[] = {
                "the function cloudpickle's receiver makes (graphpickle.core.blocks).")},
     {"same_objects", (PyCFunction)(void (*)(void))same_objects, METH_FASTCALL,
      PyDoc_STR("same_objects(a, b): two flat tuples of the same objects, position by position.")},
+    {"modules_items", modules_items, METH_NOARGS,
+     PyDoc_STR("modules_items(): sys.modules's keys and values, flat; the same tuple while it does not change.")},
     {"same_modules", same_modules, METH_O,
      PyDoc_STR("same_modules(items): sys.modules holds these keys and values, in this order.")},
     {"remember_by_reference", remember_by_reference, METH_O,
@@ -2055,6 +2205,15 @@ init_state(PyObject *module, SpeedupsState *st)
     st->sys_dict = sys == NULL ? NULL : Py_NewRef(PyModule_GetDict(sys));
     Py_XDECREF(sys);
     st->by_value_registry = PySet_New(NULL); /* until set_by_reference_policy() */
+#if PY_VERSION_HEX >= 0x030C0000
+    /* (An interpreter has 8 dict watchers: without one, same_modules walks.) */
+    st->modules_watcher = PyDict_AddWatcher(count_modules_event);
+    if (st->modules_watcher < 0) {
+        PyErr_Clear();
+    }
+#else
+    st->modules_watcher = -1;
+#endif
     if (st->empty_bytes == NULL || st->empty_dict == NULL || st->by_reference == NULL
         || st->by_value_registry == NULL || st->main_modules == NULL || st->sys_dict == NULL) {
         return -1;
@@ -2075,7 +2234,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 16) < 0 /* VERSION: native.py */
+        || add_version(module, 17) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {
@@ -2098,6 +2257,12 @@ static int
 speedups_clear(PyObject *module)
 {
     SpeedupsState *st = module_state(module);
+#if PY_VERSION_HEX >= 0x030C0000
+    if (st->modules_watcher >= 0) {
+        PyDict_ClearWatcher(st->modules_watcher); /* (it cannot fail for our own id) */
+        st->modules_watcher = -1;
+    }
+#endif
 #define CLEAR_FIELD(field) Py_CLEAR(st->field);
     FOR_EACH_STATE_FIELD(CLEAR_FIELD)
 #undef CLEAR_FIELD

@@ -13,10 +13,10 @@ import types
 from .. import _native
 
 #: The VERSION of ``_speedups.c`` this package's Python files expect.
-VERSION = 16
+VERSION = 17
 NAMES = (
     "Dispatch", "Dumper", "Loader", "Sink", "bytearray8_overruns", "function_snapshot",
-    "make_function", "remember_by_reference", "same_modules", "same_objects",
+    "make_function", "modules_items", "remember_by_reference", "same_modules", "same_objects",
     "set_by_reference_policy", "set_function_layouts", "set_remembered", "ENTRY_FIELDS",
     "PARTS_FIELDS", "SNAPSHOT_FIELDS",
 )  # fmt: skip

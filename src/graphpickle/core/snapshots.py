@@ -73,15 +73,23 @@ def same_objects_in_python(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     )
 
 
-def modules_items() -> tuple[Any, ...]:
+def modules_items_in_python() -> tuple[Any, ...]:
     """``sys.modules``'s keys and values, flat, in order: what cloudpickle's
     submodule search reads."""
     return tuple(itertools.chain.from_iterable(sys.modules.copy().items()))
 
 
+def _modules_items_in_c() -> tuple[Any, ...]:
+    # The C module's is one tuple while sys.modules does not change, which
+    # same_modules then recognises without a walk; None if sys.modules is not
+    # an exact dict.
+    items: tuple[Any, ...] | None = _speedups.modules_items()
+    return modules_items_in_python() if items is None else items
+
+
 def same_modules_in_python(items: tuple[Any, ...]) -> bool:
     """Whether ``sys.modules`` holds the very keys and values of ``items``."""
-    return same_objects_in_python(modules_items(), items)
+    return same_objects_in_python(modules_items_in_python(), items)
 
 
 function_snapshot: Callable[[types.FunctionType, tuple[str, ...], Any], tuple[Any, ...]] = (
@@ -89,6 +97,9 @@ function_snapshot: Callable[[types.FunctionType, tuple[str, ...], Any], tuple[An
 )
 same_objects: Callable[[tuple[Any, ...], tuple[Any, ...]], bool] = (
     same_objects_in_python if _speedups is None else _speedups.same_objects
+)
+modules_items: Callable[[], tuple[Any, ...]] = (
+    modules_items_in_python if _speedups is None else _modules_items_in_c
 )
 same_modules: Callable[[tuple[Any, ...]], bool] = (
     same_modules_in_python if _speedups is None else _speedups.same_modules
