@@ -2,7 +2,9 @@
 
 Prints each run's totals and the tests that fail only with graphpickle (a test
 missing from that run counts: its run died or did not collect it). Exit status 1
-if there is any, 2 if a run left no readable junit file.
+if there is any, 2 if a run left no readable junit file or a test module of
+either run did not collect (an import error in both runs would otherwise compare
+as equal, with none of the module's tests run).
 
 A test that upstream marks as an expected failure and that passes is an
 "xpassed" outcome, listed apart, not a failure, even under ``xfail_strict``
@@ -34,13 +36,27 @@ def outcomes(path):
     return result
 
 
+def uncollected(path):
+    """The test modules pytest could not collect, from a junit file."""
+    return sorted(
+        f"{case.get('classname')}.{case.get('name')}".lstrip(".")
+        for case in ET.parse(path).iter("testcase")
+        for child in case
+        if child.tag == "error" and child.get("message") == "collection failure"
+    )
+
+
 def main(stock_xml, graphpickle_xml):
     runs = {}
     for label, path in (("stock", stock_xml), ("graphpickle", graphpickle_xml)):
         try:
             runs[label] = outcomes(path)
+            broken = uncollected(path)
         except (OSError, ET.ParseError) as exc:
             print(f"  {label}: no result, the run died ({exc}); see its log")
+            return 2
+        if broken:
+            print(f"  {label}: no result, not collected: {', '.join(broken)}; see its log")
             return 2
         counts = Counter(runs[label].values())
         totals = ", ".join(
