@@ -365,10 +365,10 @@ def test_sys_modules_items_are_one_tuple_until_sys_modules_changes(monkeypatch):
 
     if speedups is None:
         pytest.skip("graphpickle.core._speedups is not built")
-    spare = types.ModuleType("gp_modules_items_spare")
+    spare, spare_2 = types.ModuleType("gp_modules_items_spare"), types.ModuleType("x")
     changes = [
         lambda: sys.modules.__setitem__("gp_modules_items_spare", spare),  # added
-        lambda: sys.modules.__setitem__("gp_modules_items_spare", types.ModuleType("x")),  # replaced
+        lambda: sys.modules.__setitem__("gp_modules_items_spare", spare_2),  # replaced
         lambda: sys.modules.pop("gp_modules_items_spare"),  # deleted
         lambda: sys.modules.update(gp_modules_items_spare=spare),  # added by update
         lambda: sys.modules.setdefault("gp_modules_items_spare_2", spare),

@@ -83,6 +83,7 @@ def _modules_items_in_c() -> tuple[Any, ...]:
     # The C module's is one tuple while sys.modules does not change, which
     # same_modules then recognises without a walk; None if sys.modules is not
     # an exact dict.
+    assert _speedups is not None
     items: tuple[Any, ...] | None = _speedups.modules_items()
     return modules_items_in_python() if items is None else items
 
