@@ -8,6 +8,7 @@ lambda. ``scale`` shrinks every workload for quick runs.
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,11 @@ from typing import Any
 def inc(x: Any, *args: Any) -> Any:
     """The importable task function."""
     return x + 1
+
+
+def floor_inc(x: Any, *args: Any) -> Any:
+    """An importable task function that uses a module, as most notebook code does."""
+    return math.floor(x) + 1
 
 
 @dataclass
@@ -223,10 +229,14 @@ SMALL_MESSAGES = [
 
 # The same function and dataclass as inc and Point, as a notebook cell defines them.
 MAIN_SOURCE = """
+import math
 from dataclasses import dataclass
 
 def inc(x, *args):
     return x + 1
+
+def floor_inc(x, *args):
+    return math.floor(x) + 1
 
 @dataclass
 class Point:
@@ -269,6 +279,12 @@ BY_VALUE_MESSAGES = [
         "dask Task, __main__ function",
         lambda main: _dask_task(main["inc"]),
         lambda: _dask_task(inc),
+        2.0,
+    ),
+    ByValueMessage(
+        "dask Task, __main__ function that uses a module",
+        lambda main: _dask_task(main["floor_inc"]),
+        lambda: _dask_task(floor_inc),
         2.0,
     ),
     ByValueMessage(
