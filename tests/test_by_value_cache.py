@@ -279,6 +279,66 @@ def test_a_capture_that_grows_in_place_still_warns():
         graphpickle.set_large_capture_threshold(before)
 
 
+def test_captures_that_can_grow_are_checked_by_the_c_hook_while_their_sizes_hold(monkeypatch):
+    # A function that captures a list (global) and a dict (cell): the C hook
+    # answers while their sizes are the remembered ones; a change of size, a
+    # capture without a length, or a len() that raises goes to the Python path.
+    from graphpickle.core.native import speedups
+
+    if speedups is None or not _reducers.CACHING:
+        pytest.skip("needs graphpickle.core._speedups, and functions remembered")
+
+    class Sized:
+        def __init__(self):
+            self.size, self.error = 1, None
+
+        def __len__(self):
+            if self.error is not None:
+                raise self.error
+            return self.size
+
+    sized = Sized()
+    namespace: dict = {"__name__": "__main__", "data": [0], "sized": sized}
+    exec(
+        "def make(table):\n"
+        "    def uses():\n"
+        "        return len(data), len(table), len(sized)\n"
+        "    return uses\n",
+        namespace,
+    )
+    table = {"a": 1}
+    uses = namespace["make"](table)
+    first = graphpickle.dumps(uses)
+    entry = _reducers._functions[id(uses)]
+    assert entry[_reducers._GROWABLE] == (1, 1, 1)
+    reused = []
+    real_reuse = _reducers._reuse
+    monkeypatch.setattr(
+        _reducers,
+        "_reuse",
+        lambda state, g: (g is uses and reused.append(1)) or real_reuse(state, g),
+    )
+    assert graphpickle.dumps(uses) == first and reused == []  # answered in C
+    for change, undo in [
+        (lambda: namespace["data"].append(1), lambda: namespace["data"].pop()),
+        (lambda: table.update(b=2), lambda: table.pop("b")),
+        (lambda: setattr(sized, "size", 5), lambda: setattr(sized, "size", 1)),
+    ]:
+        change()
+        changed = graphpickle.dumps(uses)
+        assert reused and changed == fresh(uses)  # the Python path, then a fresh reduction agrees
+        undo()
+        graphpickle.dumps(uses)  # remembered again: sizes as before
+        reused.clear()
+        assert graphpickle.dumps(uses) == first and reused == []
+    sized.error = ValueError("len() failed")
+    with pytest.raises(ValueError, match="len"):
+        graphpickle.dumps(uses)  # raised as by the Python path
+    sized.error = TypeError("no length now")
+    graphpickle.dumps(uses)
+    assert reused  # no length: the Python path, every time
+
+
 def test_code_reductions_remembered_in_default_mode_stay_out_of_deterministic_payloads():
     # The C hook answers a code object from the table of remembered code
     # reductions, in default mode only: a deterministic payload writes its own.

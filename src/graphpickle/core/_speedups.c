@@ -487,6 +487,73 @@ same_modules_now(SpeedupsState *st, PyObject *snapshot, PyObject *names, PyObjec
     return same;
 }
 
+/* Whether `value` is of a type whose size cannot change in place (captures._FIXED_SIZE). */
+static int
+fixed_size(PyObject *value)
+{
+    PyTypeObject *type = Py_TYPE(value);
+    return type == &PyLong_Type || type == &PyFloat_Type || type == &PyBool_Type
+           || type == &PyComplex_Type || value == Py_None || type == &PyFunction_Type
+           || type == &PyModule_Type || type == &PyType_Type || type == &PyUnicode_Type
+           || type == &PyBytes_Type;
+}
+
+/* Whether the captures of a remembered function that could grow in place
+ * have the sizes its entry remembered (`growable`: captures.growable_sizes,
+ * from the globals of its reduction's state and the contents of its cells),
+ * every one with a length: then the Python path would neither warn nor
+ * change the entry. 1, 0, or -1 with an exception set (which a len() raised:
+ * the Python path raises it again). */
+static int
+same_growable_sizes(PyObject *func, PyObject *parts, PyObject *growable)
+{
+    PyObject *state = PyTuple_GET_ITEM(parts, PARTS_STATE), *slots, *globals, *closure;
+    if (!PyTuple_CheckExact(growable) || !PyTuple_CheckExact(state) || PyTuple_GET_SIZE(state) != 2
+        || !PyDict_CheckExact(slots = PyTuple_GET_ITEM(state, 1))
+        || (globals = PyDict_GetItemString(slots, "__globals__")) == NULL || !PyDict_CheckExact(globals)
+        || (closure = PyDict_GetItemString(slots, "__closure__")) == NULL
+        || (closure != Py_None && !PyTuple_CheckExact(closure))) {
+        return 0;
+    }
+    /* What captures.captured_values lists: the globals' values, then the cells'
+     * contents (zip with co_freevars), copied first (a len() may run code). */
+    PyObject *freevars = PyCode_GetFreevars((PyCodeObject *)PyFunction_GET_CODE(func));
+    PyObject *values = freevars == NULL ? NULL : PyDict_Values(globals);
+    Py_ssize_t cells = closure == Py_None ? 0 : PyTuple_GET_SIZE(closure);
+    if (freevars != NULL && PyTuple_GET_SIZE(freevars) < cells) {
+        cells = PyTuple_GET_SIZE(freevars);
+    }
+    Py_XDECREF(freevars);
+    for (Py_ssize_t i = 0; values != NULL && i < cells; i++) {
+        PyObject *cell = PyTuple_GET_ITEM(closure, i);
+        PyObject *contents = PyCell_Check(cell) ? PyCell_GET(cell) : NULL;
+        if (!PyCell_Check(cell) || (contents != NULL && PyList_Append(values, contents) < 0)) {
+            Py_CLEAR(values);
+        }
+    }
+    if (values == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    int same = 1;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; same == 1 && i < PyList_GET_SIZE(values); i++) {
+        PyObject *value = PyList_GET_ITEM(values, i);
+        if (fixed_size(value)) {
+            continue;
+        }
+        Py_ssize_t size = PyObject_Size(value);
+        if (size < 0) { /* (no length: -1, which the Python path checks every time) */
+            same = PyErr_ExceptionMatches(PyExc_TypeError) ? (PyErr_Clear(), 0) : -1;
+        }
+        else if (at >= PyTuple_GET_SIZE(growable)
+                 || PyLong_AsSsize_t(PyTuple_GET_ITEM(growable, at++)) != size) {
+            same = PyErr_Occurred() ? -1 : 0;
+        }
+    }
+    Py_DECREF(values);
+    return same == 1 && at == PyTuple_GET_SIZE(growable) ? 1 : same;
+}
+
 /* Whether this dump sends code blocks (reducers._blocks_wanted):
  * the state's `blocks` context variable is set and true. 1, 0, or -1 with an
  * exception set. */
@@ -526,7 +593,7 @@ remembered_function(DispatchObject *self, PyObject *func)
     PyObject *result = NULL, *obj = NULL, *snapshot = NULL, *entry = NULL, *generation = NULL;
     PyObject *key = PyLong_FromVoidPtr(func);
     if (key == NULL || dict_get_ref(st->functions, key, &entry) <= 0 || !PyTuple_CheckExact(entry)
-        || PyTuple_GET_SIZE(entry) != ENTRY_SIZE || PyTuple_GET_ITEM(entry, ENTRY_GROWABLE) != Py_None) {
+        || PyTuple_GET_SIZE(entry) != ENTRY_SIZE) {
         goto done;
     }
     PyObject *parts = PyTuple_GET_ITEM(entry, ENTRY_PARTS);
@@ -549,6 +616,8 @@ remembered_function(DispatchObject *self, PyObject *func)
     if (snapshot == NULL || !same_items(snapshot, PyTuple_GET_ITEM(entry, ENTRY_SNAPSHOT))
         || (modules_entry == Py_None ? any_module_now(st, snapshot, names) != 0
                                      : same_modules_now(st, snapshot, names, modules_entry) != 1)
+        || (PyTuple_GET_ITEM(entry, ENTRY_GROWABLE) != Py_None
+            && same_growable_sizes(func, parts, PyTuple_GET_ITEM(entry, ENTRY_GROWABLE)) != 1)
         || PyObject_SetAttr(self->state, st->str_by_value, Py_True) < 0) {
         goto done;
     }
