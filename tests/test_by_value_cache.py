@@ -8,6 +8,7 @@ import importlib
 import sys
 import warnings
 
+import cloudpickle
 import pytest
 
 import graphpickle
@@ -505,3 +506,40 @@ def test_a_remembered_function_never_turns_an_error_into_a_payload(cell):
         graphpickle.dumps(f)
     cell["G"] = [2]
     assert graphpickle.loads(graphpickle.dumps(f))() == [2]
+
+
+def test_the_c_hook_writes_a_module_by_reference_as_the_python_handler_does(monkeypatch):
+    # An exact module that sys.modules holds under its __name__, with nothing
+    # registered by value, is answered in C (subimport); anything else is
+    # asked of the Python handler, which decides.
+    import types
+
+    from graphpickle.core.native import speedups
+
+    if speedups is None:
+        pytest.skip("graphpickle.core._speedups is not built")
+    spare = types.ModuleType("gp_c_module_spare")
+    monkeypatch.setitem(sys.modules, "gp_c_module_spare", spare)
+    asked = []
+    real = _reducers.module_reason
+    monkeypatch.setattr(_reducers, "module_reason", lambda m: asked.append(m) or real(m))
+    by_reference = graphpickle.dumps(spare)
+    assert b"subimport" in by_reference and b"dynamic_subimport" not in by_reference
+    assert asked == []  # answered in C
+    changes = {
+        "another module under its name": lambda patch: patch.setitem(
+            sys.modules, "gp_c_module_spare", types.ModuleType("gp_c_module_spare")
+        ),
+        "renamed": lambda patch: patch.setattr(spare, "__name__", "gp_c_module_renamed"),
+        "registered by value": lambda patch: cloudpickle.register_pickle_by_value(spare),
+    }
+    for label, change in changes.items():
+        with monkeypatch.context() as patch:
+            change(patch)
+            try:
+                payload = graphpickle.dumps(spare)
+            finally:
+                _reducers.REGISTERED_BY_VALUE.discard("gp_c_module_spare")
+        assert b"dynamic_subimport" in payload and asked == [spare], label
+        asked.clear()
+    assert graphpickle.dumps(spare) == by_reference and asked == []

@@ -475,13 +475,17 @@ def reduce_code(code: types.CodeType) -> Reduction:
     return reduction
 
 
+#: cloudpickle's reconstructor of a module the receiver imports by name.
+subimport = _cp.subimport
+
+
 def reduce_module(module: types.ModuleType, *, by_value: bool) -> Reduction:
     """A module is re-imported by name, or rebuilt from its ``__dict__``."""
     if by_value:
         state = dict(module.__dict__)
         state.pop("__builtins__", None)  # may hold unpicklable objects; rebuilt on load
         return (_cp.dynamic_subimport, (module.__name__, state))
-    return (_cp.subimport, (module.__name__,))
+    return (subimport, (module.__name__,))
 
 
 def reduce_method_by_value(method: types.MethodType) -> Reduction:

@@ -85,6 +85,10 @@ typedef struct {
     /* The policy's handlers of functions and classes: another handler (a
      * reducer registered for all functions) is never bypassed. */
     PyObject *function_handler, *class_handler;
+    /* The policy's handler of modules, and cloudpickle's subimport: an exact
+     * module that sys.modules holds under its __name__, with nothing registered
+     * by value, is answered (subimport, (name,)) as the handler answers it. */
+    PyObject *module_handler, *subimport;
     /* What the hook answers without calling a handler, set by set_remembered
      * (reducers.py); a hit is the handler's answer, and a miss asks it:
      * - builtin_types maps the classes of `types` that are not importable by
@@ -120,6 +124,7 @@ typedef struct {
     DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(str_locals)    \
     DO(str_lambda) DO(main_modules) DO(str_modules) DO(sys_dict) DO(empty_bytes)                  \
     DO(empty_dict) DO(by_reference) DO(by_value_registry) DO(function_handler) DO(class_handler) \
+    DO(module_handler) DO(subimport)                                                              \
     DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
     DO(function_builtins) DO(function_layouts) DO(make_function_slow)                             \
     DO(missing_marker) DO(modules_dict) DO(modules_items)
@@ -664,12 +669,41 @@ done:
 
 /* What the handler would answer for obj from the tables that set_remembered
  * gave, or NULL (no exception set) to ask it. */
+/* reducers._reduce_module's answer for a module it writes by reference (its
+ * name is that of the module sys.modules holds under it, and no module is
+ * registered by value: policy.module_reason), or NULL (no exception set) to
+ * ask it. */
+static PyObject *
+module_by_reference(SpeedupsState *st, PyObject *module)
+{
+    if (st->subimport == NULL || !PyModule_CheckExact(module)
+        || PySet_GET_SIZE(st->by_value_registry) != 0) {
+        return NULL;
+    }
+    /* (an exact module's __name__ is its dict's; an exact str hashes without code) */
+    PyObject *name = PyDict_GetItemWithError(PyModule_GetDict(module), st->str_name);
+    PyObject *modules = sys_modules(st);
+    if (name == NULL || !PyUnicode_CheckExact(name) || modules == NULL
+        || PyDict_GetItemWithError(modules, name) != module) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *result = Py_BuildValue("(O(O))", st->subimport, name);
+    if (result == NULL) {
+        PyErr_Clear(); /* the handler runs, and answers */
+    }
+    return result;
+}
+
 static PyObject *
 remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
 {
     SpeedupsState *st = self->st;
     if (handler == st->function_handler) {
         return remembered_function(self, obj);
+    }
+    if (handler == st->module_handler) {
+        return module_by_reference(st, obj);
     }
     if (handler == st->class_handler) {
         if (st->builtin_types == NULL || !is_plain_class(obj)) { /* a metaclass may hash in Python */
@@ -1933,14 +1967,16 @@ static PyObject *
 set_by_reference_policy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     SpeedupsState *st = module_state(module);
-    if (nargs != 3 || !PySet_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "set_by_reference_policy(registry: set, function_handler, class_handler)");
+    if (nargs != 5 || !PySet_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "set_by_reference_policy(registry: set, function_handler, "
+                                         "class_handler, module_handler, subimport)");
         return NULL;
     }
     Py_SETREF(st->by_value_registry, Py_NewRef(args[0]));
     Py_XSETREF(st->function_handler, Py_NewRef(args[1]));
     Py_XSETREF(st->class_handler, Py_NewRef(args[2]));
+    Py_XSETREF(st->module_handler, Py_NewRef(args[3]));
+    Py_XSETREF(st->subimport, Py_NewRef(args[4]));
     PyDict_Clear(st->by_reference);
     Py_RETURN_NONE;
 }
@@ -2303,7 +2339,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 17) < 0 /* VERSION: native.py */
+        || add_version(module, 18) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {

@@ -48,7 +48,12 @@ class Loader:
 
 def remember_by_reference(obj: Any, /) -> None: ...
 def set_by_reference_policy(
-    registry: set[str], function_handler: Any, class_handler: Any, /
+    registry: set[str],
+    function_handler: Any,
+    class_handler: Any,
+    module_handler: Any,
+    subimport: Any,
+    /,
 ) -> None: ...
 def set_remembered(
     code_handler: Any,

@@ -665,12 +665,15 @@ def _layouts_agree(module: Any) -> bool:
 
 
 if _speedups is not None:
-    _speedups.set_by_reference_policy(REGISTERED_BY_VALUE, _reduce_function, _reduce_class)
+    _speedups.set_by_reference_policy(
+        REGISTERED_BY_VALUE, _reduce_function, _reduce_class, _reduce_module, cp.subimport
+    )
     # The C hook answers from these tables without calling the handlers (the
     # first thing each does is read them): every by-value function's payload
     # holds a code object and names types.CodeType, and a remembered function
-    # is _reduce_function's first branch (an entry with modules or growable
-    # captures to check again goes to Python). A C module that lays them out
+    # is _reduce_function's first branch (an entry whose modules or growable
+    # captures changed goes to Python). It answers a module that goes by
+    # reference itself (set_by_reference_policy above). A C module that lays them out
     # otherwise (built from another version) is not handed them: the handlers
     # then answer every object.
     if _layouts_agree(_speedups):
