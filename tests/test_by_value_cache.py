@@ -543,3 +543,31 @@ def test_the_c_hook_writes_a_module_by_reference_as_the_python_handler_does(monk
         assert b"dynamic_subimport" in payload and asked == [spare], label
         asked.clear()
     assert graphpickle.dumps(spare) == by_reference and asked == []
+
+
+def test_a_function_its_module_does_not_hold_is_remembered_and_asked_again(monkeypatch):
+    # Not importable (its module does not hold it under its name): remembered,
+    # but the policy decides again at each reuse, in Python; once the module
+    # holds it, it goes by reference, and by value again once it does not.
+    import types
+
+    if not _reducers.CACHING:
+        pytest.skip("the caches are off")
+    home = types.ModuleType("gp_not_importable_home")
+    monkeypatch.setitem(sys.modules, "gp_not_importable_home", home)
+    namespace: dict = {"__name__": "gp_not_importable_home"}
+    exec("def helper(x):\n    return x + 1\n", namespace)
+    helper = namespace["helper"]
+    by_value = graphpickle.dumps(helper)
+    assert b"_make_function" in by_value
+    entry = _reducers._functions[id(helper)]
+    assert entry[_reducers._RECHECK] is True
+    asked = []
+    real = _reducers.function_reason
+    monkeypatch.setattr(_reducers, "function_reason", lambda f: asked.append(f) or real(f))
+    assert graphpickle.dumps(helper) == by_value and asked == [helper]  # reused, asked again
+    home.helper = helper
+    by_reference = graphpickle.dumps(helper)
+    assert b"_make_function" not in by_reference and b"gp_not_importable_home" in by_reference
+    del home.helper
+    assert graphpickle.dumps(helper) == by_value

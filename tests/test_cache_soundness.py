@@ -343,6 +343,20 @@ SCENARIOS = {
         """,
         CALL,
     ),
+    "a function its module comes to hold, then drops": (
+        """
+        spare = spare_module()
+        namespace = {"__name__": "gp_spare"}
+        exec("def f():\\n    return 'f'\\n", namespace)
+        f = namespace["f"]
+        send("not held: by value", f)
+        spare.f = f
+        send("held: by reference", f)
+        del spare.f
+        send("dropped: by value again", f)
+        """,
+        CALL,
+    ),
     "sys.modules rebound without the function's module": (
         """
         spare = spare_module()
@@ -351,6 +365,7 @@ SCENARIOS = {
         f.__module__ = "gp_spare"
         graphpickle.dumps(f)  # by reference, and remembered so
         gpd.dumps(f)
+        import distributed.protocol.serialize  # (now: a rebound sys.modules breaks imports)
         sys.modules = dict(sys.modules)
         del sys.modules["gp_spare"]
         send("after", f)
@@ -571,15 +586,17 @@ finally:
     sys.setprofile(None)
     _reducers._remember = remember
 assert not rebuilt, f"reduced again: {rebuilt}"
-# Not remembered by design, so reduced in every payload: a function not found
-# by its names (3.14's dataclasses make an __init__.__annotate__ of their own),
-# and from 3.14 an __annotate__ of a class or of its methods, which travels with
-# the names it reads from the class's dict, copied in each payload.
+# Not remembered by design, so reduced in every payload: from 3.14 an
+# __annotate__ of a class or of its methods, which travels with the names it
+# reads from the class's dict, copied in each payload. A function not found by
+# its names (3.14's dataclasses make an __init__.__annotate__ of their own) is
+# remembered, and asked again in Python at each reuse.
 reads_class = lambda f: "__classdict__" in f.__code__.co_freevars
-by_design = lambda f: reads_class(f) or function_reason(f) not in _reducers._REMEMBERED_REASONS
+by_design = lambda f: reads_class(f) or function_reason(f) not in (
+    _reducers._REMEMBERED_REASONS | _reducers._RECHECKED_REASONS)
 assert not [f for f in calls if by_design(f) and id(f) in _reducers._functions]
-checked = lambda f: by_design(f) or any(_reducers._functions[id(f)][i] is not None
-                                        for i in (_reducers._MODULES, _reducers._GROWABLE))
+checked = lambda f: by_design(f) or _reducers._functions[id(f)][_reducers._RECHECK] or any(
+    _reducers._functions[id(f)][i] is not None for i in (_reducers._MODULES, _reducers._GROWABLE))
 if speedups is not None:
     unchecked = [f.__qualname__ for f in calls if not checked(f)]
     assert not unchecked, f"answered in Python: {unchecked}"

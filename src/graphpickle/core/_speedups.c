@@ -390,7 +390,7 @@ in_default_mode(DispatchObject *self)
 /* A remembered function's entry (reducers._functions: id -> entry) and the
  * parts of its reduction, by position: ENTRY_FIELDS and PARTS_FIELDS below. */
 enum { ENTRY_REF, ENTRY_SNAPSHOT, ENTRY_NAMES, ENTRY_MODULES, ENTRY_GROWABLE, ENTRY_GENERATION,
-       ENTRY_PARTS, ENTRY_BLOCK, ENTRY_SIZE };
+       ENTRY_PARTS, ENTRY_BLOCK, ENTRY_RECHECK, ENTRY_SIZE };
 enum { PARTS_MAKE, PARTS_CODE, PARTS_CLOSURE, PARTS_STATE, PARTS_SETSTATE, PARTS_SIZE };
 #define SNAPSHOT_FIXED 9 /* code ... closure: see SNAPSHOT_FIELDS */
 
@@ -492,11 +492,17 @@ same_modules_now(SpeedupsState *st, PyObject *snapshot, PyObject *names, PyObjec
     return same;
 }
 
-/* Whether `value` is of a type whose size cannot change in place (captures._FIXED_SIZE). */
+/* Whether `value` is of a type whose size cannot change in place
+ * (captures._FIXED_SIZE), or a builtin function of a module
+ * (captures._module_builtin). */
 static int
 fixed_size(PyObject *value)
 {
     PyTypeObject *type = Py_TYPE(value);
+    if (PyCFunction_CheckExact(value)) {
+        PyObject *owner = PyCFunction_GET_SELF(value);
+        return owner == NULL || owner == Py_None || PyModule_CheckExact(owner);
+    }
     return type == &PyLong_Type || type == &PyFloat_Type || type == &PyBool_Type
            || type == &PyComplex_Type || value == Py_None || type == &PyFunction_Type
            || type == &PyModule_Type || type == &PyType_Type || type == &PyUnicode_Type
@@ -598,7 +604,7 @@ remembered_function(DispatchObject *self, PyObject *func)
     PyObject *result = NULL, *obj = NULL, *snapshot = NULL, *entry = NULL, *generation = NULL;
     PyObject *key = PyLong_FromVoidPtr(func);
     if (key == NULL || dict_get_ref(st->functions, key, &entry) <= 0 || !PyTuple_CheckExact(entry)
-        || PyTuple_GET_SIZE(entry) != ENTRY_SIZE) {
+        || PyTuple_GET_SIZE(entry) != ENTRY_SIZE || PyTuple_GET_ITEM(entry, ENTRY_RECHECK) != Py_False) {
         goto done;
     }
     PyObject *parts = PyTuple_GET_ITEM(entry, ENTRY_PARTS);
@@ -2211,7 +2217,7 @@ static const char *SNAPSHOT_FIELDS[SNAPSHOT_FIXED] = {
     "code", "defaults", "kwdefaults", "name", "qualname", "module", "doc", "annotations", "closure",
 };
 static const char *ENTRY_FIELDS[ENTRY_SIZE] = {
-    "ref", "snapshot", "names", "modules", "growable", "generation", "parts", "block",
+    "ref", "snapshot", "names", "modules", "growable", "generation", "parts", "block", "recheck",
 };
 static const char *PARTS_FIELDS[PARTS_SIZE] = {"make", "code", "closure", "state", "setstate"};
 
@@ -2339,7 +2345,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 18) < 0 /* VERSION: native.py */
+        || add_version(module, 19) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {

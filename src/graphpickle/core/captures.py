@@ -83,6 +83,16 @@ _NEVER_LARGE = frozenset(
 _FIXED_SIZE = _NEVER_LARGE | {str, bytes}
 
 
+def _module_builtin(value: Any) -> bool:
+    """A builtin function of a module (``len``, ``_thread.get_ident``), which
+    pickle writes by reference; not a builtin method bound to an object
+    (``items.append`` carries ``items``)."""
+    if type(value) is not types.BuiltinFunctionType:
+        return False
+    owner = value.__self__
+    return owner is None or type(owner) is types.ModuleType
+
+
 def growable_sizes(func: types.FunctionType, state: Any) -> tuple[int, ...] | None:
     """The ``len()`` of each global or closure variable of ``func`` that could
     grow in place (a list, a dict, an array, a tuple holding one), ``None`` if
@@ -92,7 +102,7 @@ def growable_sizes(func: types.FunctionType, state: Any) -> tuple[int, ...] | No
     not seen."""
     sizes = []
     for _, _, value in captured_values(func, state):
-        if type(value) not in _FIXED_SIZE:
+        if type(value) not in _FIXED_SIZE and not _module_builtin(value):
             try:
                 sizes.append(len(value))
             except TypeError:
@@ -113,7 +123,7 @@ def warn_about_large_captures(func: types.FunctionType, state: Any) -> bool:
         return True
     small = True
     for name, kind, value in captured_values(func, state):
-        if type(value) not in _NEVER_LARGE:
+        if type(value) not in _NEVER_LARGE and not _module_builtin(value):
             size = estimate_nbytes(value)
             if size > threshold:
                 small = False

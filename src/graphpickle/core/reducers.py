@@ -138,11 +138,20 @@ _MISSING = object()
 _REMEMBERED_REASONS = frozenset(
     {ByValueReason.MAIN, ByValueReason.LAMBDA, ByValueReason.CLOSURE, ByValueReason.LOCAL}
 )
+# A function that goes by value because its module does not hold it (3.14+:
+# every dataclass's __init__.__annotate__, of module dataclasses) is remembered
+# too, but its names do not decide that: each reuse asks the policy again
+# (in Python: the C hook leaves such entries to it).
+_RECHECKED_REASONS = frozenset({ByValueReason.NOT_IMPORTABLE})
 # An entry of _functions (id(func) -> entry) and the parts of its reduction, by
 # position; _speedups.c reads both (its ENTRY_FIELDS and PARTS_FIELDS).
-ENTRY_FIELDS = ("ref", "snapshot", "names", "modules", "growable", "generation", "parts", "block")
+ENTRY_FIELDS = (
+    "ref", "snapshot", "names", "modules", "growable", "generation", "parts", "block", "recheck",
+)  # fmt: skip
 PARTS_FIELDS = ("make", "code", "closure", "state", "setstate")
-_REF, _SNAPSHOT, _NAMES, _MODULES, _GROWABLE, _GENERATION, _PARTS, _BLOCK = range(len(ENTRY_FIELDS))
+_REF, _SNAPSHOT, _NAMES, _MODULES, _GROWABLE, _GENERATION, _PARTS, _BLOCK, _RECHECK = range(
+    len(ENTRY_FIELDS)
+)
 _functions: dict[int, tuple[Any, ...]] = {}
 _codes: dict[int, tuple[types.CodeType, Any, Any]] = {}
 # What cloudpickle's function state holds (_function_getstate's slot state).
@@ -198,7 +207,7 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     if (
         canonical
         or not CACHING
-        or reason not in _REMEMBERED_REASONS
+        or (reason not in _REMEMBERED_REASONS and reason not in _RECHECKED_REASONS)
         or type(func.__globals__) is not dict
     ):
         reduction = cp.reduce_function_by_value(state, func, canonical=canonical)
@@ -210,6 +219,7 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     # snapshot holds this very code (another thread may swap __code__ between).
     code = func.__code__
     names = cp.code_global_names(code)
+    recheck = reason in _RECHECKED_REASONS
     snapshot = function_snapshot(func, names, _MISSING)
     modules = modules_items() if _module_dependencies(snapshot, names) else None
     reduction = cp.reduce_function_by_value(state, func)
@@ -219,7 +229,7 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     growable = _captures.growable_sizes(func, reduction[2])
     if (
         warn_about_large_captures(func, reduction[2])
-        and _decided_by_snapshot(snapshot, code)
+        and _decided_by_snapshot(snapshot, code, recheck)
         and _built_from(reduction, snapshot, names, modules)
     ):
         make, (code, _, _, _, closure), func_state, _, _, setstate = reduction
@@ -228,7 +238,7 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
             entry = (
                 _weak_ref(func), snapshot, names, _modules_entry(snapshot, names, modules),
                 growable, generation, (make, code, closure, func_state, setstate),
-                _block_of(func_state),
+                _block_of(func_state), recheck,
             )  # fmt: skip
             _remember(func, entry)
             if entry[_BLOCK] is not None and _blocks_wanted(state):
@@ -236,16 +246,16 @@ def _reduce_function(state: PicklerState, func: types.FunctionType) -> Any:
     return reduction
 
 
-def _decided_by_snapshot(snapshot: tuple[Any, ...], code: types.CodeType) -> bool:
+def _decided_by_snapshot(snapshot: tuple[Any, ...], code: types.CodeType, recheck: bool) -> bool:
     """Whether what the entry depends on is all in ``snapshot``: the code its
     global names were read from, and a reason to go by value that the
     snapshot's own names give (another thread may change ``__code__``,
-    ``__module__`` or ``__qualname__`` while the reduction is made). A new
-    snapshot of the very same objects then means the same names and the same
-    decision."""
+    ``__module__`` or ``__qualname__`` while the reduction is made), unless the
+    entry asks the policy again at each reuse (``recheck``). A new snapshot of
+    the very same objects then means the same names and the same decision."""
     fixed = dict(zip(_snapshots.SNAPSHOT_FIELDS, snapshot, strict=False))
     return fixed["code"] is code and (
-        reason_by_names(fixed["module"], fixed["qualname"]) in _REMEMBERED_REASONS
+        recheck or reason_by_names(fixed["module"], fixed["qualname"]) in _REMEMBERED_REASONS
     )
 
 
@@ -355,6 +365,8 @@ def _reuse(state: PicklerState, func: types.FunctionType) -> Any:
     names = entry[_NAMES]
     if not same_objects(function_snapshot(func, names, _MISSING), entry[_SNAPSHOT]):
         return None
+    if entry[_RECHECK] and function_reason(func) not in _RECHECKED_REASONS:
+        return None  # (importable now, say: a fresh decision follows)
     make, code, closure, func_state, setstate = entry[_PARTS]
     # Which dependencies are modules is asked again (isinstance, as cloudpickle
     # asks it: an object's __class__ may come to say ModuleType).
