@@ -80,12 +80,13 @@ class Keeper:
         return self.total
 
 
-def workers_cpu() -> dict[int, float]:
-    """CPU seconds of each Ray worker process (``ray::`` titles) this driver's
-    Ray started: descendants of this process, not another Ray on the machine."""
+def ray_processes() -> dict[int, tuple[str, float]]:
+    """Title and CPU seconds of each Ray process (a ``ray::`` title) this
+    driver's Ray started: descendants of this process, not another Ray on the
+    machine."""
     tick = os.sysconf("SC_CLK_TCK")
     parents: dict[int, int] = {}
-    times: dict[int, float] = {}
+    found: dict[int, tuple[str, float]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -93,20 +94,25 @@ def workers_cpu() -> dict[int, float]:
             with open(f"/proc/{entry}/stat") as f:
                 fields = f.read().rpartition(")")[2].split()
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                is_worker = f.read(5).startswith(b"ray::")
+                title = f.read(100).split(b"\0")[0].decode(errors="replace")
         except OSError:
             continue
         parents[int(entry)] = int(fields[1])
-        if is_worker:
-            times[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+        if title.startswith("ray::"):
+            found[int(entry)] = (title, (int(fields[11]) + int(fields[12])) / tick)
     me, ours = os.getpid(), {}
-    for pid, seconds in times.items():
+    for pid, process in found.items():
         ancestor = parents.get(pid, 0)
         while ancestor > 1 and ancestor != me:
             ancestor = parents.get(ancestor, 0)
         if ancestor == me:
-            ours[pid] = seconds
+            ours[pid] = process
     return ours
+
+
+def workers_cpu() -> dict[int, float]:
+    """CPU seconds of each Ray process this driver's Ray started."""
+    return {pid: seconds for pid, (_, seconds) in ray_processes().items()}
 
 
 def driver_cpu() -> float:

@@ -44,7 +44,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -54,6 +53,8 @@ import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench_ray import driver_cpu, ray_processes
 
 MODES = ("stock", "graphpickle")
 KINDS = ("function", "function-twin", "dataclass", "dataclass-twin")
@@ -102,38 +103,9 @@ def task_of(kind: str) -> tuple[Callable[..., Any], Callable[[int], Any]]:
 
 
 def workers() -> dict[int, tuple[str, float]]:
-    """Title and CPU seconds of each Ray worker process (a ``ray::`` title, Ray's
-    two agents left out) that this driver's Ray started: descendants of this
-    process, not another Ray on the machine."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    found: dict[int, tuple[str, float]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                title = f.read(100).split(b"\0")[0].decode(errors="replace")
-        except OSError:
-            continue
-        parents[int(entry)] = int(fields[1])
-        if title.startswith("ray::") and title not in AGENTS:
-            found[int(entry)] = (title, (int(fields[11]) + int(fields[12])) / tick)
-    me, ours = os.getpid(), {}
-    for pid, worker in found.items():
-        ancestor = parents.get(pid, 0)
-        while ancestor > 1 and ancestor != me:
-            ancestor = parents.get(ancestor, 0)
-        if ancestor == me:
-            ours[pid] = worker
-    return ours
-
-
-def driver_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    """Title and CPU seconds of each Ray worker process this driver's Ray
+    started, Ray's two agents left out."""
+    return {pid: p for pid, p in ray_processes().items() if p[0] not in AGENTS}
 
 
 class Recorder:
