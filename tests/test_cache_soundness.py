@@ -63,7 +63,7 @@ with open(sys.argv[1], "wb") as _out:
 
 # Loads the payloads of each row, in order, and prints what observe(obj) says of
 # each, as JSON. Plain pickle, with graphpickle blocked; a second receiver loads
-# those with code blocks (BLOCKS, in rows that send() made), which need
+# those with code blocks (BLOCKS, in rows of seven payloads), which need
 # graphpickle, in the same order (None in each receiver's row for the other's).
 _RECEIVER = """
 import json, pickle, sys
@@ -728,7 +728,8 @@ def attempt(dumps, obj):
 
 for label, obj in objects.items():
     _payloads.append((label, [attempt(dumps, obj) for dumps in (
-        graphpickle.dumps, graphpickle.dumps, gpd.dumps, gpd.dumps, reference)]))
+        graphpickle.dumps, graphpickle.dumps, gpd.dumps, gpd.dumps,
+        to_a_worker_that_loads_blocks, to_a_worker_that_loads_blocks, reference)]))
 """
 
 _RACE_OBSERVE = """
