@@ -133,8 +133,8 @@ def measure(action: Callable[[], Any]) -> dict[str, float]:
     }
 
 
-def one_run(mode: str, objects: int, tasks: int) -> dict[str, dict[str, float]]:
-    """Start a local Ray, run every workload once, stop it."""
+def start_ray(mode: str) -> None:
+    """A local Ray with 2 CPUs, stock or with graphpickle's integration (``mode``)."""
     import ray
 
     import graphpickle.integrations.ray as gpray
@@ -144,6 +144,15 @@ def one_run(mode: str, objects: int, tasks: int) -> dict[str, dict[str, float]]:
         gpray.init(**options)
     else:
         ray.init(**options)
+
+
+def one_run(mode: str, objects: int, tasks: int) -> dict[str, dict[str, float]]:
+    """Start a local Ray, run every workload once, stop it."""
+    import ray
+
+    import graphpickle.integrations.ray as gpray
+
+    start_ray(mode)
     try:
         remote_consume = ray.remote(consume)
         remote_small = ray.remote(small)

@@ -54,7 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_ray import driver_cpu, ray_processes
+from bench_ray import driver_cpu, ray_processes, start_ray
 
 MODES = ("stock", "graphpickle")
 KINDS = ("function", "function-twin", "dataclass", "dataclass-twin")
@@ -154,11 +154,7 @@ def sample(mode: str, kind: str, tasks: int) -> dict[str, Any]:
     import graphpickle.integrations.ray as gpray
 
     func, argument = task_of(kind)
-    options = {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False}
-    if mode == "graphpickle":
-        gpray.init(**options)
-    else:
-        ray.init(**options)
+    start_ray(mode)
     try:
         assert gpray.installed() == (mode == "graphpickle")
         # Remote functions and task arguments are pickled by the same object:
