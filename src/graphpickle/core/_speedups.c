@@ -411,15 +411,24 @@ is_module_now(PyObject *value)
     return PyObject_IsInstance(value, (PyObject *)&PyModule_Type);
 }
 
+/* Where the globals' values and the cells' contents end in `snapshot` (of a
+ * function whose global names are `names`): they start at SNAPSHOT_FIXED. */
+static Py_ssize_t
+dependencies_end(PyObject *snapshot, PyObject *names)
+{
+    PyObject *closure = PyTuple_GET_ITEM(snapshot, SNAPSHOT_FIXED - 1);
+    Py_ssize_t end = SNAPSHOT_FIXED + PyTuple_GET_SIZE(names)
+                     + (PyTuple_Check(closure) ? PyTuple_GET_SIZE(closure) : 0);
+    return end < PyTuple_GET_SIZE(snapshot) ? end : PyTuple_GET_SIZE(snapshot);
+}
+
 /* Whether any global or cell's contents in `snapshot` (of a function whose
  * global names are `names`) is now a module: 1, 0, or -1 with an exception. */
 static int
 any_module_now(SpeedupsState *st, PyObject *snapshot, PyObject *names)
 {
-    PyObject *closure = PyTuple_GET_ITEM(snapshot, SNAPSHOT_FIXED - 1);
-    Py_ssize_t end = SNAPSHOT_FIXED + PyTuple_GET_SIZE(names)
-                     + (PyTuple_Check(closure) ? PyTuple_GET_SIZE(closure) : 0);
-    for (Py_ssize_t i = SNAPSHOT_FIXED; i < end && i < PyTuple_GET_SIZE(snapshot); i++) {
+    Py_ssize_t end = dependencies_end(snapshot, names);
+    for (Py_ssize_t i = SNAPSHOT_FIXED; i < end; i++) {
         PyObject *value = PyTuple_GET_ITEM(snapshot, i);
         int module = value == st->missing_marker ? 0 : is_module_now(value);
         if (module != 0) {
@@ -467,10 +476,8 @@ same_modules_now(SpeedupsState *st, PyObject *snapshot, PyObject *names, PyObjec
         return 0;
     }
     PyObject *found = PyList_New(0);
-    PyObject *closure = PyTuple_GET_ITEM(snapshot, SNAPSHOT_FIXED - 1);
-    Py_ssize_t end = SNAPSHOT_FIXED + PyTuple_GET_SIZE(names)
-                     + (PyTuple_Check(closure) ? PyTuple_GET_SIZE(closure) : 0);
-    for (Py_ssize_t i = SNAPSHOT_FIXED; found != NULL && i < end && i < PyTuple_GET_SIZE(snapshot); i++) {
+    Py_ssize_t end = dependencies_end(snapshot, names);
+    for (Py_ssize_t i = SNAPSHOT_FIXED; found != NULL && i < end; i++) {
         PyObject *value = PyTuple_GET_ITEM(snapshot, i);
         int module = value == st->missing_marker ? 0 : is_module_now(value);
         PyObject *name = NULL, *package = NULL, *pair = NULL;
