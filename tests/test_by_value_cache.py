@@ -12,6 +12,7 @@ import cloudpickle
 import pytest
 
 import graphpickle
+from graphpickle.core import policy
 from graphpickle.core import reducers as _reducers
 
 CELL = """
@@ -532,14 +533,22 @@ def test_the_c_hook_writes_a_module_by_reference_as_the_python_handler_does(monk
         ),
         "renamed": lambda patch: patch.setattr(spare, "__name__", "gp_c_module_renamed"),
         "registered by value": lambda patch: cloudpickle.register_pickle_by_value(spare),
+        # Another copy of cloudpickle's registry (Ray's vendored one), added by
+        # an integration and written to after: read live, in C too.
+        "registered in another registry": lambda patch: (
+            policy.add_registry(other),
+            other.add("gp_c_module_spare"),
+        ),
     }
+    other: set[str] = set()
     for label, change in changes.items():
         with monkeypatch.context() as patch:
             change(patch)
             try:
                 payload = graphpickle.dumps(spare)
             finally:
-                _reducers.REGISTERED_BY_VALUE.discard("gp_c_module_spare")
+                cloudpickle.cloudpickle._PICKLE_BY_VALUE_MODULES.discard("gp_c_module_spare")
+                policy.remove_registry(other)
         assert b"dynamic_subimport" in payload and asked == [spare], label
         asked.clear()
     assert graphpickle.dumps(spare) == by_reference and asked == []

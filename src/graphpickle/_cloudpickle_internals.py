@@ -65,6 +65,15 @@ SPAWNED_MAIN = "__mp_main__"
 #: own set, so a module registered through either library is honoured by both.
 REGISTERED_BY_VALUE: set[str] = _cp._PICKLE_BY_VALUE_MODULES
 
+
+def registry_of(vendored: types.ModuleType) -> set[str] | None:
+    """The by-value registry of another copy of cloudpickle's module (Ray
+    vendors one as ``ray.cloudpickle.cloudpickle``, whose
+    ``register_pickle_by_value`` writes to a set of its own), or ``None`` if
+    it keeps none where cloudpickle 3.x keeps it. The set itself, read live."""
+    registry = vars(vendored).get("_PICKLE_BY_VALUE_MODULES")
+    return registry if type(registry) is set else None
+
 #: ``find_imported_submodules(code, top_level_dependencies)``: the submodules a
 #: function's code reaches through the modules it uses (``xml.dom`` through
 #: ``xml``), which a by-value payload imports on the receiver.

@@ -81,7 +81,10 @@ typedef struct {
      * (is_plain_class: identity hashing, type's attributes) are remembered, at
      * most MAX_BY_REFERENCE of them. */
     PyObject *by_reference;
-    PyObject *by_value_registry; /* cloudpickle's set of module names registered by value */
+    /* policy.REGISTRIES: the sets of module names registered by value
+     * (cloudpickle's, and those an integration adds, such as Ray's vendored
+     * cloudpickle's), read live: see any_registered. */
+    PyObject *by_value_registries;
     /* The policy's handlers of functions and classes: another handler (a
      * reducer registered for all functions) is never bypassed. */
     PyObject *function_handler, *class_handler;
@@ -123,7 +126,7 @@ typedef struct {
     DO(str_encoding) DO(str_errors) DO(str_speedups) DO(str_buffer) DO(str_generation)           \
     DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(str_locals)    \
     DO(str_lambda) DO(main_modules) DO(str_modules) DO(sys_dict) DO(empty_bytes)                  \
-    DO(empty_dict) DO(by_reference) DO(by_value_registry) DO(function_handler) DO(class_handler) \
+    DO(empty_dict) DO(by_reference) DO(by_value_registries) DO(function_handler) DO(class_handler) \
     DO(module_handler) DO(subimport)                                                              \
     DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
     DO(function_builtins) DO(function_layouts) DO(make_function_slow)                             \
@@ -226,13 +229,29 @@ sys_modules(SpeedupsState *st)
     return modules != NULL && PyDict_CheckExact(modules) ? modules : NULL;
 }
 
+/* Whether any registry may name a module to pickle by value: an item that is
+ * not an exact set counts as one that does (the policy then decides). Runs no
+ * Python code. */
+static int
+any_registered(SpeedupsState *st)
+{
+    PyObject *registries = st->by_value_registries;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(registries); i++) {
+        PyObject *registry = PyList_GET_ITEM(registries, i);
+        if (!PySet_CheckExact(registry) || PySet_GET_SIZE(registry) != 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Whether sys.modules[module_name] is `module` and holds obj as `qualname`
  * (the caller holds all four: a lookup may run Python code). */
 static int
 found_as(SpeedupsState *st, PyObject *obj, PyObject *module, PyObject *module_name,
          PyObject *qualname)
 {
-    if (PySet_GET_SIZE(st->by_value_registry) != 0) {
+    if (any_registered(st)) {
         return 0;
     }
     PyObject *modules = sys_modules(st);
@@ -690,7 +709,7 @@ static PyObject *
 module_by_reference(SpeedupsState *st, PyObject *module)
 {
     if (st->subimport == NULL || !PyModule_CheckExact(module)
-        || PySet_GET_SIZE(st->by_value_registry) != 0) {
+        || any_registered(st)) {
         return NULL;
     }
     /* (an exact module's __name__ is its dict's; an exact str hashes without code) */
@@ -1980,12 +1999,13 @@ static PyObject *
 set_by_reference_policy(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     SpeedupsState *st = module_state(module);
-    if (nargs != 5 || !PySet_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "set_by_reference_policy(registry: set, function_handler, "
-                                         "class_handler, module_handler, subimport)");
+    if (nargs != 5 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "set_by_reference_policy(registries: list[set], "
+                                         "function_handler, class_handler, module_handler, "
+                                         "subimport)");
         return NULL;
     }
-    Py_SETREF(st->by_value_registry, Py_NewRef(args[0]));
+    Py_SETREF(st->by_value_registries, Py_NewRef(args[0]));
     Py_XSETREF(st->function_handler, Py_NewRef(args[1]));
     Py_XSETREF(st->class_handler, Py_NewRef(args[2]));
     Py_XSETREF(st->module_handler, Py_NewRef(args[3]));
@@ -2265,8 +2285,9 @@ static PyMethodDef speedups_methods[] = {
     {"remember_by_reference", remember_by_reference, METH_O,
      PyDoc_STR("remember_by_reference(obj): the policy found this function or class importable.")},
     {"set_by_reference_policy", (PyCFunction)(void (*)(void))set_by_reference_policy, METH_FASTCALL,
-     PyDoc_STR("set_by_reference_policy(registry, function_handler, class_handler): what a "
-               "remembered answer stands for; nothing is remembered while the registry is not empty.")},
+     PyDoc_STR("set_by_reference_policy(registries, function_handler, class_handler, "
+               "module_handler, subimport): what a remembered answer stands for; no remembered "
+               "answer is used while a registry (a set in the list, read live) is not empty.")},
     {"set_remembered", (PyCFunction)(void (*)(void))set_remembered, METH_FASTCALL,
      PyDoc_STR("set_remembered(code_handler, builtin_types, codes, functions, captures_globals, "
                "missing): the tables the hook answers from without calling a handler.")},
@@ -2322,7 +2343,7 @@ init_state(PyObject *module, SpeedupsState *st)
     PyObject *sys = PyImport_ImportModule("sys");
     st->sys_dict = sys == NULL ? NULL : Py_NewRef(PyModule_GetDict(sys));
     Py_XDECREF(sys);
-    st->by_value_registry = PySet_New(NULL); /* until set_by_reference_policy() */
+    st->by_value_registries = PyList_New(0); /* until set_by_reference_policy() */
 #if PY_VERSION_HEX >= 0x030C0000
     /* (An interpreter has 8 dict watchers: without one, same_modules walks.) */
     st->modules_watcher = PyDict_AddWatcher(count_modules_event);
@@ -2333,7 +2354,7 @@ init_state(PyObject *module, SpeedupsState *st)
     st->modules_watcher = -1;
 #endif
     if (st->empty_bytes == NULL || st->empty_dict == NULL || st->by_reference == NULL
-        || st->by_value_registry == NULL || st->main_modules == NULL || st->sys_dict == NULL) {
+        || st->by_value_registries == NULL || st->main_modules == NULL || st->sys_dict == NULL) {
         return -1;
     }
     return 0;
@@ -2352,7 +2373,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 19) < 0 /* VERSION: native.py */
+        || add_version(module, 20) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {

@@ -48,7 +48,7 @@ class Loader:
 
 def remember_by_reference(obj: Any, /) -> None: ...
 def set_by_reference_policy(
-    registry: set[str],
+    registries: list[set[str]],
     function_handler: Any,
     class_handler: Any,
     module_handler: Any,

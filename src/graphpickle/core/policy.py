@@ -20,6 +20,12 @@ __all__ = [
     "unregister_pickle_by_value",
 ]
 
+#: Every set of module names registered for pickling by value that the policy
+#: honours, read live (the C hook holds this very list): cloudpickle's, which
+#: :func:`register_pickle_by_value` writes to, then those an integration adds
+#: (Ray's vendored cloudpickle keeps its own: ``ray.cloudpickle.register_pickle_by_value``).
+REGISTRIES: list[set[str]] = [REGISTERED_BY_VALUE]
+
 # The script or notebook of the sender. ``__mp_main__`` is how a child started
 # with ``spawn`` or ``forkserver`` names the parent's main module; no other
 # process can import either by that name.
@@ -57,11 +63,30 @@ def register_pickle_by_value(module: types.ModuleType) -> None:
 
 
 def unregister_pickle_by_value(module: types.ModuleType) -> None:
-    """Undo :func:`register_pickle_by_value`."""
+    """Undo :func:`register_pickle_by_value` (or a registration in another
+    registry the policy honours, such as Ray's)."""
     _check_module(module)
-    if module.__name__ not in REGISTERED_BY_VALUE:
+    holding = [registry for registry in REGISTRIES if module.__name__ in registry]
+    if not holding:
         raise ValueError(f"module {module.__name__!r} is not registered for pickling by value")
-    REGISTERED_BY_VALUE.discard(module.__name__)
+    for registry in holding:
+        registry.discard(module.__name__)
+
+
+def add_registry(registry: set[str]) -> None:
+    """Honour ``registry`` too, live, from now on (an integration's: another
+    copy of cloudpickle keeps its own). Adding it again does nothing."""
+    if type(registry) is not set:
+        raise TypeError(f"a by-value registry is a set of module names, not {registry!r}")
+    if not any(known is registry for known in REGISTRIES):
+        REGISTRIES.append(registry)
+
+
+def remove_registry(registry: set[str]) -> None:
+    """Stop honouring a registry :func:`add_registry` added (cloudpickle's stays)."""
+    REGISTRIES[:] = [
+        known for known in REGISTRIES if known is REGISTERED_BY_VALUE or known is not registry
+    ]
 
 
 def _check_module(module: object) -> None:
@@ -71,17 +96,18 @@ def _check_module(module: object) -> None:
 
 
 def list_registry_pickle_by_value() -> set[str]:
-    """The names of the modules registered for pickling by value (a copy)."""
-    return set(REGISTERED_BY_VALUE)
+    """The names of the modules registered for pickling by value, in every
+    registry the policy honours (a copy)."""
+    return set().union(*REGISTRIES)
 
 
 def is_registered(module_name: str) -> bool:
     """Whether ``module_name`` or one of its parent packages is registered."""
-    if not REGISTERED_BY_VALUE:
+    if not any(REGISTRIES):
         return False
     name = module_name
     while True:
-        if name in REGISTERED_BY_VALUE:
+        if any(name in registry for registry in REGISTRIES):
             return True
         parent, dot, _ = name.rpartition(".")
         if not dot:

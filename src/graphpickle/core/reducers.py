@@ -25,7 +25,6 @@ from pickle import PickleBuffer
 from typing import Any
 
 from .. import _cloudpickle_internals as cp
-from .._cloudpickle_internals import REGISTERED_BY_VALUE
 from .._switches import CACHING
 from ..determinism import canonical as _canonical
 from ..determinism.canonical import DeterministicState
@@ -36,6 +35,7 @@ from . import snapshots as _snapshots
 from .captures import warn_about_large_captures
 from .native import speedups as _speedups
 from .policy import (
+    REGISTRIES,
     ByValueReason,
     class_reason,
     function_reason,
@@ -678,7 +678,7 @@ def _layouts_agree(module: Any) -> bool:
 
 if _speedups is not None:
     _speedups.set_by_reference_policy(
-        REGISTERED_BY_VALUE, _reduce_function, _reduce_class, _reduce_module, cp.subimport
+        REGISTRIES, _reduce_function, _reduce_class, _reduce_module, cp.subimport
     )
     # The C hook answers from these tables without calling the handlers (the
     # first thing each does is read them): every by-value function's payload

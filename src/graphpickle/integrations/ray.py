@@ -46,7 +46,9 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+from .._cloudpickle_internals import registry_of
 from ..core.pickler import _loads_failed, accelerated_dumps
+from ..core.policy import add_registry, remove_registry
 from ..core.reducers import Reducer, forget_lookup
 
 __all__ = [
@@ -181,11 +183,12 @@ class _RayPickle(types.ModuleType):
 # --- install -------------------------------------------------------------------
 
 _originals: dict[tuple[str, str], Any] = {}
+_registries: list[set[str]] = []  # the by-value registries install() added
 
 
-def _check_ray() -> tuple[types.ModuleType, list[tuple[types.ModuleType, str]]]:
+def _check_ray() -> tuple[types.ModuleType, set[str], list[tuple[types.ModuleType, str]]]:
     """Everything install() relies on, checked before anything changes:
-    ``ray.cloudpickle`` and the modules holding it."""
+    ``ray.cloudpickle``, its by-value registry and the modules holding it."""
     try:
         import ray
         import ray.cloudpickle as ray_cloudpickle
@@ -214,6 +217,15 @@ def _check_ray() -> tuple[types.ModuleType, list[tuple[types.ModuleType, str]]]:
             "ray.cloudpickle.CloudPickler no longer keeps Ray's reducers in the "
             "class-level '_dispatch_table' dict behind 'dispatch': nothing was installed"
         )
+    # ray.cloudpickle.register_pickle_by_value writes to a set of its own.
+    vendored = getattr(ray_cloudpickle, "cloudpickle", None)
+    registry = registry_of(vendored) if isinstance(vendored, types.ModuleType) else None
+    register = getattr(ray_cloudpickle, "register_pickle_by_value", None)
+    if registry is None or getattr(vendored, "register_pickle_by_value", None) is not register:
+        raise RayIntegrationError(
+            "ray.cloudpickle no longer keeps its by-value registry in "
+            "ray.cloudpickle.cloudpickle._PICKLE_BY_VALUE_MODULES: nothing was installed"
+        )
     targets = []
     for module_name, name in _TARGETS:
         try:
@@ -229,7 +241,7 @@ def _check_ray() -> tuple[types.ModuleType, list[tuple[types.ModuleType, str]]]:
                 f"{version}: nothing was installed"
             )
         targets.append((module, name))
-    return ray_cloudpickle, targets
+    return ray_cloudpickle, registry, targets
 
 
 def install() -> None:
@@ -239,7 +251,7 @@ def install() -> None:
     :class:`RayIntegrationError`, having changed nothing, if the installed Ray
     is not one this module knows. Calling it again does nothing more."""
     global _cloudpickle_module, _table
-    ray_cloudpickle, targets = _check_ray()
+    ray_cloudpickle, registry, targets = _check_ray()
     table = vars(ray_cloudpickle.CloudPickler)["_dispatch_table"]
     if table is not _table:
         _table.clear()
@@ -247,6 +259,11 @@ def install() -> None:
         forget_lookup(_ray_lookup)
     _table = table
     _cloudpickle_module = ray_cloudpickle.CloudPickler.__module__
+    # Read live, as cloudpickle's own: registrations and unregistrations made
+    # through ray.cloudpickle after this call count.
+    add_registry(registry)
+    if not any(known is registry for known in _registries):  # (sets compare by value)
+        _registries.append(registry)
     shim = _RayPickle(ray_cloudpickle)
     for module, name in targets:  # nothing below can fail half-way
         current = vars(module)[name]
@@ -261,6 +278,9 @@ def uninstall() -> None:
     for (module_name, name), original in _originals.items():
         setattr(importlib.import_module(module_name), name, original)
     _originals.clear()
+    for registry in _registries:
+        remove_registry(registry)
+    _registries.clear()
 
 
 def installed() -> bool:
