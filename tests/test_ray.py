@@ -327,6 +327,51 @@ def test_a_payload_the_worker_cannot_load_fails_that_task_only(tmp_path: Path) -
         sys.modules.pop("gp_driver_only", None)
 
 
+_DRIVER_ONLY_MODULE = """
+import math
+
+class Thing:
+    def __init__(self, value):
+        self.value = value
+
+def triple(x):
+    return 3 * x
+
+def area(r):
+    return round(math.pi * r * r, 3)
+"""
+
+
+@ray.remote(max_retries=0)
+def apply(f: Any, x: Any) -> Any:
+    return f(x)
+
+
+def test_modules_registered_through_ray_cloudpickle_travel_by_value(tmp_path: Path) -> None:
+    # A local module only the driver has (added to its path after Ray started,
+    # so no worker has it), registered through Ray's vendored cloudpickle after
+    # install(): Ray's registry is read live, and so is an unregistration.
+    (tmp_path / "gp_ray_registered.py").write_text(_DRIVER_ONLY_MODULE)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import gp_ray_registered as mod  # type: ignore[import-not-found]
+
+        ray.cloudpickle.register_pickle_by_value(mod)
+        try:
+            assert ray.get(apply.remote(mod.triple, 4)) == 12  # a function argument
+            assert ray.get(ray.remote(mod.area).remote(1)) == 3.142  # a remote function
+            assert ray.get(value_of.remote(mod.Thing(5))) == 5  # an instance argument
+            assert ray.get(ray.remote(lambda: mod.triple(7)).remote()) == 21  # a lambda
+            assert ray.get(ray.put([mod.Thing(6)]))[0].value == 6
+        finally:
+            ray.cloudpickle.unregister_pickle_by_value(mod)
+        with pytest.raises(ray.exceptions.RayTaskError, match="No module named 'gp_ray_registered'"):
+            ray.get(value_of.remote(mod.Thing(8)))
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("gp_ray_registered", None)
+
+
 def test_uninstall_restores_every_name_and_install_is_idempotent(
     stock_then_graphpickle: None,
 ) -> None:
@@ -382,14 +427,30 @@ def test_runtime_env_chains_an_existing_hook() -> None:
         "env_vars": {"A": "1", "GRAPHPICKLE_RAY_NEXT_SETUP_HOOK": "mine.setup"},
     }
     assert gpray.runtime_env(env) == env
-    with pytest.raises(TypeError, match=r"'module\.function' string"):
-        gpray.runtime_env({"worker_process_setup_hook": print})
+    # A callable (as Ray takes it) is wrapped: graphpickle's install, then it.
+    ran = []
+    chained = gpray.runtime_env({"worker_process_setup_hook": lambda: ran.append(1)})
+    hook = chained["worker_process_setup_hook"]
+    assert callable(hook) and hook.__name__ == "<lambda>"
+    assert gpray.runtime_env(chained) == chained  # not wrapped twice
+    hook()
+    assert ran == [1] and gpray.installed()
+    with pytest.raises(TypeError, match=r"callable or a 'module\.function' string"):
+        gpray.runtime_env({"worker_process_setup_hook": 3})
+
+
+def test_init_starts_ray_without_a_runtime_env() -> None:
+    # A runtime_env makes every new worker wait for Ray's agent: init() names
+    # graphpickle's module in the workers' preloads instead.
+    assert not ray.get_runtime_context().runtime_env
 
 
 _FRESH_DRIVER = """
-import dataclasses, os, sys
+import dataclasses, os, sys, time
 import ray
 import graphpickle.integrations.ray as gpray
+
+HOW = sys.argv[1]
 
 @dataclasses.dataclass
 class Point:
@@ -397,6 +458,9 @@ class Point:
 
 def double(p):
     return Point(p.x * 2)
+
+def setup():  # a __main__ function as the user's own setup hook
+    os.environ['GP_USER_HOOK_RAN'] = 'yes'
 
 @ray.remote
 def run(p):
@@ -418,29 +482,34 @@ class Acc:
 def crash():
     os._exit(1)
 
-gpray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-           runtime_env={"worker_process_setup_hook": "gp_user_hook.setup",
-                        "env_vars": {"PYTHONPATH": os.getcwd()}})
+options = dict(num_cpus=2, include_dashboard=False, log_to_driver=False)
+hook = setup if HOW.endswith("callable") else "gp_user_hook.setup"
+env = {"worker_process_setup_hook": hook, "env_vars": {"PYTHONPATH": os.getcwd()}}
+if HOW.startswith("init"):
+    gpray.init(runtime_env=env, **options)
+else:
+    gpray.install()
+    ray.init(runtime_env=gpray.runtime_env(env), **options)
 point, inst, pid = ray.get(run.remote(Point(21)))
 assert point == Point(42) and inst, (point, inst)
 assert ray.get(ray.put([Point(1)])) == [Point(1)]
 acc = Acc.options(max_restarts=1).remote()
 inst_a, pid_a = ray.get(acc.add.remote(Point(3)))
 assert inst_a
-# A worker that dies is replaced; the new process has graphpickle too.
-try:
-    ray.get(crash.remote())
-except ray.exceptions.WorkerCrashedError:
-    pass
-acc.die.remote()
-import time
-for _ in range(100):
+if HOW == "init callable":
+    # A worker that dies is replaced; the new process has graphpickle too.
     try:
-        inst_b, pid_b = ray.get(acc.add.remote(Point(4)))
-        break
-    except ray.exceptions.RayActorError:
-        time.sleep(0.2)
-assert inst_b and pid_b != pid_a, (inst_b, pid_a, pid_b)
+        ray.get(crash.remote())
+    except ray.exceptions.WorkerCrashedError:
+        pass
+    acc.die.remote()
+    for _ in range(100):
+        try:
+            inst_b, pid_b = ray.get(acc.add.remote(Point(4)))
+            break
+        except ray.exceptions.RayActorError:
+            time.sleep(0.2)
+    assert inst_b and pid_b != pid_a, (inst_b, pid_a, pid_b)
 states = ray.get([run.remote(Point(i)) for i in range(10)])
 assert all(s[1] for s in states)
 hooked = ray.get(ray.remote(lambda: os.environ.get("GP_USER_HOOK_RAN")).remote())
@@ -448,12 +517,16 @@ print("ok", hooked)
 """
 
 
-def test_a_fresh_driver_main_module_and_restarted_workers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["init callable", "runtime_env callable", "runtime_env string"])
+def test_a_fresh_driver_main_module_restarted_workers_and_a_setup_hook(
+    tmp_path: Path, how: str
+) -> None:
     (tmp_path / "gp_user_hook.py").write_text(
         "import os\ndef setup():\n    os.environ['GP_USER_HOOK_RAN'] = 'yes'\n"
     )
-    # The user's hook sits beside the driver script (on the workers' PYTHONPATH).
-    out = run_python(_FRESH_DRIVER, cwd=tmp_path, timeout=200)
+    # The user's hook, a __main__ function or a module beside the driver script
+    # (on the workers' PYTHONPATH), runs as with stock Ray, and graphpickle too.
+    out = run_python(_FRESH_DRIVER, how, cwd=tmp_path, timeout=200)
     assert "ok yes" in out.splitlines(), out
 
 

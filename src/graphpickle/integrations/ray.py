@@ -13,15 +13,16 @@ nested in arguments are still tracked by Ray, registered serializers still run,
 and buffers Ray's writer takes stay out of band.
 
 In a driver, one call starts Ray with graphpickle in the driver and in every
-worker it starts (the workers run :func:`install` as their
-``worker_process_setup_hook``, which Ray runs in each new worker process, also
-those that replace a dead one)::
+worker it starts (each worker imports :data:`PRELOAD_MODULE`, named in Ray's
+``preload_python_modules``, before it takes work: also those that replace a
+dead one, with no ``runtime_env`` to slow their start)::
 
     import graphpickle.integrations.ray as gpray
 
     gpray.init(num_cpus=4)       # ray.init(...) with graphpickle everywhere
 
-or, with no change to the driver's code (Ray calls the hook in ``ray.init``)::
+or, with no change to the driver's code (Ray calls the hook in ``ray.init``;
+the workers get graphpickle through a ``runtime_env`` setup hook)::
 
     RAY_RUNTIME_ENV_HOOK=graphpickle.integrations.ray.runtime_env_hook python driver.py
 
@@ -29,6 +30,14 @@ or, with ``ray.init`` called elsewhere::
 
     gpray.install()                                  # this process
     ray.init(runtime_env=gpray.runtime_env({...}))   # and the workers
+
+On a cluster started with ``ray start``,
+``RAY_preload_python_modules=graphpickle.integrations._ray_worker`` in each
+node's environment does what :func:`init` does for a local Ray.
+
+Modules registered for pickling by value through ``ray.cloudpickle`` (Ray's
+vendored copy keeps a registry of its own), ``cloudpickle`` or graphpickle are
+all pickled by value, whenever they were registered.
 
 A Ray version this module was not checked against, or internals that moved,
 make :func:`install` refuse with :class:`RayIntegrationError` before it
@@ -52,6 +61,7 @@ from ..core.policy import add_registry, remove_registry
 from ..core.reducers import Reducer, forget_lookup
 
 __all__ = [
+    "PRELOAD_MODULE",
     "SUPPORTED_RAY",
     "RayIntegrationError",
     "init",
@@ -295,7 +305,8 @@ def installed() -> bool:
 
 def worker_setup() -> None:
     """The ``worker_process_setup_hook`` :func:`runtime_env` sets: :func:`install`,
-    then the hook the runtime environment had before, if any."""
+    then the hook the runtime environment had before, if it named one as a
+    ``"module.function"`` string."""
     install()
     following = os.environ.get(_NEXT_HOOK_VAR)
     if following:
@@ -303,22 +314,48 @@ def worker_setup() -> None:
         getattr(importlib.import_module(module_name), name)()
 
 
+def _then(following: Callable[[], Any]) -> Callable[[], None]:
+    """A setup hook that installs graphpickle, then calls ``following``: Ray
+    pickles it (by value: it is a closure) into its store as it does the
+    callable it replaces, and each worker loads and calls it."""
+
+    def setup() -> None:
+        install()
+        following()
+
+    # (Ray keeps the hook's name in the runtime_env, for its users to read.)
+    setup.__name__ = getattr(following, "__name__", type(following).__name__)
+    vars(setup)[_CHAINED] = following
+    return setup
+
+
+#: The attribute by which a hook made by :func:`_then` is known again.
+_CHAINED = "__graphpickle_chains__"
+
+
 def runtime_env(env: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``env`` (a ``ray.init``/job/task ``runtime_env``) with graphpickle installed
-    in each worker process it starts. A setup hook already named there (as a
-    ``"module.function"`` string) runs after graphpickle's."""
+    in each worker process it starts. A setup hook already there runs after
+    graphpickle's: named as a ``"module.function"`` string, or a callable (as
+    Ray takes it). Each new worker of a job with a ``runtime_env`` waits for
+    Ray's runtime environment agent: :func:`init` avoids one when it starts
+    Ray itself."""
     merged = dict(env or {})
     following = merged.get("worker_process_setup_hook")
-    if following is not None and following != _HOOK:
-        if not isinstance(following, str):
-            raise TypeError(
-                "graphpickle chains a runtime_env's worker_process_setup_hook only when it "
-                f"is named as a 'module.function' string, not given as {following!r}"
-            )
+    if following is None or following == _HOOK or hasattr(following, _CHAINED):
+        merged.setdefault("worker_process_setup_hook", _HOOK)
+    elif isinstance(following, str):
         env_vars = dict(merged.get("env_vars") or {})
         env_vars[_NEXT_HOOK_VAR] = following
         merged["env_vars"] = env_vars
-    merged["worker_process_setup_hook"] = _HOOK
+        merged["worker_process_setup_hook"] = _HOOK
+    elif callable(following):
+        merged["worker_process_setup_hook"] = _then(following)
+    else:
+        raise TypeError(
+            "a runtime_env's worker_process_setup_hook is a callable or a "
+            f"'module.function' string, not {following!r}"
+        )
     return merged
 
 
@@ -326,9 +363,33 @@ def runtime_env_hook(env: Mapping[str, Any] | None) -> dict[str, Any]:
     """Ray's ``RAY_RUNTIME_ENV_HOOK``: with
     ``RAY_RUNTIME_ENV_HOOK=graphpickle.integrations.ray.runtime_env_hook`` in a
     driver's environment, every ``ray.init`` there installs graphpickle in the
-    driver and in its workers, with no change to the driver's code."""
+    driver and in its workers, with no change to the driver's code (through a
+    ``runtime_env``: see :func:`runtime_env`)."""
     install()
     return runtime_env(env)
+
+
+#: The module each worker of a Ray that :func:`init` starts imports first.
+PRELOAD_MODULE = f"{__package__}._ray_worker"
+
+
+def _starts_local_ray(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
+    """Whether ``ray.init(*args, **kwargs)`` would start a local Ray rather than
+    connect to one, decided as ``ray.init`` decides it (``RAY_ADDRESS``, a
+    cluster started with ``ray start`` on this machine, ``address``). Unsure
+    (Ray's function moved, or raised): ``False``, and the runtime_env way."""
+    from ray._private import services
+
+    decide = getattr(services, "canonicalize_bootstrap_address", None)
+    forget = getattr(getattr(services, "find_gcs_addresses", None), "cache_clear", None)
+    if not callable(decide) or not callable(forget):
+        return False
+    address = args[0] if args else kwargs.get("address")
+    try:
+        forget()  # (as ray.init does: a cluster may have started or stopped)
+        return decide(address, kwargs.get("_temp_dir")) is None
+    except Exception:  # ray.init raises it again, in its words
+        return False
 
 
 _runtime_env = runtime_env  # init() takes ray.init's keyword of the same name
@@ -336,8 +397,21 @@ _runtime_env = runtime_env  # init() takes ray.init's keyword of the same name
 
 def init(*args: Any, runtime_env: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
     """``ray.init(*args, **kwargs)`` with graphpickle installed in this process and
-    in every worker Ray starts for it; returns what ``ray.init`` returns."""
+    in every worker Ray starts for it; returns what ``ray.init`` returns.
+
+    A local Ray that this call starts gets :data:`PRELOAD_MODULE` in its
+    ``preload_python_modules`` (each worker imports it before it takes work),
+    and ``runtime_env`` is passed on as it is: new workers start as fast as
+    stock Ray's. Connecting to a running Ray, the workers get it through
+    :func:`runtime_env`."""
     import ray
 
     install()
-    return ray.init(*args, runtime_env=_runtime_env(runtime_env), **kwargs)
+    if not _starts_local_ray(args, kwargs):
+        return ray.init(*args, runtime_env=_runtime_env(runtime_env), **kwargs)
+    system_config = dict(kwargs.pop("_system_config", None) or {})
+    preload = list(system_config.get("preload_python_modules") or [])
+    if PRELOAD_MODULE not in preload:
+        preload.append(PRELOAD_MODULE)
+    system_config["preload_python_modules"] = preload
+    return ray.init(*args, runtime_env=runtime_env, _system_config=system_config, **kwargs)
