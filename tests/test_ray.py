@@ -530,6 +530,61 @@ def test_a_fresh_driver_main_module_restarted_workers_and_a_setup_hook(
     assert "ok yes" in out.splitlines(), out
 
 
+_RAY_DATA_DRIVER = """
+import dataclasses, json
+import numpy as np
+import ray
+import graphpickle.integrations.ray as gpray
+
+@dataclasses.dataclass
+class Offset:
+    by: int
+
+OFFSET = Offset(10)
+
+def shift(row):
+    return {"x": row["x"] + OFFSET.by, "kind": type(OFFSET).__name__}
+
+def square(batch):
+    return {"x": batch["x"] ** 2}
+
+class Scale:  # a __main__ class: map_batches runs it in an actor pool
+    def __init__(self, k):
+        self.k = Offset(k)
+    def __call__(self, batch):
+        return {"x": batch["x"] * self.k.by}
+
+def pipeline():
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    ds = ray.data.from_items([{"x": i} for i in range(40)])
+    mapped = ds.map(shift)
+    kinds = sorted({row["kind"] for row in mapped.take_all()})
+    squared = mapped.map_batches(square).map_batches(
+        Scale, fn_constructor_args=(3,), concurrency=1, batch_size=8
+    )
+    return kinds, sorted(int(row["x"]) for row in squared.take_all())
+
+options = dict(num_cpus=2, include_dashboard=False, log_to_driver=False)
+gpray.init(**options)
+ours = pipeline()
+assert gpray.installed()
+ray.shutdown()
+gpray.uninstall()
+ray.init(**options)
+stock = pipeline()
+ray.shutdown()
+print(json.dumps([ours, stock]))
+"""
+
+
+def test_ray_data_map_and_map_batches_of_main_code_as_stock(tmp_path: Path) -> None:
+    import json
+
+    out = run_python(_RAY_DATA_DRIVER, cwd=tmp_path, timeout=200)
+    ours, stock = json.loads(out.strip().splitlines()[-1])
+    assert ours == stock == [["Offset"], sorted(3 * (i + 10) ** 2 for i in range(40))]
+
+
 def test_the_ray_examples_of_the_docs_run(tmp_path: Path) -> None:
     import json
 
