@@ -255,6 +255,35 @@ def test_what_cannot_be_pickled_raises_what_ray_raises_with_the_path(
     assert "root.__closure__[0].cell_contents" in notes[2][0]
 
 
+class _Link:
+    def __init__(self, next_: Any) -> None:
+        self.next = next_
+
+
+def _deep_errors() -> list[BaseException]:
+    deep: Any = None
+    for _ in range(100_000):
+        deep = _Link(deep)
+    failures = []
+    for attempt in (lambda: ray.put(deep), lambda: identity.remote([deep])):
+        with pytest.raises(Exception) as info:
+            attempt()
+        failures.append(info.value)
+    return failures
+
+
+def test_a_graph_too_deep_raises_what_ray_raises(stock_then_graphpickle: None) -> None:
+    from graphpickle.errors import DeepRecursionError
+
+    ours = _deep_errors()
+    gpray.uninstall()
+    stock = _deep_errors()
+    for mine, theirs in zip(ours, stock, strict=True):
+        assert isinstance(mine, pickle.PicklingError) and isinstance(mine, DeepRecursionError)
+        assert type(theirs) is pickle.PicklingError
+        assert str(mine).startswith(str(theirs).rstrip(".")), (str(mine), str(theirs))
+
+
 def test_inspect_serializability_still_works() -> None:
     lock = threading.Lock()
 
