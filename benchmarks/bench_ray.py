@@ -11,7 +11,9 @@ with ``Point`` a ``__main__`` dataclass and ``Plain`` a plain ``__main__`` class
   objects, a dict of 100,000 tuples; and a 64 MB numpy array;
 - ``ray.get(ray.put(x))`` of each of those;
 - 2,000 small tasks of a ``__main__`` function;
-- an actor fed 2,000 ``Point``s, one method call each.
+- an actor fed 2,000 ``Point``s, one method call each;
+- a new actor's first result (from ``.remote()`` to its first method's result: a
+  new worker process), median of 5 actors made one after another.
 
 For each: wall time, the driver's CPU (``getrusage``) and the workers' CPU (the
 ``ray::`` processes this driver's Ray started, from ``/proc``). Also timed, in the
@@ -78,6 +80,15 @@ class Keeper:
     def add(self, p: Point) -> int:
         self.total += p.x
         return self.total
+
+    def installed(self) -> bool:
+        import graphpickle.integrations.ray as gpray
+
+        return gpray.installed()
+
+
+#: New actors per run, one after another; their median is the run's figure.
+FIRST_RESULTS = 5
 
 
 def ray_processes() -> dict[int, tuple[str, float]]:
@@ -186,6 +197,18 @@ def one_run(mode: str, objects: int, tasks: int) -> dict[str, dict[str, float]]:
         results[f"actor fed {tasks:,} dataclasses"] = measure(
             lambda: ray.get([keeper.add.remote(p) for p in points])
         )
+        # A new worker process: an actor's first result, from .remote() on.
+        remote_keeper = ray.remote(Keeper)
+        firsts = []
+        for _ in range(FIRST_RESULTS):
+            time.sleep(0.5)  # (the killed actor's worker goes; Ray may prestart another)
+            start = time.perf_counter()
+            actor = remote_keeper.remote()
+            installed = ray.get(actor.installed.remote())
+            firsts.append(time.perf_counter() - start)
+            ray.kill(actor)
+            assert installed == (mode == "graphpickle")
+        results["a new actor's first result"] = {"wall": statistics.median(firsts)}
         assert gpray.installed() == (mode == "graphpickle")
         return results
     finally:
@@ -202,12 +225,20 @@ def table(runs: dict[str, list[dict[str, dict[str, float]]]]) -> str:
         def median(mode: str, key: str, w: str = workload) -> float:
             return statistics.median(run[w][key] for run in runs[mode])
 
+        def spread(mode: str, w: str = workload) -> str:
+            walls = [run[w]["wall"] * 1e3 for run in runs[mode]]
+            return f"{statistics.median(walls):.0f} ms ({min(walls):.0f}-{max(walls):.0f})"
+
         stock, ours = median("stock", "wall"), median("graphpickle", "wall")
+        ratios = [
+            mine[workload]["wall"] / theirs[workload]["wall"]
+            for mine, theirs in zip(runs["graphpickle"], runs["stock"], strict=True)
+        ]
         cells = [
             workload,
-            f"{stock * 1e3:.0f} ms",
-            f"{ours * 1e3:.0f} ms",
-            f"{ours / stock:.2f}",
+            spread("stock"),
+            spread("graphpickle"),
+            f"{ours / stock:.2f} ({min(ratios):.2f}-{max(ratios):.2f})",
         ]
         if "driver_cpu" in runs["stock"][0][workload]:
             for key in ("driver_cpu", "workers_cpu"):
@@ -244,7 +275,7 @@ def main() -> None:
     report = (
         f"Ray {ray.__version__}, Python {sys.version.split()[0]}, local Ray with 2 CPUs, "
         f"medians of {args.repeat} runs per configuration, each in a fresh Ray, interleaved "
-        "(ratio: graphpickle / stock; 'serialize' rows: Ray's serializer in the driver "
+        "(wall: median (min-max); ratio: of the medians (min-max of the runs, paired in order); 'serialize' rows: Ray's serializer in the driver "
         "alone, 'pickle' rows: the pickler it calls, alone, both in CPU time of the "
         "calling thread; other rows: wall time; CPU columns: sums over the process, "
         "with the kernel's 10 ms ticks for the workers).\n\n" + table(runs) + "\n"

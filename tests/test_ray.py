@@ -394,7 +394,9 @@ def test_modules_registered_through_ray_cloudpickle_travel_by_value(tmp_path: Pa
             assert ray.get(ray.put([mod.Thing(6)]))[0].value == 6
         finally:
             ray.cloudpickle.unregister_pickle_by_value(mod)
-        with pytest.raises(ray.exceptions.RayTaskError, match="No module named 'gp_ray_registered'"):
+        with pytest.raises(
+            ray.exceptions.RayTaskError, match="No module named 'gp_ray_registered'"
+        ):
             ray.get(value_of.remote(mod.Thing(8)))
     finally:
         sys.path.remove(str(tmp_path))

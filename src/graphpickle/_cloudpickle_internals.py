@@ -74,6 +74,7 @@ def registry_of(vendored: types.ModuleType) -> set[str] | None:
     registry = vars(vendored).get("_PICKLE_BY_VALUE_MODULES")
     return registry if type(registry) is set else None
 
+
 #: ``find_imported_submodules(code, top_level_dependencies)``: the submodules a
 #: function's code reaches through the modules it uses (``xml.dom`` through
 #: ``xml``), which a by-value payload imports on the receiver.
