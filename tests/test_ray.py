@@ -31,11 +31,14 @@ if os.environ.get("GRAPHPICKLE_RAY_TESTS") != "1":
             allow_module_level=True,
         )
 
+import cloudpickle
 import numpy as np
 import ray
 
+import graphpickle
 import graphpickle.integrations.ray as gpray
 from graphpickle import LargeCaptureWarning
+from graphpickle.core import policy
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -117,6 +120,43 @@ def test_object_refs_nested_in_arguments_are_found_and_tracked() -> None:
     # Borrowed by the worker: the outer object keeps the inner one alive.
     outer = ray.put({"ref": ray.put("kept")})
     assert ray.get(ray.get(identity.remote(outer))["ref"]) == "kept"
+
+
+@dataclasses.dataclass
+class _Pair:
+    a: int
+    b: str
+
+
+def test_graphs_ray_would_only_pickle_are_pickled_whole_with_refs_and_buffers() -> None:
+    from ray._private import ray_constants
+
+    context = ray._private.worker.global_worker.get_serialization_context()
+    python = ray_constants.OBJECT_METADATA_TYPE_PYTHON
+    pairs = [_Pair(i, str(i)) for i in range(1000)]
+    # One ExtType for the whole list, not one per item (Ray's msgpack walk).
+    whole = context.serialize(pairs)
+    per_item = gpray._serializer_originals["_serialize_to_msgpack"](context, pairs)
+    assert whole.metadata == per_item.metadata == python
+    # (per item: an ExtType of 3 to 5 bytes each in Ray's msgpack part)
+    assert per_item.total_bytes - whole.total_bytes > 2_000
+    assert ray.get(ray.put(pairs)) == pairs
+    by_key = {str(i): (i, [i]) for i in range(100)}
+    assert ray.get(identity.remote(by_key)) == by_key
+    # What msgpack writes itself stays msgpack (other languages read it).
+    assert context.serialize([1, "a", {"b": [2.0]}]).metadata != python
+    assert ray.get(ray.put([1, _Pair(1, "x")])) == [1, _Pair(1, "x")]  # (item by item)
+    # Refs in such a list are found and tracked, and borrowed by a worker.
+    inner = ray.put("kept")
+    assert inner in context.serialize([inner, inner]).contained_object_refs
+    outer = ray.put([ray.put("also kept")])
+    assert ray.get(ray.get(identity.remote(outer))[0]) == "also kept"
+    assert ray.get(identity.remote([inner]))[0] == inner
+    # Arrays in it go out of band and come back zero-copy.
+    array = np.arange(100_000, dtype=np.float64)
+    back = ray.get(ray.put([array, _Pair(0, "z")]))
+    assert not back[0].flags.writeable and not back[0].flags.owndata
+    assert np.array_equal(back[0], array) and back[1] == _Pair(0, "z")
 
 
 def test_actor_handles_nested_in_arguments_work() -> None:
@@ -392,6 +432,7 @@ def test_modules_registered_through_ray_cloudpickle_travel_by_value(tmp_path: Pa
             assert ray.get(value_of.remote(mod.Thing(5))) == 5  # an instance argument
             assert ray.get(ray.remote(lambda: mod.triple(7)).remote()) == 21  # a lambda
             assert ray.get(ray.put([mod.Thing(6)]))[0].value == 6
+            assert "gp_ray_registered" in graphpickle.list_registry_pickle_by_value()
         finally:
             ray.cloudpickle.unregister_pickle_by_value(mod)
         with pytest.raises(
@@ -411,9 +452,13 @@ def test_uninstall_restores_every_name_and_install_is_idempotent(
     gpray.install()
     gpray.install()
     assert gpray.installed()
+    assert ray.cloudpickle.cloudpickle._PICKLE_BY_VALUE_MODULES in policy.REGISTRIES
     gpray.uninstall()
     assert not gpray.installed()
     assert all(value is ray.cloudpickle for value in _targets().values())
+    assert policy.REGISTRIES == [cloudpickle.cloudpickle._PICKLE_BY_VALUE_MODULES]
+    context = ray._private.serialization.SerializationContext
+    assert context._serialize_to_msgpack.__module__ == "ray._private.serialization"
 
 
 def test_an_unknown_ray_version_is_refused_without_changes(
@@ -439,6 +484,18 @@ def test_moved_internals_are_refused_without_changes(
     monkeypatch.undo()
     assert all(value is ray.cloudpickle for value in _targets().values())
     assert not gpray.installed()
+
+
+def test_a_moved_serializer_is_refused(
+    monkeypatch: pytest.MonkeyPatch, stock_then_graphpickle: None
+) -> None:
+    gpray.uninstall()
+    context = ray._private.serialization.SerializationContext
+    monkeypatch.delattr(context, "_serialize_to_pickle5")
+    with pytest.raises(gpray.RayIntegrationError, match="SerializationContext"):
+        gpray.install()
+    assert not gpray.installed()
+    assert context._serialize_to_msgpack.__module__ == "ray._private.serialization"
 
 
 def test_a_moved_reducer_table_is_refused(
