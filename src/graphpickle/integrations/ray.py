@@ -10,7 +10,9 @@ Ray and ``ray.util.register_serializer`` keep their reducers) is
 ``ray.cloudpickle``'s own. Ray's reducers are found through a
 ``reducer_lookup`` that reads that table, so object refs and actor handles
 nested in arguments are still tracked by Ray, registered serializers still run,
-and buffers Ray's writer takes stay out of band.
+and buffers Ray's writer takes stay out of band. Ray's serializer, which walks a
+value with msgpack and pickles item by item what msgpack cannot write, pickles
+a list or dict of such objects whole instead (:func:`_serialize_to_msgpack`).
 
 In a driver, one call starts Ray with graphpickle in the driver and in every
 worker it starts (each worker imports :data:`PRELOAD_MODULE`, named in Ray's
@@ -383,10 +385,9 @@ def uninstall() -> None:
     for registry in _registries:
         remove_registry(registry)
     _registries.clear()
-    if _serializer_module is not None:
+    if _serializer_module is not None:  # (the originals stay known: a call may be under way)
         for name, original in _serializer_originals.items():
             setattr(_serializer_module.SerializationContext, name, original)
-    _serializer_originals.clear()
 
 
 def installed() -> bool:
