@@ -21,6 +21,8 @@ import pytest
 from conftest import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
+# The docs run as a reader runs them: once, in CI's first stage (docs/development.md).
+pytestmark = pytest.mark.once
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # The language, and " ray" for the blocks that need Ray.
 _FENCE = re.compile(r"^```(\w*(?: ray)?)[^\n]*\n(.*?)^```", re.S | re.M)
