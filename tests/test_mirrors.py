@@ -25,7 +25,7 @@ from graphpickle.core import captures, policy
 from graphpickle.core import reducers as _reducers
 from graphpickle.core.native import speedups
 
-pytestmark = pytest.mark.skipif(
+needs_the_c_hook = pytest.mark.skipif(
     speedups is None or not _reducers.CACHING,
     reason="compares the C hook with the Python rules: needs the C part and its caches",
 )
@@ -100,6 +100,7 @@ CAPTURES: dict[str, Any] = {
 }
 
 
+@needs_the_c_hook
 @pytest.mark.parametrize("what", list(CAPTURES))
 def test_the_c_hook_reads_captures_as_the_python_rules_do(what: str) -> None:
     """A remembered ``__main__`` function that reads the capture (and a list, so
@@ -148,6 +149,7 @@ def _make(kind: str, module_name: str, qualname: str) -> Any:
     return obj
 
 
+@needs_the_c_hook
 @pytest.mark.parametrize("kind", ["function", "class"])
 @pytest.mark.parametrize("module_name", MODULE_NAMES)
 @pytest.mark.parametrize("qualname", QUALNAMES)
