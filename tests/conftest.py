@@ -121,3 +121,22 @@ def _ops_until_error(ops):
         yield from ops
     except Exception:
         return
+
+
+# Tests whose outcome is the same on every Python, dependency set and mode (the
+# wheel's contents, the docs' links, the layout's imports, ...) carry
+# @pytest.mark.once. GP_SKIP_ONCE=1 leaves them out: .ci/run runs them in its
+# first stage only (docs/development.md, "What runs once").
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "once: the same on every Python, dependency set and mode (GP_SKIP_ONCE=1)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("GP_SKIP_ONCE") != "1":
+        return
+    once = [item for item in items if item.get_closest_marker("once") is not None]
+    if once:
+        config.hook.pytest_deselected(items=once)
+        items[:] = [item for item in items if item.get_closest_marker("once") is None]

@@ -21,6 +21,8 @@ import pytest
 from conftest import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
+# The docs run as a reader runs them: once, in CI's first stage (docs/development.md).
+pytestmark = pytest.mark.once
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # The language, and " ray" for the blocks that need Ray.
 _FENCE = re.compile(r"^```(\w*(?: ray)?)[^\n]*\n(.*?)^```", re.S | re.M)
@@ -28,6 +30,10 @@ _FENCE = re.compile(r"^```(\w*(?: ray)?)[^\n]*\n(.*?)^```", re.S | re.M)
 # What the examples of a file take as given, made before its first block.
 SETUP = {
     "README.md": """
+        from distributed import Client, LocalCluster
+        client = Client(LocalCluster(n_workers=1, processes=False, dashboard_address=None))
+    """,
+    "api.md": """
         import io, socket, graphpickle
 
         class Connection:  # an object that refuses to pickle
@@ -38,21 +44,30 @@ SETUP = {
         reduce_conn = lambda c: (connect, (c.url,))
         f = io.BytesIO()
         graph = {("t", i): (len, [i] * 3) for i in range(10)}
-        KEY, NEW_KEY, secret = b"key", b"new key", b"secret"
-        import threading
+        with open("mylib.py", "w") as _out:  # a local module the workers lack
+            _out.write("def helper(x):\\n    return x + 1\\n")
+    """,
+    "determinism.md": """
+        import graphpickle, graphpickle.wire
+        graph = {("t", i): (len, [i] * 3) for i in range(10)}
+        secret = b"secret"
+    """,
+    "engines.md": """
+        from distributed import Client, LocalCluster
+        cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
+    """,
+    "security.md": """
+        import graphpickle
+    """,
+    "wire.md": """
+        import socket, threading, graphpickle
+        graph = {("t", i): (len, [i] * 3) for i in range(10)}
+        KEY, NEW_KEY = b"key", b"new key"
         sock, _peer = socket.socketpair()  # a peer that sends back what it gets
         def _echo():
             while data := _peer.recv(1 << 16):
                 _peer.sendall(data)
         threading.Thread(target=_echo, daemon=True).start()
-        with open("mylib.py", "w") as _out:  # a local module the workers lack
-            _out.write("def helper(x):\\n    return x + 1\\n")
-        from distributed import Client, LocalCluster
-        client = Client(LocalCluster(n_workers=1, processes=False, dashboard_address=None))
-    """,
-    "engines.md": """
-        from distributed import Client, LocalCluster
-        cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
     """,
 }
 

@@ -106,11 +106,13 @@ def _part(module: str) -> tuple[int, str]:
     raise AssertionError(f"graphpickle.{module} belongs to no part of LAYERS: add it there")
 
 
+@pytest.mark.once  # reads the sources: the same in every CI stage
 def test_every_module_belongs_to_a_part():
     for module in MODULES:
         _part(module)
 
 
+@pytest.mark.once  # reads the sources: the same in every CI stage
 def test_imports_point_down_the_layers():
     wrong = []
     for module, targets in GRAPH.items():
@@ -124,6 +126,7 @@ def test_imports_point_down_the_layers():
     assert not wrong, "imports that do not point down the layers:\n" + "\n".join(wrong)
 
 
+@pytest.mark.once  # reads the sources: the same in every CI stage
 def test_no_import_cycle():
     # Depth-first search; a module met again while it is on the path closes a cycle.
     state: dict[str, int] = {}  # 1: on the path, 2: done
@@ -146,6 +149,7 @@ def test_no_import_cycle():
             visit(module)
 
 
+@pytest.mark.once  # reads the sources: the same in every CI stage
 def test_the_check_sees_lazy_imports_and_cycles(tmp_path):
     # The walk above must see an import inside a function, and a cycle.
     tree = ast.parse("def f():\n    from ..core import pickler\n")

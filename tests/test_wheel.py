@@ -26,6 +26,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# The build runs on a copy of the tree, its environment stripped of the switches,
+# into a venv of its own: the same in every CI stage (docs/development.md).
+pytestmark = pytest.mark.once
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 DIST_NAME = f"{PROJECT['name']}-{PROJECT['version']}"
 # The C parts: one compiled module per extension that setup.py declares.

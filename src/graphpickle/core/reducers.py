@@ -293,25 +293,19 @@ def _built_from(
     except (TypeError, ValueError):
         return False
     fixed, values, _, attribute_items = _split(snapshot, names)
-    annotations = "__annotations__" if "__annotations__" in slots else "__annotate__"
-    if (
-        type(slots) is not dict
-        or slots.keys() != _SLOT_KEYS | {annotations}
-        or type(attributes) is not dict
+    if not (
+        _slots_shaped(slots, attributes)
+        and code is fixed["code"]
+        and no_name is None
+        and no_defaults is None
+        and (closure is None) == (fixed["closure"] is None)
+        and _same_slots(slots, fixed)
     ):
         return False
     expected_globals = [(n, v) for n, v in zip(names, values, strict=True) if v is not _MISSING]
     expected_attributes = list(zip(attribute_items[0::2], attribute_items[1::2], strict=True))
     if not (
-        code is fixed["code"]
-        and no_name is None
-        and no_defaults is None
-        and (closure is None) == (fixed["closure"] is None)
-        and all(slots[f"__{field}__"] is fixed[field] for field in _SHARED_FIELDS)
-        and slots[annotations] is fixed["annotations"]
-        and slots["__name__"] == fixed["name"]
-        and slots["__qualname__"] == fixed["qualname"]
-        and _same_pairs(slots["__globals__"], expected_globals)
+        _same_pairs(slots["__globals__"], expected_globals)
         and _same_pairs(attributes, expected_attributes)
     ):
         return False
@@ -320,6 +314,32 @@ def _built_from(
         [] if modules is None else cp.submodules_in(code, _dependencies(snapshot, names), modules)
     )
     return type(submodules) is list and _same_list(submodules, expected)
+
+
+def _annotations_slot(slots: dict[str, Any]) -> str:
+    """Where cloudpickle's slot state keeps annotations: 3.14's deferred ones
+    as ``__annotate__``, else ``__annotations__``."""
+    return "__annotations__" if "__annotations__" in slots else "__annotate__"
+
+
+def _slots_shaped(slots: Any, attributes: Any) -> bool:
+    """cloudpickle's slot state and attributes: two dicts, the slots' keys those it writes."""
+    return (
+        type(slots) is dict
+        and slots.keys() == _SLOT_KEYS | {_annotations_slot(slots)}
+        and type(attributes) is dict
+    )
+
+
+def _same_slots(slots: dict[str, Any], fixed: dict[str, Any]) -> bool:
+    """The slot state holds the snapshot's objects where cloudpickle holds them,
+    equal names where it copies them."""
+    return (
+        all(slots[f"__{field}__"] is fixed[field] for field in _SHARED_FIELDS)
+        and slots[_annotations_slot(slots)] is fixed["annotations"]
+        and slots["__name__"] == fixed["name"]
+        and slots["__qualname__"] == fixed["qualname"]
+    )
 
 
 # The fields cloudpickle's slot state holds as they are (not copies).

@@ -113,20 +113,52 @@ class _Entry:
 def _canonical_values(data: bytes) -> bytes:
     if data[:1] != b"\x80" or len(data) < 2 or data[1] not in (4, 5):
         raise ValueError("canonical_values() reads protocol 4 and 5 pickles only")
-    out: list[bytes] = []  # one chunk per opcode, PROTO apart
-    stack: list[_Entry] = []
-    old_memo: list[Any] = []  # the input's memo index -> key
-    indices: dict[Any, int] = {}  # a value's key -> its output memo index
-    written = 0  # output memo entries
-    unique = 0
-    frozenset_type: Any = _FROZENSET_TYPE  # builtins.frozenset, once memoized
     try:
-        ops = [(op, arg, cast(int, pos)) for op, arg, pos in pickletools.genops(data)]
+        ops = [(op.name, arg, cast(int, pos)) for op, arg, pos in pickletools.genops(data)]
     except ValueError as exc:  # (genops stops at STOP: data after it is checked below)
         raise ValueError(f"canonical_values(): {exc}") from None
     ends = [pos for _, _, pos in ops[1:]] + [ops[-1][2] + 1]  # (genops ends with STOP)
+    walk = _Walk(data)
+    dispatch = _DISPATCH
+    for (name, arg, pos), end in zip(ops, ends, strict=True):
+        handler = dispatch.get(name)
+        if handler is None:
+            raise ValueError(f"canonical_values(): {name} is not written by protocol 4 or 5")
+        if handler(walk, name, arg, pos, end):
+            return _framed(data[:2], walk.out)
+    raise ValueError("canonical_values(): the pickle has no STOP")
 
-    def pop_to_mark() -> tuple[_Entry, list[_Entry]]:
+
+class _Walk:
+    """The state of one :func:`_canonical_values` pass. Each opcode has its
+    handler in ``_DISPATCH`` (as ``pickle.py``'s unpickler has ``dispatch``):
+    ``handler(walk, name, arg, pos, end)``, true at STOP."""
+
+    __slots__ = (
+        "data",
+        "frozenset_type",
+        "indices",
+        "old_memo",
+        "out",
+        "stack",
+        "unique",
+        "written",
+    )
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.out: list[bytes] = []  # one chunk per opcode, PROTO apart
+        self.stack: list[_Entry] = []
+        self.old_memo: list[Any] = []  # the input's memo index -> key
+        self.indices: dict[Any, int] = {}  # a value's key -> its output memo index
+        self.written = 0  # output memo entries
+        self.unique = 0
+        self.frozenset_type: Any = _FROZENSET_TYPE  # builtins.frozenset, once memoized
+
+    # -- the stack ------------------------------------------------------------------
+
+    def pop_to_mark(self) -> tuple[_Entry, list[_Entry]]:
+        stack = self.stack
         for i in range(len(stack) - 1, -1, -1):
             if stack[i].key is None:
                 items = stack[i + 1 :]
@@ -135,112 +167,193 @@ def _canonical_values(data: bytes) -> bytes:
                 return mark, items
         raise ValueError("canonical_values(): no mark")
 
-    def pop(n: int) -> list[_Entry]:
+    def pop(self, n: int) -> list[_Entry]:
+        stack = self.stack
         if len(stack) < n or any(entry.key is None for entry in stack[len(stack) - n :]):
             raise ValueError("canonical_values(): stack underflow")
         items = stack[len(stack) - n :]
         del stack[len(stack) - n :]
         return items
 
-    for (op, arg, pos), end in zip(ops, ends, strict=True):
-        name = op.name
-        raw = data[pos:end]
-        start = len(out)
-        if name == "PROTO":
-            if pos != 0:
-                raise ValueError("canonical_values(): PROTO after the start")
-            continue
-        if name == "FRAME":
-            continue
-        if name == "MEMOIZE":
-            if not stack or stack[-1].key is None:
-                raise ValueError("canonical_values(): MEMOIZE with nothing to memoize")
-            top = stack[-1]
-            key = top.key
-            if key[0] in _VALUE_KINDS:
-                index = indices.get(key)
-                if index is not None and top.memo == written:
-                    del out[top.start :]  # its whole construction: nothing memoized in it
-                    out.append(_get(index))
-                    old_memo.append(key)
-                    continue
-                if index is None:
-                    indices[key] = written
-                else:  # a construction that memoized more: kept, as a new entry
-                    key = top.key = ("r", written)
-            else:
-                if key == _FROZENSET_TYPE:
-                    frozenset_type = ("r", written)
-                key = top.key = ("r", written)
-            old_memo.append(key)
-            written += 1
-            out.append(raw)
-            continue
-        if name in ("BINGET", "LONG_BINGET"):
-            if not 0 <= cast(int, arg) < len(old_memo):
-                raise ValueError(f"canonical_values(): memo index {arg} is not set")
-            key = old_memo[cast(int, arg)]
-            out.append(_get(key[1] if key[0] == "r" else indices[key]))
-            stack.append(_Entry(key, start, written))
-            continue
-        out.append(raw)
-        if name == "STOP":
-            if len(stack) != 1 or stack[0].key is None:
-                raise ValueError("canonical_values(): STOP with a stack of other than one item")
-            if end != len(data):
-                raise ValueError("canonical_values(): data after STOP")
-            return _framed(data[:2], out)
-        if name == "MARK":
-            stack.append(_Entry(None, start, written))
-        elif name in _STRINGS:
-            stack.append(_Entry(("s", raw[1 + _length_size(name) :]), start, written))
-        elif name in _BYTES:
-            stack.append(_Entry(("b", raw[1 + _length_size(name) :]), start, written))
-        elif name in _ATOMS:
-            stack.append(_Entry(("a", raw), start, written))
-        elif name in _NEW_OBJECTS:
-            unique += 1
-            stack.append(_Entry(("u", unique), start, written))
-        elif name in _TUPLES:
-            items = pop(_TUPLES[name])
-            key = ("t", tuple(item.key for item in items))
-            stack.append(_Entry(key, items[0].start, items[0].memo))
-        elif name in ("TUPLE", "FROZENSET"):
-            mark, items = pop_to_mark()
-            key = ("t" if name == "TUPLE" else "z", tuple(item.key for item in items))
-            stack.append(_Entry(key, mark.start, mark.memo))
-        elif name in ("LIST", "DICT", "OBJ", "INST"):
-            mark, _ = pop_to_mark()
-            unique += 1
-            stack.append(_Entry(("u", unique), mark.start, mark.memo))
-        elif name in _CALLS:
-            items = pop(_CALLS[name])
-            unique += 1
-            key = ("u", unique)
-            if name == "STACK_GLOBAL" and [item.key for item in items] == _FROZENSET_NAME:
-                key = _FROZENSET_TYPE
-            elif name == "REDUCE" and items[0].key in (_FROZENSET_TYPE, frozenset_type):
-                key = _frozenset_called(items[1].key, key)
-            stack.append(_Entry(key, items[0].start, items[0].memo))
-        elif name in _FILLS or name in ("APPENDS", "SETITEMS", "ADDITEMS"):
-            if name in _FILLS:
-                pop(_FILLS[name])
-            else:
-                pop_to_mark()
-            if not stack or stack[-1].key is None or stack[-1].key[0] in _VALUE_KINDS:
-                raise ValueError(f"canonical_values(): {name} with no object to fill")
-        elif name == "POP":
-            if not stack:
-                raise ValueError("canonical_values(): POP of an empty stack")
-            stack.pop()
-        elif name == "POP_MARK":
-            pop_to_mark()
-        elif name == "READONLY_BUFFER":
-            if not stack or stack[-1].key is None:
-                raise ValueError("canonical_values(): READONLY_BUFFER with no buffer")
+    def copy(self, pos: int, end: int) -> int:
+        """Write the opcode as it is; return where it starts in the output."""
+        start = len(self.out)
+        self.out.append(self.data[pos:end])
+        return start
+
+    def new_unique(self) -> tuple[str, int]:
+        self.unique += 1
+        return ("u", self.unique)
+
+    def top_object(self, name: str) -> None:
+        """What APPEND(S), SETITEM(S), ADDITEMS and BUILD fill: an object, not a value."""
+        if not self.stack or self.stack[-1].key is None or self.stack[-1].key[0] in _VALUE_KINDS:
+            raise ValueError(f"canonical_values(): {name} with no object to fill")
+
+    # -- the opcodes: each returns true at STOP -------------------------------------
+
+    def proto(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        if pos != 0:
+            raise ValueError("canonical_values(): PROTO after the start")
+        return False
+
+    def frame(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        return False  # framed anew at the end
+
+    def memoize(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        stack = self.stack
+        if not stack or stack[-1].key is None:
+            raise ValueError("canonical_values(): MEMOIZE with nothing to memoize")
+        top = stack[-1]
+        key = top.key
+        if key[0] in _VALUE_KINDS:
+            index = self.indices.get(key)
+            if index is not None and top.memo == self.written:
+                del self.out[top.start :]  # its whole construction: nothing memoized in it
+                self.out.append(_get(index))
+                self.old_memo.append(key)
+                return False
+            if index is None:
+                self.indices[key] = self.written
+            else:  # a construction that memoized more: kept, as a new entry
+                key = top.key = ("r", self.written)
         else:
-            raise ValueError(f"canonical_values(): {name} is not written by protocol 4 or 5")
-    raise ValueError("canonical_values(): the pickle has no STOP")
+            if key == _FROZENSET_TYPE:
+                self.frozenset_type = ("r", self.written)
+            key = top.key = ("r", self.written)
+        self.old_memo.append(key)
+        self.written += 1
+        self.out.append(self.data[pos:end])
+        return False
+
+    def get(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        if not 0 <= arg < len(self.old_memo):
+            raise ValueError(f"canonical_values(): memo index {arg} is not set")
+        key = self.old_memo[arg]
+        start = len(self.out)
+        self.out.append(_get(key[1] if key[0] == "r" else self.indices[key]))
+        self.stack.append(_Entry(key, start, self.written))
+        return False
+
+    def stop(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        self.copy(pos, end)
+        if len(self.stack) != 1 or self.stack[0].key is None:
+            raise ValueError("canonical_values(): STOP with a stack of other than one item")
+        if end != len(self.data):
+            raise ValueError("canonical_values(): data after STOP")
+        return True
+
+    def mark(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        self.stack.append(_Entry(None, self.copy(pos, end), self.written))
+        return False
+
+    def string(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        start = self.copy(pos, end)
+        content = self.data[pos + 1 + _LENGTH_SIZE[name] : end]
+        self.stack.append(_Entry((_KIND[name], content), start, self.written))
+        return False
+
+    def atom(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        start = self.copy(pos, end)
+        self.stack.append(_Entry(("a", self.out[-1]), start, self.written))
+        return False
+
+    def new_object(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        start = self.copy(pos, end)
+        self.stack.append(_Entry(self.new_unique(), start, self.written))
+        return False
+
+    def small_tuple(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        self.copy(pos, end)
+        items = self.pop(_TUPLES[name])
+        key = ("t", tuple(item.key for item in items))
+        self.stack.append(_Entry(key, items[0].start, items[0].memo))
+        return False
+
+    def marked_value(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        """TUPLE and FROZENSET: a value made of the marked items."""
+        self.copy(pos, end)
+        mark, items = self.pop_to_mark()
+        key = ("t" if name == "TUPLE" else "z", tuple(item.key for item in items))
+        self.stack.append(_Entry(key, mark.start, mark.memo))
+        return False
+
+    def marked_object(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        """LIST, DICT, OBJ, INST: an object made of the marked items."""
+        self.copy(pos, end)
+        mark, _ = self.pop_to_mark()
+        self.stack.append(_Entry(self.new_unique(), mark.start, mark.memo))
+        return False
+
+    def call(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        self.copy(pos, end)
+        items = self.pop(_CALLS[name])
+        key: Any = self.new_unique()
+        if name == "STACK_GLOBAL" and [item.key for item in items] == _FROZENSET_NAME:
+            key = _FROZENSET_TYPE
+        elif name == "REDUCE" and items[0].key in (_FROZENSET_TYPE, self.frozenset_type):
+            key = _frozenset_called(items[1].key, key)
+        self.stack.append(_Entry(key, items[0].start, items[0].memo))
+        return False
+
+    def fill(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        self.copy(pos, end)
+        self.pop(_FILLS[name])
+        self.top_object(name)
+        return False
+
+    def fill_marked(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        """APPENDS, SETITEMS, ADDITEMS."""
+        self.copy(pos, end)
+        self.pop_to_mark()
+        self.top_object(name)
+        return False
+
+    def pop_one(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        self.copy(pos, end)
+        if not self.stack:
+            raise ValueError("canonical_values(): POP of an empty stack")
+        self.stack.pop()
+        return False
+
+    def pop_mark(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        self.copy(pos, end)
+        self.pop_to_mark()
+        return False
+
+    def readonly_buffer(self, name: str, arg: Any, pos: int, end: int) -> bool:
+        self.copy(pos, end)
+        if not self.stack or self.stack[-1].key is None:
+            raise ValueError("canonical_values(): READONLY_BUFFER with no buffer")
+        return False
+
+
+_KIND = dict.fromkeys(_STRINGS, "s") | dict.fromkeys(_BYTES, "b")
+_LENGTH_SIZE = {name: 1 if name.startswith("SHORT_") else 8 if name.endswith("8") else 4
+                for name in _KIND}  # fmt: skip
+# Each opcode protocols 4 and 5 write, and its handler; any other is refused.
+_DISPATCH: dict[str, Any] = {
+    "PROTO": _Walk.proto,
+    "FRAME": _Walk.frame,
+    "MEMOIZE": _Walk.memoize,
+    "BINGET": _Walk.get,
+    "LONG_BINGET": _Walk.get,
+    "STOP": _Walk.stop,
+    "MARK": _Walk.mark,
+    **dict.fromkeys(_KIND, _Walk.string),
+    **dict.fromkeys(_ATOMS, _Walk.atom),
+    **dict.fromkeys(_NEW_OBJECTS, _Walk.new_object),
+    **dict.fromkeys(_TUPLES, _Walk.small_tuple),
+    "TUPLE": _Walk.marked_value,
+    "FROZENSET": _Walk.marked_value,
+    **dict.fromkeys(("LIST", "DICT", "OBJ", "INST"), _Walk.marked_object),
+    **dict.fromkeys(_CALLS, _Walk.call),
+    **dict.fromkeys(_FILLS, _Walk.fill),
+    **dict.fromkeys(("APPENDS", "SETITEMS", "ADDITEMS"), _Walk.fill_marked),
+    "POP": _Walk.pop_one,
+    "POP_MARK": _Walk.pop_mark,
+    "READONLY_BUFFER": _Walk.readonly_buffer,
+}
 
 
 _FROZENSET_NAME = [("s", b"builtins"), ("s", b"frozenset")]
@@ -258,10 +371,6 @@ def _frozenset_called(args: Any, otherwise: Any) -> Any:
         if members == ("a", b")"):  # EMPTY_TUPLE
             return ("z", ())
     return otherwise
-
-
-def _length_size(name: str) -> int:
-    return 1 if name.startswith("SHORT_") else 8 if name.endswith("8") else 4
 
 
 def _get(index: int) -> bytes:

@@ -37,7 +37,7 @@ import io
 import os
 import pickle
 import pickletools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -526,108 +526,141 @@ class _Scan:
         return self.stack[-1]
 
     def step(self, opcode: Any, arg: Any, pos: int) -> None:
-        name = opcode.name
+        """One opcode: its handler in ``_DISPATCH`` (as ``pickle.py``'s unpickler
+        has ``dispatch``), or :meth:`generic`."""
         # Protocols 0 and 1 have no PROTO opcode: the newest opcode used tells.
         self.protocol = max(self.protocol, opcode.proto)
-        if name == "PROTO":
-            self.protocol = self.proto = arg
-        elif name in _STRING_OPS:
-            self.push(arg if isinstance(arg, str) else _OTHER, pos)
-        elif name in _INT_OPS:
-            self.push(arg if type(arg) is int else _OTHER, pos)
-        elif name == "GLOBAL":
-            module, _, attr = arg.partition(" ")
-            self.push(self.record_global(module, attr, pos), pos)
-        elif name == "INST":
-            # INST calls the global it names with the marked items, as OBJ does.
-            module, _, attr = arg.partition(" ")
-            items = self.pop_mark(pos)
-            func = self.record_global(module, attr, pos)
-            self.push(self.apply(func, tuple(v for v, _ in items), pos, pos), pos)
-        elif name == "OBJ":
-            items = self.pop_mark()
-            if not items:
-                raise _Malformed("unpickling stack underflow")
-            (func, start), rest = items[0], items[1:]
-            for value, _ in rest:
-                self.used(value, pos)
-            self.push(self.apply(func, tuple(v for v, _ in rest), start, pos), start)
-        elif name == "STACK_GLOBAL":
-            (attr, _), (module, start) = self.pop(pos), self.pop(pos)
-            if not isinstance(module, str) or not isinstance(attr, str):
-                self.flag(CODE, f"at byte {pos}: a global whose name is computed while loading")
-                self.names.append("<computed>")
-                self.push(_OTHER, start)
-            else:
-                self.push(self.record_global(module, attr, pos), start)
-        elif name in ("EXT1", "EXT2", "EXT4"):
-            self.flag(CODE, f"at byte {pos}: extension code {arg} names a global through the "
-                      "receiver's copyreg registry, which a scan cannot see")  # fmt: skip
-            self.names.append(f"<extension {arg}>")
-            self.push(_OTHER, pos)
-        elif name in ("MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"):
-            if name != "MEMOIZE" and arg < 0:
-                raise _Malformed("negative PUT argument")
-            index = len(self.memo) if name == "MEMOIZE" else arg
-            self.memo[index] = self.top(name)
-        elif name in ("GET", "BINGET", "LONG_BINGET"):
-            if arg not in self.memo:
-                raise _Malformed(f"Memo value not found at index {arg}")
-            value, _ = self.memo[arg]
-            self.push(value, pos)
-        elif name == "MARK":
-            self.metastack.append(self.stack)
-            self.stack = []
-        elif name == "POP":
-            if self.stack:
-                self.stack.pop()
-            else:
-                self.pop_mark()
-        elif name == "POP_MARK":
-            self.pop_mark()
-        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-            items = [self.pop(pos) for _ in range(int(name[-1]))][::-1]
-            self.push(tuple(v for v, _ in items), items[0][1])
-        elif name == "TUPLE":
-            items = self.pop_mark(pos)
-            self.push(tuple(v for v, _ in items), pos)
-        elif name == "EMPTY_TUPLE":
-            self.push((), pos)
-        elif name == "EMPTY_DICT":
-            self.push({}, pos)
-        elif name in _CHANGES:
-            self.change(name, pos)
-        elif name == "REDUCE":
-            (args, _), (func, start) = self.pop(pos), self.pop_raw()
-            self.push(self.apply(func, args, start, pos), start)
-        elif name in ("NEWOBJ", "NEWOBJ_EX"):
-            for _ in range(1 if name == "NEWOBJ" else 2):
-                self.pop(pos)
-            cls, start = self.pop_raw()
-            self.newobj(name, cls, pos)
-            # What was instantiated is gone from the model; the dry run records it.
-            self.push(_OTHER, start)
-        elif name == "NEXT_BUFFER":
-            self.buffers += 1
-            self.push(_OTHER, pos)
-        elif name == "READONLY_BUFFER":
-            self.readonly += 1
-            self.top(name)
-        elif name in ("PERSID", "BINPERSID"):
-            self.persistent += 1
-            if name == "BINPERSID":
-                self.pop(pos)
-            self.flag(CODE, f"at byte {pos}: a persistent id, which the receiver's "
-                      "persistent_load resolves (restricted loading refuses it)")  # fmt: skip
-            self.push(_OTHER, pos)
-        elif name == "DUP":
-            self.stack.append(self.top(name))
-        elif name == "STOP":
-            self.pop(pos)
-        elif name != "FRAME":
-            self.generic(opcode, pos)
+        _DISPATCH.get(opcode.name, _Scan.generic)(self, opcode, arg, pos)
 
-    def generic(self, opcode: Any, pos: int) -> None:
+    # -- the opcodes, each with its handler: (self, opcode, arg, pos) ----------------
+
+    def op_proto(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.protocol = self.proto = arg
+
+    def op_frame(self, opcode: Any, arg: Any, pos: int) -> None:
+        pass  # check_frame has read it
+
+    def op_string(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.push(arg if isinstance(arg, str) else _OTHER, pos)
+
+    def op_int(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.push(arg if type(arg) is int else _OTHER, pos)
+
+    def op_global(self, opcode: Any, arg: Any, pos: int) -> None:
+        module, _, attr = arg.partition(" ")
+        self.push(self.record_global(module, attr, pos), pos)
+
+    def op_inst(self, opcode: Any, arg: Any, pos: int) -> None:
+        # INST calls the global it names with the marked items, as OBJ does.
+        module, _, attr = arg.partition(" ")
+        items = self.pop_mark(pos)
+        func = self.record_global(module, attr, pos)
+        self.push(self.apply(func, tuple(v for v, _ in items), pos, pos), pos)
+
+    def op_obj(self, opcode: Any, arg: Any, pos: int) -> None:
+        items = self.pop_mark()
+        if not items:
+            raise _Malformed("unpickling stack underflow")
+        (func, start), rest = items[0], items[1:]
+        for value, _ in rest:
+            self.used(value, pos)
+        self.push(self.apply(func, tuple(v for v, _ in rest), start, pos), start)
+
+    def op_stack_global(self, opcode: Any, arg: Any, pos: int) -> None:
+        (attr, _), (module, start) = self.pop(pos), self.pop(pos)
+        if not isinstance(module, str) or not isinstance(attr, str):
+            self.flag(CODE, f"at byte {pos}: a global whose name is computed while loading")
+            self.names.append("<computed>")
+            self.push(_OTHER, start)
+        else:
+            self.push(self.record_global(module, attr, pos), start)
+
+    def op_ext(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.flag(CODE, f"at byte {pos}: extension code {arg} names a global through the "
+                  "receiver's copyreg registry, which a scan cannot see")  # fmt: skip
+        self.names.append(f"<extension {arg}>")
+        self.push(_OTHER, pos)
+
+    def op_memoize(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.memo[len(self.memo)] = self.top(opcode.name)
+
+    def op_put(self, opcode: Any, arg: Any, pos: int) -> None:
+        if arg < 0:
+            raise _Malformed("negative PUT argument")
+        self.memo[arg] = self.top(opcode.name)
+
+    def op_get(self, opcode: Any, arg: Any, pos: int) -> None:
+        if arg not in self.memo:
+            raise _Malformed(f"Memo value not found at index {arg}")
+        value, _ = self.memo[arg]
+        self.push(value, pos)
+
+    def op_mark(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.metastack.append(self.stack)
+        self.stack = []
+
+    def op_pop(self, opcode: Any, arg: Any, pos: int) -> None:
+        if self.stack:
+            self.stack.pop()
+        else:
+            self.pop_mark()
+
+    def op_pop_mark(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.pop_mark()
+
+    def op_small_tuple(self, opcode: Any, arg: Any, pos: int) -> None:
+        items = [self.pop(pos) for _ in range(int(opcode.name[-1]))][::-1]
+        self.push(tuple(v for v, _ in items), items[0][1])
+
+    def op_tuple(self, opcode: Any, arg: Any, pos: int) -> None:
+        items = self.pop_mark(pos)
+        self.push(tuple(v for v, _ in items), pos)
+
+    def op_empty_tuple(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.push((), pos)
+
+    def op_empty_dict(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.push({}, pos)
+
+    def op_change(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.change(opcode.name, pos)
+
+    def op_reduce(self, opcode: Any, arg: Any, pos: int) -> None:
+        (args, _), (func, start) = self.pop(pos), self.pop_raw()
+        self.push(self.apply(func, args, start, pos), start)
+
+    def op_newobj(self, opcode: Any, arg: Any, pos: int) -> None:
+        name = opcode.name
+        for _ in range(1 if name == "NEWOBJ" else 2):
+            self.pop(pos)
+        cls, start = self.pop_raw()
+        self.newobj(name, cls, pos)
+        # What was instantiated is gone from the model; the dry run records it.
+        self.push(_OTHER, start)
+
+    def op_next_buffer(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.buffers += 1
+        self.push(_OTHER, pos)
+
+    def op_readonly_buffer(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.readonly += 1
+        self.top(opcode.name)
+
+    def op_persid(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.persistent += 1
+        if opcode.name == "BINPERSID":
+            self.pop(pos)
+        self.flag(CODE, f"at byte {pos}: a persistent id, which the receiver's "
+                  "persistent_load resolves (restricted loading refuses it)")  # fmt: skip
+        self.push(_OTHER, pos)
+
+    def op_dup(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.stack.append(self.top(opcode.name))
+
+    def op_stop(self, opcode: Any, arg: Any, pos: int) -> None:
+        self.pop(pos)
+
+    def generic(self, opcode: Any, arg: Any, pos: int) -> None:
         """Any other opcode: apply its stack effect, tracking no content."""
         before = opcode.stack_before
         if pickletools.markobject in before:
@@ -724,54 +757,55 @@ class _Scan:
         if key is not None:
             self.guarded_calls[key] = self.guarded_calls.get(key, 0) + 1
         if isinstance(func, _Applied):
-            inner = func.func
-            if func.by_value is not None and func.by_value.kind == "function":
-                self.flag(CODE, f"at byte {pos}: calls {func.by_value.name}, a function "
-                          "pickled by value, while loading")  # fmt: skip
-            elif _is(inner, "operator", "itemgetter") and _is_last(func.args):
-                if isinstance(args, tuple) and len(args) == 1 and isinstance(args[0], tuple):
-                    return args[0][-1] if args[0] else _OTHER
-                self.flag(CODE, f"at byte {pos}: operator.itemgetter(-1) applied to "
-                          "something other than a tuple")  # fmt: skip
-            elif func.by_value is None or func.by_value.kind != "class":
-                self.flag(CODE, f"at byte {pos}: calls what a call returned "
-                          f"({_show(inner)}(...)), which the scan does not follow")  # fmt: skip
-            return _OTHER
-        if not isinstance(func, _Global):
-            if func is _OTHER:
-                self.flag(CODE, f"at byte {pos}: calls an object made while loading, "
-                          "which the scan does not follow")  # fmt: skip
-            return _OTHER
-        if _is(func, "builtins", "getattr"):
+            return self.apply_result(func, args, pos)
+        if isinstance(func, _Global):
+            return self.apply_global(func, args, start, pos)
+        if func is _OTHER:
+            self.flag(CODE, f"at byte {pos}: calls an object made while loading, "
+                      "which the scan does not follow")  # fmt: skip
+        return _OTHER
+
+    def apply_result(self, func: _Applied, args: Any, pos: int) -> Any:
+        """A call of what a call returned: by-value code called while loading,
+        ``operator.itemgetter(-1)`` on a tuple, or what the scan does not follow."""
+        inner = func.func
+        if func.by_value is not None and func.by_value.kind == "function":
+            self.flag(CODE, f"at byte {pos}: calls {func.by_value.name}, a function "
+                      "pickled by value, while loading")  # fmt: skip
+        elif _is(inner, "operator", "itemgetter") and _is_last(func.args):
+            if isinstance(args, tuple) and len(args) == 1 and isinstance(args[0], tuple):
+                return args[0][-1] if args[0] else _OTHER
+            self.flag(CODE, f"at byte {pos}: operator.itemgetter(-1) applied to "
+                      "something other than a tuple")  # fmt: skip
+        elif func.by_value is None or func.by_value.kind != "class":
+            self.flag(CODE, f"at byte {pos}: calls what a call returned "
+                      f"({_show(inner)}(...)), which the scan does not follow")  # fmt: skip
+        return _OTHER
+
+    def apply_global(self, func: _Global, args: Any, start: int, pos: int) -> Any:
+        """A call of a global: getattr resolved as a dotted global, the guarded
+        calls' arguments checked (``_ARGUMENT_RULES``, then what restricted
+        loading refuses), by-value constructors and their state setters."""
+        name = (func.module, func.name)
+        if name == ("builtins", "getattr"):
             return self.getattr(args, pos)
-        if _is(func, "operator", "itemgetter") and not _is_last(args):
-            self.flag(CODE, f"at byte {pos}: operator.itemgetter{_show(args)} "
-                      "(data uses (-1) only)")  # fmt: skip
-        if _is(func, "_codecs", "encode") and (
-            not isinstance(args, tuple)
-            or len(args) != 2
-            or not isinstance(args[0], str)
-            or args[1] != "latin1"
-        ):
-            self.flag(CODE, f"at byte {pos}: _codecs.encode other than (str, 'latin1')")
+        rule = _ARGUMENT_RULES.get(name)
+        problem = None if rule is None else rule(args)
+        if problem is not None:
+            self.flag(CODE, f"at byte {pos}: {problem}")
         problem = check_call(f"{func.module}.{func.name}", args if isinstance(args, tuple) else ())
         if problem is not None:  # what restricted loading refuses in a call's arguments
             self.flag(CODE, f"at byte {pos}: {_cut(func.module + '.' + func.name)}(...) with "
                       f"{problem}")  # fmt: skip
-        kind = _BY_VALUE_MAKERS.get((func.module, func.name))
-        if kind is None and func.module != _CLOUDPICKLE:
-            return _Applied(func, args, start)
+        kind = _BY_VALUE_MAKERS.get(name)
         if kind is not None:
             obj = _ByValueInProgress(kind, _name_from_args(kind, args), start, pos + 1)
             self.objects.append(obj)
             return _Applied(func, args, start, obj)
+        if func.module != _CLOUDPICKLE:
+            return _Applied(func, args, start)
         if func.name in _STATE_SETTERS and isinstance(args, tuple) and len(args) == 2:
-            target, state = args
-            if isinstance(target, _Applied) and target.by_value is not None:
-                target.by_value.end = pos + 1
-                name = _name_from_state(state)
-                if name and target.by_value.kind == "function":
-                    target.by_value.name = name
+            _set_state(*args, pos)
         return _OTHER
 
     def newobj(self, name: str, cls: Any, pos: int) -> None:
@@ -824,6 +858,16 @@ class _Scan:
         if dry.skipped is not None:
             self.flag(CODE, f"no dry run: {dry.skipped}")
             return
+        self.compare_events(dry)
+        self.compare_guarded_calls(dry)
+        self.compare_names(dry)
+        if (dry.error is None) != (self.error is None):
+            self.flag(CODE, "the C unpickler and a scan disagree on whether the payload is "
+                      f"well formed (loader: {dry.error or 'reads it'}; scan: {self.error or 'reads it'})")  # fmt: skip
+
+    def compare_events(self, dry: DryRun) -> None:
+        """What the dry run saw that is code whatever the walk judged: a global
+        changed, code pickled by value called."""
         for event in dry.events:
             if event.kind == "change" and event.origin == "global":
                 self.flag(CODE, f"changes the global {_cut(event.name)} while loading")
@@ -833,8 +877,10 @@ class _Scan:
                 and event.name == f"{event.root}()"
             ):
                 self.flag(CODE, f"calls code pickled by value ({event.root}) while loading")
-        # A call of a guarded global (or of what it returned) that the walk did
-        # not model is one it judged as something else.
+
+    def compare_guarded_calls(self, dry: DryRun) -> None:
+        """A call of a guarded global (or of what it returned) that the walk did
+        not model is one it judged as something else."""
         calls: dict[tuple[str, int], int] = {}
         for event in dry.events:
             if event.kind == "call" and event.root in _GUARDED and event.depth <= 1:
@@ -846,6 +892,9 @@ class _Scan:
                 what = root if depth == 0 else f"what {root} returns"
                 self.flag(CODE, f"the C unpickler calls {what} {count} time(s), a scan "
                           f"modelled {modelled} of them (the call is not judged)")  # fmt: skip
+
+    def compare_names(self, dry: DryRun) -> None:
+        """The names the loader reads, against those the walk read."""
         loader_names = [f"{module}.{name}" for module, name in dry.names]
         written = set(self.names)
         for module, name in dry.names:
@@ -854,9 +903,6 @@ class _Scan:
         if loader_names != self.names or dry.pickles != self.pickles:
             self.flag(CODE, "the C unpickler reads this payload differently from a scan: "
                       f"{_difference(self.names, loader_names, self.pickles, dry.pickles)}")  # fmt: skip
-        if (dry.error is None) != (self.error is None):
-            self.flag(CODE, "the C unpickler and a scan disagree on whether the payload is "
-                      f"well formed (loader: {dry.error or 'reads it'}; scan: {self.error or 'reads it'})")  # fmt: skip
 
     def report(self, buffers: Iterable[Any] | None) -> InspectReport:
         names = tuple(self.globals)
@@ -924,6 +970,71 @@ def _stream_at(data: bytes, start: int) -> io.BytesIO:
     stream = io.BytesIO(data)
     stream.seek(start)
     return stream
+
+
+# Each opcode the walk models, and its handler; any other is :meth:`_Scan.generic`.
+_DISPATCH: dict[str, Callable[[_Scan, Any, Any, int], None]] = {
+    "PROTO": _Scan.op_proto,
+    "FRAME": _Scan.op_frame,
+    **dict.fromkeys(_STRING_OPS, _Scan.op_string),
+    **dict.fromkeys(_INT_OPS, _Scan.op_int),
+    "GLOBAL": _Scan.op_global,
+    "INST": _Scan.op_inst,
+    "OBJ": _Scan.op_obj,
+    "STACK_GLOBAL": _Scan.op_stack_global,
+    **dict.fromkeys(("EXT1", "EXT2", "EXT4"), _Scan.op_ext),
+    "MEMOIZE": _Scan.op_memoize,
+    **dict.fromkeys(("PUT", "BINPUT", "LONG_BINPUT"), _Scan.op_put),
+    **dict.fromkeys(("GET", "BINGET", "LONG_BINGET"), _Scan.op_get),
+    "MARK": _Scan.op_mark,
+    "POP": _Scan.op_pop,
+    "POP_MARK": _Scan.op_pop_mark,
+    **dict.fromkeys(("TUPLE1", "TUPLE2", "TUPLE3"), _Scan.op_small_tuple),
+    "TUPLE": _Scan.op_tuple,
+    "EMPTY_TUPLE": _Scan.op_empty_tuple,
+    "EMPTY_DICT": _Scan.op_empty_dict,
+    **dict.fromkeys(_CHANGES, _Scan.op_change),
+    "REDUCE": _Scan.op_reduce,
+    **dict.fromkeys(("NEWOBJ", "NEWOBJ_EX"), _Scan.op_newobj),
+    "NEXT_BUFFER": _Scan.op_next_buffer,
+    "READONLY_BUFFER": _Scan.op_readonly_buffer,
+    **dict.fromkeys(("PERSID", "BINPERSID"), _Scan.op_persid),
+    "DUP": _Scan.op_dup,
+    "STOP": _Scan.op_stop,
+}
+
+
+def _set_state(target: Any, state: Any, pos: int) -> None:
+    """cloudpickle's ``_function_setstate``/``_class_setstate`` on a by-value
+    object the walk made: where it ends, and a function's name from its state."""
+    if isinstance(target, _Applied) and target.by_value is not None:
+        target.by_value.end = pos + 1
+        name = _name_from_state(state)
+        if name and target.by_value.kind == "function":
+            target.by_value.name = name
+
+
+def _itemgetter_problem(args: Any) -> str | None:
+    return None if _is_last(args) else f"operator.itemgetter{_show(args)} (data uses (-1) only)"
+
+
+def _encode_problem(args: Any) -> str | None:
+    if (
+        isinstance(args, tuple)
+        and len(args) == 2
+        and isinstance(args[0], str)
+        and args[1] == "latin1"
+    ):
+        return None
+    return "_codecs.encode other than (str, 'latin1')"
+
+
+# The guarded calls whose arguments data uses in one shape only: what is wrong
+# with others, or None.
+_ARGUMENT_RULES: dict[tuple[str, str], Callable[[Any], str | None]] = {
+    ("operator", "itemgetter"): _itemgetter_problem,
+    ("_codecs", "encode"): _encode_problem,
+}
 
 
 def _is(value: Any, module: str, name: str) -> bool:
