@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import os
 import threading
 import time
 import traceback
@@ -62,23 +63,32 @@ def _run_chunk(message: bytes) -> bytes:
 
 
 # What the workers of one pool report, in shared memory: whether any got past
-# its start (the main module's import, under spawn and forkserver), and whether
-# an initializer raised. One byte each, written, never read-modified-written.
+# its start, and whether the initializer raised. One byte each, written, never
+# read-modified-written.
 _STARTED, _INITIALIZER_FAILED = 0, 1
 
 
-def _start_worker(
-    state: Any, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
-) -> None:
-    """In a worker, first thing once it is started: say so, then run the user's
-    initializer (and say if it raised)."""
+def _start_worker(state: Any, fork_report_fd: int, initializer: bytes | None) -> None:
+    """In a worker, first thing once it is started: say so, then load and run the
+    user's initializer (and send the parent its error, if it raises)."""
     state[_STARTED] = 1
-    if initializer is not None:
-        try:
-            initializer(*initargs)
-        except BaseException:
-            state[_INITIALIZER_FAILED] = 1
-            raise
+    if initializer is None:
+        return
+    try:
+        function, args = wire.unpack_bytes(initializer)
+        function(*args)
+    except BaseException as exc:
+        state[_INITIALIZER_FAILED] = 1
+        from . import _process_start
+
+        # A spawn or forkserver worker got the pool's pipe as it started; a fork
+        # worker has the parent's.
+        report_fd = _process_start.worker_report_fd()
+        if report_fd is None and fork_report_fd >= 0:
+            report_fd = fork_report_fd
+        if report_fd is not None:
+            _process_start.send_report(report_fd, exc)
+        raise
 
 
 def _packed_outcome(compute: Callable[[], Any]) -> bytes:
@@ -119,14 +129,18 @@ class ProcessPoolExecutor(_futures.Executor):
         max_tasks_per_child: int | None = None,
     ) -> None:
         context = mp_context or multiprocessing.get_context("spawn")
+        # Workers do not run the main script, so the initializer travels by value
+        # like any call (a __main__ function, a lambda): packed here, where an error
+        # can name its path.
+        packed = None if initializer is None else wire.pack_bytes((initializer, initargs))
 
         def new_pool() -> tuple[_futures.ProcessPoolExecutor, _PoolState]:
             state = _PoolState(context)
             pool = _futures.ProcessPoolExecutor(
                 max_workers,
-                context,
+                state.worker_context,
                 _start_worker,
-                (state.flags, initializer, initargs),
+                (state.flags, state.fork_report_fd, packed),
                 max_tasks_per_child=max_tasks_per_child,
             )
             return pool, state
@@ -199,41 +213,66 @@ class ProcessPoolExecutor(_futures.Executor):
 
 
 class _PoolState:
-    """What the workers of one pool report (see :func:`_start_worker`)."""
+    """What the workers of one pool report (see :func:`_start_worker`), and the
+    context that starts them."""
 
     def __init__(self, context: Any) -> None:
         self.flags = context.RawArray("B", 2)
         self.start_method = context.get_start_method()
+        self.worker_context = context
+        self.fork_report_fd = -1
+        self.reports: Any = None
+        if os.name == "posix":
+            from . import _process_start
+
+            self.reports = _process_start.Reports()
+            if _process_start.wraps(context):
+                _process_start.check(self.start_method)
+                self.worker_context = _process_start.WorkerContext(context, self.reports)
+            elif self.start_method == "fork":
+                self.fork_report_fd = self.reports.write_fd
 
     def broken(self, what: str) -> BrokenProcessPool:
-        """The error for tasks of a pool that broke, in words."""
+        """The error for tasks of a pool that broke, in words, with the worker's own
+        error as its cause when the worker could send it."""
+        reports = [] if self.reports is None else self.reports.received()
         if self.flags[_INITIALIZER_FAILED]:
-            return BrokenProcessPool(
-                f"the pool's initializer raised in a worker process, so {what} could not run "
-                "(its traceback went to the worker's stderr)"
+            error = BrokenProcessPool(
+                f"the pool's initializer raised in a worker process, so {what} could not run"
             )
-        if self.flags[_STARTED]:
+        elif reports:
+            error = BrokenProcessPool(f"a worker process failed to start, so {what} could not run")
+        elif self.flags[_STARTED]:
             return BrokenProcessPool(
                 f"a worker process died while running {what} (killed, or it crashed); "
                 "the pool starts new workers for the next submit"
             )
-        error = BrokenProcessPool(
-            f"no worker process could start to run {what}: each died before it ran "
-            "anything (its own traceback went to its stderr)"
-        )
-        error.add_note(self.why_no_worker_started())
+        else:
+            error = BrokenProcessPool(
+                f"no worker process could start to run {what}: each died before it ran "
+                "anything, and none sent an error (killed?)"
+            )
+        if not reports:  # a context graphpickle does not start workers for
+            return error
+        raised, text = reports[0]
+        if raised is None:
+            summary = text.rstrip().splitlines()[-1]
+        else:
+            summary = traceback.format_exception_only(raised)[0].strip()
+        error.add_note(f"graphpickle: the worker's error: {summary}")
+        remote = _RemoteTraceback(f'\n"""\n{text}"""')
+        if raised is None:
+            error.__cause__ = remote
+        else:
+            raised.__cause__ = remote
+            error.__cause__ = raised
         return error
 
     def why_no_worker_started(self) -> str:
-        if self.start_method not in ("spawn", "forkserver"):
-            return "graphpickle: the workers died before they started (killed?)"
+        server = "graphpickle's fork server" if self.start_method == "forkserver" else "it"
         return (
-            f"graphpickle: under the {self.start_method!r} start method each worker "
-            "first imports the main module again (as __mp_main__; from Python 3.14 the "
-            "forkserver process does too); a script that starts the pool when imported "
-            "makes each worker start a pool of its own, which multiprocessing refuses, and "
-            "a main module that fails to import stops the worker too. Put the code that "
-            'starts the pool under `if __name__ == "__main__":`.'
+            f"graphpickle: starting a worker process ({self.start_method!r}) failed: "
+            f"{server} died before the worker could start (its error went to stderr)"
         )
 
 
