@@ -63,9 +63,14 @@ def _run_chunk(message: bytes) -> bytes:
 
 
 # What the workers of one pool report, in shared memory: whether any got past
-# its start, and whether the initializer raised. One byte each, written, never
-# read-modified-written.
+# its start, and whether the initializer failed (how: _FAILURES). One byte each,
+# written, never read-modified-written.
 _STARTED, _INITIALIZER_FAILED = 0, 1
+_NOT_LOADED, _RAISED = 1, 2
+_FAILURES = {
+    _NOT_LOADED: "the pool's initializer could not be loaded in a worker process",
+    _RAISED: "the pool's initializer raised in a worker process",
+}
 
 
 def _start_worker(state: Any, fork_report_fd: int, initializer: bytes | None) -> None:
@@ -74,11 +79,13 @@ def _start_worker(state: Any, fork_report_fd: int, initializer: bytes | None) ->
     state[_STARTED] = 1
     if initializer is None:
         return
+    failure = _NOT_LOADED
     try:
         function, args = wire.unpack_bytes(initializer)
+        failure = _RAISED
         function(*args)
     except BaseException as exc:
-        state[_INITIALIZER_FAILED] = 1
+        state[_INITIALIZER_FAILED] = failure
         from . import _process_start
 
         # A spawn or forkserver worker got the pool's pipe as it started; a fork
@@ -238,7 +245,7 @@ class _PoolState:
         reports = [] if self.reports is None else self.reports.received()
         if self.flags[_INITIALIZER_FAILED]:
             error = BrokenProcessPool(
-                f"the pool's initializer raised in a worker process, so {what} could not run"
+                f"{_FAILURES[self.flags[_INITIALIZER_FAILED]]}, so {what} could not run"
             )
         elif reports:
             error = BrokenProcessPool(f"a worker process failed to start, so {what} could not run")
