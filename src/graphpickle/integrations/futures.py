@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import sys
 import threading
 import time
 import traceback
@@ -38,8 +39,9 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from .. import wire
+from ..core.pickler import dumps, loads
 
-__all__ = ["BrokenProcessPool", "ProcessPoolExecutor"]
+__all__ = ["BrokenProcessPool", "InterpreterPoolExecutor", "ProcessPoolExecutor"]
 
 
 class _RemoteTraceback(Exception):
@@ -309,3 +311,83 @@ def _settle(outer: _Future, inner: _futures.Future[bytes], what: str, state: _Po
 def _describe(fn: Any) -> str:
     name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     return f"{getattr(fn, '__module__', None) or '?'}.{name}"
+
+
+def _pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    """A call for an interpreter, pickled in the caller's thread: an object that
+    cannot be pickled raises here, its path in a note."""
+    return dumps((fn, args, kwargs))
+
+
+if sys.version_info >= (3, 14):
+    from concurrent import interpreters as _interpreters
+    from concurrent.futures import interpreter as _interpreter
+
+    from . import _in_interpreter
+
+    class _InterpreterContext(_interpreter.WorkerContext):
+        """The stock worker context, each call run by ``_in_interpreter.call``."""
+
+        @classmethod
+        def prepare(
+            cls, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
+        ) -> tuple[Callable[[], _InterpreterContext], Callable[..., bytes]]:
+            initdata = None if initializer is None else _pack_call(initializer, initargs, {})
+
+            def create_context() -> _InterpreterContext:
+                return cls(initdata)
+
+            def resolve_task(fn: Any, args: tuple[bytes], kwargs: dict[str, Any]) -> bytes:
+                return args[0]  # submit() packed the call, outside the executor's locks
+
+            return create_context, resolve_task
+
+        def run(self, task: bytes) -> Any:
+            try:
+                result = self.interp.call(_in_interpreter.call, self.results, task)
+            except _interpreters.ExecutionFailed as wrapper:
+                # As the stock context: the exception itself, caused by CPython's
+                # report of it (with the interpreter's traceback).
+                try:
+                    packed = self.results.get_nowait()
+                except _interpreters.QueueEmpty:
+                    raise wrapper from None  # _in_interpreter did not run: the report says why
+                if packed is None:  # an exception pickle cannot take
+                    raise
+                raise loads(packed) from wrapper
+            return loads(result)
+
+    class InterpreterPoolExecutor(_interpreter.InterpreterPoolExecutor):
+        """A drop-in for :class:`concurrent.futures.InterpreterPoolExecutor` whose
+        calls (lambdas, closures, ``__main__`` functions and classes) travel with
+        graphpickle."""
+
+        @classmethod
+        def prepare_context(
+            cls, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
+        ) -> tuple[Callable[[], _InterpreterContext], Callable[..., bytes]]:
+            return _InterpreterContext.prepare(initializer, initargs)
+
+        def submit(
+            self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+        ) -> _futures.Future[Any]:
+            return super().submit(_in_interpreter.call, _pack_call(fn, args, kwargs))
+
+else:
+
+    class InterpreterPoolExecutor(_futures.Executor):
+        """Needs Python 3.14 or later (``concurrent.futures.InterpreterPoolExecutor``)."""
+
+        def __init__(
+            self,
+            max_workers: int | None = None,
+            thread_name_prefix: str = "",
+            initializer: Callable[..., object] | None = None,
+            initargs: tuple[Any, ...] = (),
+        ) -> None:
+            raise RuntimeError(
+                "graphpickle.integrations.futures.InterpreterPoolExecutor needs Python 3.14 or "
+                f"later (concurrent.futures.InterpreterPoolExecutor is new in 3.14); this is "
+                f"{sys.version.split()[0]}. graphpickle.integrations.futures.ProcessPoolExecutor "
+                "works on every Python."
+            )
