@@ -18,7 +18,7 @@ which are missing, before a pool starts:
   this module's code can replace them in that child only;
 - an error before the process object runs reaches ``sys.excepthook`` (``spawn_main``
   and the fork server's child both end there);
-- ``popen_forkserver.Popen._launch``'s steps, repeated in ``_ForkServerPopen`` to
+- ``popen_forkserver.Popen._launch``'s steps, repeated in ``_make_forkserver_popen`` to
   reach a ``ForkServer`` of our own (the standard one is shared by every pool of the
   process and its preload is the user's).
 """
@@ -192,25 +192,25 @@ class _SpawnProcess(_ProcessState, mp_context.SpawnProcess):
     pass
 
 
-class _ForkServerPopen:
-    """Made lazily: ``popen_forkserver`` does not import where fds cannot be sent."""
+class _ForkServer:
+    """graphpickle's fork server, one per process, started with its first worker: it
+    imports this module (and so graphpickle) where the standard one imports
+    ``__main__``. Made lazily, with the ``Popen`` that reaches it:
+    ``popen_forkserver`` does not import where fds cannot be sent."""
 
-    cls: Any = None
-    server: Any = None
     lock = threading.Lock()
+    popen: Any = None
+    server: Any = None
+
+    @classmethod
+    def popen_class(cls) -> Any:
+        with cls.lock:
+            if cls.popen is None:
+                cls.popen = _make_forkserver_popen()
+            return cls.popen
 
     @classmethod
     def get(cls) -> Any:
-        with cls.lock:
-            if cls.cls is None:
-                cls.cls = _make_forkserver_popen()
-            return cls.cls
-
-    @classmethod
-    def fork_server(cls) -> Any:
-        """graphpickle's fork server, one per process, started with the first worker;
-        it imports this module (and so graphpickle) where the standard one imports
-        ``__main__``."""
         with cls.lock:
             if cls.server is None:
                 from multiprocessing import forkserver
@@ -234,7 +234,7 @@ def _make_forkserver_popen() -> Any:
                 reduction.dump(process_obj, buf)
             finally:
                 mp_context.set_spawning_popen(None)
-            self.sentinel, w = _ForkServerPopen.fork_server().connect_to_new_process(
+            self.sentinel, w = _ForkServer.get().connect_to_new_process(
                 self._fds  # type: ignore[attr-defined]  # popen_forkserver.Popen's own
             )
             parent_w = os.dup(w)
@@ -254,7 +254,7 @@ def _close_fds(*fds: int) -> None:
 class _ForkServerProcess(_ProcessState, mp_context.ForkServerProcess):
     @staticmethod
     def _Popen(process_obj: Any) -> Any:
-        return _ForkServerPopen.get()(process_obj)
+        return _ForkServer.popen_class()(process_obj)
 
 
 _PROCESS_CLASSES: dict[str, type[Any]] = {

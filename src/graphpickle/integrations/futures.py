@@ -1,10 +1,13 @@
-"""``ProcessPoolExecutor`` that ships calls and results with graphpickle.
+"""Executors that ship calls and results with graphpickle.
 
-A drop-in for :class:`concurrent.futures.ProcessPoolExecutor` (``spawn`` by
-default, so workers share nothing with the parent): ``submit(lambda ...)``,
-closures and ``__main__`` functions work where the standard executor raises.
+``ProcessPoolExecutor``: a drop-in for :class:`concurrent.futures.ProcessPoolExecutor`
+(``spawn`` by default, so workers share nothing with the parent): ``submit(lambda
+...)``, closures and ``__main__`` functions work where the standard executor raises.
 Each call travels as one :mod:`graphpickle.wire` message, with its buffers (numpy
-arrays) out of band of the pickle; results come back the same way.
+arrays) out of band of the pickle; results come back the same way. The initializer
+travels by value too. Under ``spawn`` and ``forkserver`` the workers do not run the
+main script again, as the standard library's do (``_process_start``): a script needs
+no ``if __name__ == "__main__":`` guard for them, and one read from stdin works.
 
 Failures reach the caller as clear exceptions, and the pool stays usable:
 
@@ -16,12 +19,16 @@ Failures reach the caller as clear exceptions, and the pool stays usable:
   traceback attached as ``__cause__``;
 - a worker that dies fails its tasks with ``BrokenProcessPool`` naming the
   task, and the next ``submit`` starts a fresh pool;
-- a pool whose workers die before they can run anything fails its tasks with a
-  ``BrokenProcessPool`` that says so, with a note naming the likely cause: under
-  ``spawn`` and ``forkserver`` each worker imports the main module again, so a
-  script that starts the pool outside ``if __name__ == "__main__":`` makes every
-  worker fail at start (the cause otherwise shows only in the worker's own
-  traceback, on its stderr); an ``initializer`` that raises is named as such.
+- a worker that fails at start (its initializer cannot be loaded or raises, or
+  multiprocessing's own start fails) fails the tasks with a ``BrokenProcessPool``
+  that says which, whose ``__cause__`` is the worker's own exception (with its
+  traceback) and whose note repeats it; the standard executor says only that a
+  process "terminated abruptly".
+
+``InterpreterPoolExecutor`` (Python 3.14+): a drop-in for
+:class:`concurrent.futures.InterpreterPoolExecutor`, whose calls travel to each
+interpreter as graphpickle bytes (``_in_interpreter``). Before 3.14 the name exists
+and raises ``RuntimeError`` when called.
 """
 
 from __future__ import annotations
