@@ -112,13 +112,17 @@ class Reports:
 
 
 def _unpack_report(body: bytes) -> tuple[BaseException | None, str]:
-    exc, text = loads(body)
+    # Never raises: the pool's error is made from this, in a future's callback.
+    try:
+        exc, text = loads(body)
+    except Exception as error:
+        return None, f"(the worker's report could not be read here: {error!r})"
     if isinstance(exc, bytes):  # the exception, pickled on its own (see send_report)
         try:
             exc = loads(exc)
         except Exception:  # a class this process lacks: the text still tells
             exc = None
-    return exc, text
+    return exc, str(text)
 
 
 def send_report(fd: int, exc: BaseException) -> None:

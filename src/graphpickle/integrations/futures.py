@@ -272,7 +272,7 @@ class _PoolState:
             return error
         raised, text = reports[0]
         if raised is None:
-            summary = text.rstrip().splitlines()[-1]
+            summary = (text.rstrip().splitlines() or ["(no text)"])[-1]
         else:
             summary = traceback.format_exception_only(raised)[0].strip()
         error.add_note(f"graphpickle: the worker's error: {summary}")
