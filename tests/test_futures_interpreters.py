@@ -164,6 +164,29 @@ def test_a_module_that_refuses_subinterpreters_is_named(tmp_path):
     ]
 
 
+@needs_314
+def test_an_initializer_that_raises_breaks_the_pool_as_the_stock_one(tmp_path):
+    code = """
+    from concurrent.futures.interpreter import BrokenInterpreterPool
+    from graphpickle.integrations.futures import InterpreterPoolExecutor
+
+    class NoConfig(Exception):
+        pass
+
+    def setup():
+        raise NoConfig("no config")
+
+    with InterpreterPoolExecutor(1, initializer=setup) as pool:
+        try:
+            pool.submit(abs, -1).result(120)
+        except BrokenInterpreterPool as exc:
+            print(type(exc).__name__)
+    """
+    proc = _run("stdin", code, tmp_path)
+    assert proc.stdout.split() == ["BrokenInterpreterPool"], (proc.stdout, proc.stderr)
+    assert "NoConfig: no config" in proc.stderr  # logged, as the stock executor does
+
+
 @pytest.mark.skipif(sys.version_info >= (3, 14), reason="the executor exists from 3.14")
 def test_before_314_the_name_says_what_it_needs():
     from graphpickle.integrations.futures import InterpreterPoolExecutor
