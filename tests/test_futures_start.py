@@ -223,3 +223,28 @@ def test_a_failing_initializer_and_a_dying_worker_are_told_apart(tmp_path):
 
     out = run_python(_BROKEN_STARTS, "spawn", "forkserver", "fork", cwd=tmp_path, timeout=300)
     assert out.strip() == "ok"
+
+
+@pytest.mark.parametrize(
+    ("method", "module", "name"),
+    [
+        ("spawn", "multiprocessing.spawn", "_fixup_main_from_path"),
+        ("forkserver", "multiprocessing.spawn", "_fixup_main_from_name"),
+        ("forkserver", "multiprocessing.forkserver", "ForkServer"),
+    ],
+)
+def test_a_multiprocessing_without_a_name_it_relies_on_is_refused(
+    monkeypatch, method, module, name
+):
+    # Before any worker starts, and saying what is missing.
+    import importlib
+    import multiprocessing
+
+    from graphpickle.integrations.futures import ProcessPoolExecutor
+
+    monkeypatch.delattr(importlib.import_module(module), name)
+    with pytest.raises(
+        RuntimeError, match=rf"missing: .*{module}\.{name}.*get_context\(\"fork\"\)"
+    ):
+        ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(method))
+    assert multiprocessing.active_children() == []
