@@ -1,7 +1,9 @@
-"""graphpickle.integrations.futures: the documented example as a script, and pools that break at start.
+"""graphpickle.integrations.futures.ProcessPoolExecutor: how its workers start.
 
-Each test runs a script as ``__main__`` in a fresh interpreter, with a timeout: a
-pool whose workers cannot start must fail with words, never hang.
+Each test runs a script as ``__main__`` in a fresh interpreter, from a file, ``-c``
+(what a notebook looks like to a child) or stdin, with a hard timeout: a pool whose
+workers cannot start must fail with words, never hang. ``PYTHON=3.14 scripts/test``
+runs them where forkserver is the standard library's default.
 """
 
 from __future__ import annotations
@@ -35,87 +37,161 @@ def test_the_futures_example_runs_as_a_script(tmp_path, method):
     from conftest import run_python
 
     code = _futures_example()
-    assert 'if __name__ == "__main__":' in code
+    assert "__name__" not in code  # the point: workers do not import the script
     out = run_python(_with_start_method(code, method), cwd=tmp_path, timeout=300)
     assert out.split() == ["101", "78900"]
 
 
-def _run_failing(code: str, cwd) -> subprocess.CompletedProcess[str]:
-    script = cwd / "script.py"
-    script.write_text(textwrap.dedent(code))
+def _run(source: str, code: str, cwd, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``code`` as ``__main__`` of a fresh interpreter: from a file, ``-c`` or stdin."""
+    code = textwrap.dedent(code)
+    command = {
+        "file": [sys.executable, "script.py"],
+        "-c": [sys.executable, "-c", code],
+        "stdin": [sys.executable, "-"],
+    }[source]
+    (cwd / "script.py").write_text(code)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
-        [sys.executable, str(script)],
+        command,
         cwd=cwd,
         env=env,
+        input=code if source == "stdin" else None,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
     )
 
 
-# The example without its __main__ guard: each worker, importing the main module,
-# starts a pool of its own, which multiprocessing refuses; the worker exits. The
-# parent's error says so, not only "a process terminated abruptly".
+# No __main__ guard: a worker that ran the script again would start a pool of its
+# own (which multiprocessing refuses) and print BODY once more. From stdin the
+# standard library would run '<stdin>' as a file; 3.14's fork server dies on it.
 _UNGUARDED = """
-from multiprocessing import get_context
+import multiprocessing, os
+from graphpickle.integrations.futures import ProcessPoolExecutor
+
+print("BODY", flush=True)
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+def double(x):
+    return 2 * x
+
+def setup(value):
+    global configured
+    configured = value
+
+base = 100
+context = multiprocessing.get_context({method})
+with ProcessPoolExecutor(2, mp_context=context, initializer=setup, initargs=(7,)) as pool:
+    print(pool.submit(lambda x: x + base, 1).result(120))  # a lambda, a global
+    print(sum(pool.map(double, range(10), chunksize=3)))  # a __main__ function
+    point = pool.submit(lambda: Point(5)).result(120)  # a __main__ class, and back
+    print(isinstance(point, Point), point.x)
+    pids = {{pool.submit(os.getpid).result(120) for _ in range(4)}}
+    print(os.getpid() not in pids)
+    # A lambda initializer (the standard executor cannot pickle one)
+with ProcessPoolExecutor(1, mp_context=context, initializer=lambda: print("INIT", flush=True)) as pool:
+    print(pool.submit(abs, -3).result(120))
+print("done")
+"""
+
+_SOURCES = ["file", "-c", "stdin"]
+
+
+# The default context: fork on 3.11-3.13, forkserver from 3.14.
+@pytest.mark.parametrize("method", ["spawn", "forkserver", None])
+@pytest.mark.parametrize("source", _SOURCES)
+def test_workers_do_not_run_the_main_script(tmp_path, source, method):
+    proc = _run(source, _UNGUARDED.format(method=repr(method) if method else ""), tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert proc.stdout.split() == ["BODY", "101", "90", "True", "5", "True", "INIT", "3", "done"]
+
+
+# The parent's worker-start data says to chdir into a directory that is not there:
+# the worker fails in multiprocessing's own preparation, before it loads anything of
+# the pool. The parent names that error, not only "a process terminated abruptly".
+_FAILS_BEFORE_START = """
+import multiprocessing, multiprocessing.spawn, sys
 from graphpickle.integrations.futures import BrokenProcessPool, ProcessPoolExecutor
 
-with ProcessPoolExecutor(max_workers=2, mp_context=get_context("{method}")) as pool:
+preparation_data = multiprocessing.spawn.get_preparation_data
+
+def missing_dir(name):
+    data = preparation_data(name)
+    data["dir"] = "/nonexistent/graphpickle-test"
+    return data
+
+multiprocessing.spawn.get_preparation_data = missing_dir
+with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("{method}")) as pool:
     try:
-        pool.submit(lambda x: x + 1, 1).result(120)
-    except (BrokenProcessPool, ConnectionError, EOFError) as exc:
-        print("ERROR:", type(exc).__name__, exc)
-        print("NOTES:", *getattr(exc, "__notes__", []))
-        raise
+        pool.submit(abs, -1).result(120)
+    except BrokenProcessPool as exc:
+        print("ERROR:", exc)
+        print("NOTES:", *exc.__notes__)
+        print("CAUSE:", type(exc.__cause__).__name__, exc.__cause__.filename)
+        print("TRACEBACK:", "in prepare" in str(exc.__cause__.__cause__))
+    else:
+        raise AssertionError("no BrokenProcessPool")
 """
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
-def test_a_pool_started_outside_the_main_guard_says_why_it_broke(tmp_path, method):
-    proc = _run_failing(_UNGUARDED.format(method=method), tmp_path)
-    assert proc.returncode == 1, (proc.stdout, proc.stderr)
-    error = next(line for line in proc.stdout.splitlines() if line.startswith("ERROR:"))
-    notes = next(line for line in proc.stdout.splitlines() if line.startswith("NOTES:"))
-    assert f"under the {method!r} start method" in notes
-    assert "imports the main module again" in notes
-    assert 'if __name__ == "__main__":' in notes
-    if method == "forkserver" and sys.version_info >= (3, 14):
-        # The forkserver process itself imports the main module, starts a pool
-        # there and dies: starting a worker fails with the connection it held
-        # (or, if the pool got that far, the pool breaks).
-        kinds = ("ConnectionResetError", "BrokenPipeError", "EOFError", "BrokenProcessPool")
-        assert error.split()[1] in kinds, error
-        return
-    assert "no worker process could start to run __main__.<lambda>" in error
-    # The parent's traceback carries the same words, the note included.
-    assert "BrokenProcessPool: no worker process could start" in proc.stderr
-    assert "imports the main module again" in proc.stderr.split("BrokenProcessPool:")[-1]
-    # The worker's own cause is on stderr, as before.
-    assert "bootstrapping phase" in proc.stderr
+def test_a_worker_that_fails_at_start_names_its_error(tmp_path, method):
+    proc = _run("stdin", _FAILS_BEFORE_START.format(method=method), tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    out = dict(line.split(": ", 1) for line in proc.stdout.splitlines())
+    assert out["ERROR"] == "a worker process failed to start, so builtins.abs could not run"
+    assert out["NOTES"].startswith(
+        "graphpickle: the worker's error: FileNotFoundError: [Errno 2] No such file or directory"
+    ), out
+    assert out["CAUSE"] == "FileNotFoundError /nonexistent/graphpickle-test"
+    assert out["TRACEBACK"] == "True"
 
 
 _BROKEN_STARTS = """
-import multiprocessing, os
+import multiprocessing, os, sys
 from graphpickle.integrations.futures import BrokenProcessPool, ProcessPoolExecutor
 
+# A module the parent imported and the workers cannot: its file is gone.
+sys.path.insert(0, os.getcwd())
+with open("gone.py", "w") as f:
+    f.write("class Thing:\\n    pass\\n")
+import gone
+os.remove("gone.py")
+
+class NoConfig(Exception):
+    pass
+
 def bad_initializer():
-    raise ValueError("no config")
+    raise NoConfig("no config")
 
 def die():
     os._exit(3)
 
+def expect_broken(future, message, note):
+    try:
+        future.result(120)
+    except BrokenProcessPool as exc:
+        assert str(exc) == message, exc
+        assert exc.__notes__ == [note], exc.__notes__
+        return exc
+    raise AssertionError("no BrokenProcessPool")
+
 if __name__ == "__main__":
-    for method in ("spawn", "forkserver"):
+    for method in sys.argv[1:]:
         context = multiprocessing.get_context(method)
         with ProcessPoolExecutor(1, mp_context=context, initializer=bad_initializer) as pool:
-            try:
-                pool.submit(abs, -1).result(120)
-            except BrokenProcessPool as exc:
-                assert "initializer raised" in str(exc) and "builtins.abs" in str(exc), exc
-                assert not getattr(exc, "__notes__", None), exc.__notes__
-            else:
-                raise AssertionError("no BrokenProcessPool")
+            exc = expect_broken(
+                pool.submit(abs, -1),
+                "the pool's initializer raised in a worker process, so builtins.abs could not run",
+                "graphpickle: the worker's error: NoConfig: no config",
+            )
+            # The worker's own exception, of the parent's class, with its traceback
+            assert isinstance(exc.__cause__, NoConfig), exc.__cause__
+            assert "in bad_initializer" in str(exc.__cause__.__cause__)
         with ProcessPoolExecutor(1, mp_context=context) as pool:
             assert pool.submit(abs, -1).result(120) == 1
             try:
@@ -126,6 +202,18 @@ if __name__ == "__main__":
             else:
                 raise AssertionError("no BrokenProcessPool")
             assert pool.submit(abs, -2).result(120) == 2  # a fresh pool
+        if method == "fork":  # a fork worker has the parent's modules
+            continue
+        with ProcessPoolExecutor(1, mp_context=context, initializer=print, initargs=(gone.Thing(),)) as pool:
+            expect_broken(
+                pool.submit(abs, -1),
+                "the pool's initializer could not be loaded in a worker process, "
+                "so builtins.abs could not run",
+                "graphpickle: the worker's error: graphpickle.errors.UnpicklingError: cannot load the "
+                "pickle: it references module 'gone', which this interpreter cannot import (install "
+                "it here, or register it for pickling by value on the sender): "
+                "ModuleNotFoundError: No module named 'gone'",
+            )
     print("ok")
 """
 
@@ -133,4 +221,30 @@ if __name__ == "__main__":
 def test_a_failing_initializer_and_a_dying_worker_are_told_apart(tmp_path):
     from conftest import run_python
 
-    assert run_python(_BROKEN_STARTS, cwd=tmp_path, timeout=300).strip() == "ok"
+    out = run_python(_BROKEN_STARTS, "spawn", "forkserver", "fork", cwd=tmp_path, timeout=300)
+    assert out.strip() == "ok"
+
+
+@pytest.mark.parametrize(
+    ("method", "module", "name"),
+    [
+        ("spawn", "multiprocessing.spawn", "_fixup_main_from_path"),
+        ("forkserver", "multiprocessing.spawn", "_fixup_main_from_name"),
+        ("forkserver", "multiprocessing.forkserver", "ForkServer"),
+    ],
+)
+def test_a_multiprocessing_without_a_name_it_relies_on_is_refused(
+    monkeypatch, method, module, name
+):
+    # Before any worker starts, and saying what is missing.
+    import importlib
+    import multiprocessing
+
+    from graphpickle.integrations.futures import ProcessPoolExecutor
+
+    monkeypatch.delattr(importlib.import_module(module), name)
+    with pytest.raises(
+        RuntimeError, match=rf"missing: .*{module}\.{name}.*get_context\(\"fork\"\)"
+    ):
+        ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(method))
+    assert multiprocessing.active_children() == []

@@ -1,10 +1,13 @@
-"""``ProcessPoolExecutor`` that ships calls and results with graphpickle.
+"""Executors that ship calls and results with graphpickle.
 
-A drop-in for :class:`concurrent.futures.ProcessPoolExecutor` (``spawn`` by
-default, so workers share nothing with the parent): ``submit(lambda ...)``,
-closures and ``__main__`` functions work where the standard executor raises.
+``ProcessPoolExecutor``: a drop-in for :class:`concurrent.futures.ProcessPoolExecutor`
+(``spawn`` by default, so workers share nothing with the parent): ``submit(lambda
+...)``, closures and ``__main__`` functions work where the standard executor raises.
 Each call travels as one :mod:`graphpickle.wire` message, with its buffers (numpy
-arrays) out of band of the pickle; results come back the same way.
+arrays) out of band of the pickle; results come back the same way. The initializer
+travels by value too. Under ``spawn`` and ``forkserver`` the workers do not run the
+main script again, as the standard library's do (``_process_start``): a script needs
+no ``if __name__ == "__main__":`` guard for them, and one read from stdin works.
 
 Failures reach the caller as clear exceptions, and the pool stays usable:
 
@@ -16,18 +19,24 @@ Failures reach the caller as clear exceptions, and the pool stays usable:
   traceback attached as ``__cause__``;
 - a worker that dies fails its tasks with ``BrokenProcessPool`` naming the
   task, and the next ``submit`` starts a fresh pool;
-- a pool whose workers die before they can run anything fails its tasks with a
-  ``BrokenProcessPool`` that says so, with a note naming the likely cause: under
-  ``spawn`` and ``forkserver`` each worker imports the main module again, so a
-  script that starts the pool outside ``if __name__ == "__main__":`` makes every
-  worker fail at start (the cause otherwise shows only in the worker's own
-  traceback, on its stderr); an ``initializer`` that raises is named as such.
+- a worker that fails at start (its initializer cannot be loaded or raises, or
+  multiprocessing's own start fails) fails the tasks with a ``BrokenProcessPool``
+  that says which, whose ``__cause__`` is the worker's own exception (with its
+  traceback) and whose note repeats it; the standard executor says only that a
+  process "terminated abruptly".
+
+``InterpreterPoolExecutor`` (Python 3.14+): a drop-in for
+:class:`concurrent.futures.InterpreterPoolExecutor`, whose calls travel to each
+interpreter as graphpickle bytes (``_in_interpreter``). Before 3.14 the name exists
+and raises ``RuntimeError`` when called.
 """
 
 from __future__ import annotations
 
 import itertools
 import multiprocessing
+import os
+import sys
 import threading
 import time
 import traceback
@@ -37,8 +46,9 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from .. import wire
+from ..core.pickler import dumps, loads
 
-__all__ = ["BrokenProcessPool", "ProcessPoolExecutor"]
+__all__ = ["BrokenProcessPool", "InterpreterPoolExecutor", "ProcessPoolExecutor"]
 
 
 class _RemoteTraceback(Exception):
@@ -62,23 +72,39 @@ def _run_chunk(message: bytes) -> bytes:
 
 
 # What the workers of one pool report, in shared memory: whether any got past
-# its start (the main module's import, under spawn and forkserver), and whether
-# an initializer raised. One byte each, written, never read-modified-written.
+# its start, and whether the initializer failed (how: _FAILURES). One byte each,
+# written, never read-modified-written.
 _STARTED, _INITIALIZER_FAILED = 0, 1
+_NOT_LOADED, _RAISED = 1, 2
+_FAILURES = {
+    _NOT_LOADED: "the pool's initializer could not be loaded in a worker process",
+    _RAISED: "the pool's initializer raised in a worker process",
+}
 
 
-def _start_worker(
-    state: Any, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
-) -> None:
-    """In a worker, first thing once it is started: say so, then run the user's
-    initializer (and say if it raised)."""
+def _start_worker(state: Any, fork_report_fd: int, initializer: bytes | None) -> None:
+    """In a worker, first thing once it is started: say so, then load and run the
+    user's initializer (and send the parent its error, if it raises)."""
     state[_STARTED] = 1
-    if initializer is not None:
-        try:
-            initializer(*initargs)
-        except BaseException:
-            state[_INITIALIZER_FAILED] = 1
-            raise
+    if initializer is None:
+        return
+    failure = _NOT_LOADED
+    try:
+        function, args = wire.unpack_bytes(initializer)
+        failure = _RAISED
+        function(*args)
+    except BaseException as exc:
+        state[_INITIALIZER_FAILED] = failure
+        from . import _process_start
+
+        # A spawn or forkserver worker got the pool's pipe as it started; a fork
+        # worker has the parent's.
+        report_fd = _process_start.worker_report_fd()
+        if report_fd is None and fork_report_fd >= 0:
+            report_fd = fork_report_fd
+        if report_fd is not None:
+            _process_start.send_report(report_fd, exc)
+        raise
 
 
 def _packed_outcome(compute: Callable[[], Any]) -> bytes:
@@ -119,14 +145,18 @@ class ProcessPoolExecutor(_futures.Executor):
         max_tasks_per_child: int | None = None,
     ) -> None:
         context = mp_context or multiprocessing.get_context("spawn")
+        # Workers do not run the main script, so the initializer travels by value
+        # like any call (a __main__ function, a lambda): packed here, where an error
+        # can name its path.
+        packed = None if initializer is None else wire.pack_bytes((initializer, initargs))
 
         def new_pool() -> tuple[_futures.ProcessPoolExecutor, _PoolState]:
             state = _PoolState(context)
             pool = _futures.ProcessPoolExecutor(
                 max_workers,
-                context,
+                state.worker_context,
                 _start_worker,
-                (state.flags, initializer, initargs),
+                (state.flags, state.fork_report_fd, packed),
                 max_tasks_per_child=max_tasks_per_child,
             )
             return pool, state
@@ -199,41 +229,66 @@ class ProcessPoolExecutor(_futures.Executor):
 
 
 class _PoolState:
-    """What the workers of one pool report (see :func:`_start_worker`)."""
+    """What the workers of one pool report (see :func:`_start_worker`), and the
+    context that starts them."""
 
     def __init__(self, context: Any) -> None:
         self.flags = context.RawArray("B", 2)
         self.start_method = context.get_start_method()
+        self.worker_context = context
+        self.fork_report_fd = -1
+        self.reports: Any = None
+        if os.name == "posix":
+            from . import _process_start
+
+            self.reports = _process_start.Reports()
+            if _process_start.wraps(context):
+                _process_start.check(self.start_method)
+                self.worker_context = _process_start.WorkerContext(context, self.reports)
+            elif self.start_method == "fork":
+                self.fork_report_fd = self.reports.write_fd
 
     def broken(self, what: str) -> BrokenProcessPool:
-        """The error for tasks of a pool that broke, in words."""
+        """The error for tasks of a pool that broke, in words, with the worker's own
+        error as its cause when the worker could send it."""
+        reports = [] if self.reports is None else self.reports.received()
         if self.flags[_INITIALIZER_FAILED]:
-            return BrokenProcessPool(
-                f"the pool's initializer raised in a worker process, so {what} could not run "
-                "(its traceback went to the worker's stderr)"
+            error = BrokenProcessPool(
+                f"{_FAILURES[self.flags[_INITIALIZER_FAILED]]}, so {what} could not run"
             )
-        if self.flags[_STARTED]:
+        elif reports:
+            error = BrokenProcessPool(f"a worker process failed to start, so {what} could not run")
+        elif self.flags[_STARTED]:
             return BrokenProcessPool(
                 f"a worker process died while running {what} (killed, or it crashed); "
                 "the pool starts new workers for the next submit"
             )
-        error = BrokenProcessPool(
-            f"no worker process could start to run {what}: each died before it ran "
-            "anything (its own traceback went to its stderr)"
-        )
-        error.add_note(self.why_no_worker_started())
+        else:
+            error = BrokenProcessPool(
+                f"no worker process could start to run {what}: each died before it ran "
+                "anything, and none sent an error (killed?)"
+            )
+        if not reports:  # a context graphpickle does not start workers for
+            return error
+        raised, text = reports[0]
+        if raised is None:
+            summary = (text.rstrip().splitlines() or ["(no text)"])[-1]
+        else:
+            summary = traceback.format_exception_only(raised)[0].strip()
+        error.add_note(f"graphpickle: the worker's error: {summary}")
+        remote = _RemoteTraceback(f'\n"""\n{text}"""')
+        if raised is None:
+            error.__cause__ = remote
+        else:
+            raised.__cause__ = remote
+            error.__cause__ = raised
         return error
 
     def why_no_worker_started(self) -> str:
-        if self.start_method not in ("spawn", "forkserver"):
-            return "graphpickle: the workers died before they started (killed?)"
+        server = "graphpickle's fork server" if self.start_method == "forkserver" else "it"
         return (
-            f"graphpickle: under the {self.start_method!r} start method each worker "
-            "first imports the main module again (as __mp_main__; from Python 3.14 the "
-            "forkserver process does too); a script that starts the pool when imported "
-            "makes each worker start a pool of its own, which multiprocessing refuses, and "
-            "a main module that fails to import stops the worker too. Put the code that "
-            'starts the pool under `if __name__ == "__main__":`.'
+            f"graphpickle: starting a worker process ({self.start_method!r}) failed: "
+            f"{server} died before the worker could start (its error went to stderr)"
         )
 
 
@@ -263,3 +318,83 @@ def _settle(outer: _Future, inner: _futures.Future[bytes], what: str, state: _Po
 def _describe(fn: Any) -> str:
     name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     return f"{getattr(fn, '__module__', None) or '?'}.{name}"
+
+
+def _pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+    """A call for an interpreter, pickled in the caller's thread: an object that
+    cannot be pickled raises here, its path in a note."""
+    return dumps((fn, args, kwargs))
+
+
+if sys.version_info >= (3, 14):
+    from concurrent import interpreters as _interpreters
+    from concurrent.futures import interpreter as _interpreter
+
+    from . import _in_interpreter
+
+    class _InterpreterContext(_interpreter.WorkerContext):
+        """The stock worker context, each call run by ``_in_interpreter.call``."""
+
+        @classmethod
+        def prepare(
+            cls, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
+        ) -> tuple[Callable[[], _InterpreterContext], Callable[..., bytes]]:
+            initdata = None if initializer is None else _pack_call(initializer, initargs, {})
+
+            def create_context() -> _InterpreterContext:
+                return cls(initdata)
+
+            def resolve_task(fn: Any, args: tuple[bytes], kwargs: dict[str, Any]) -> bytes:
+                return args[0]  # submit() packed the call, outside the executor's locks
+
+            return create_context, resolve_task
+
+        def run(self, task: bytes) -> Any:
+            try:
+                result = self.interp.call(_in_interpreter.call, self.results, task)
+            except _interpreters.ExecutionFailed as wrapper:
+                # As the stock context: the exception itself, caused by CPython's
+                # report of it (with the interpreter's traceback).
+                try:
+                    packed = self.results.get_nowait()
+                except _interpreters.QueueEmpty:
+                    raise wrapper from None  # _in_interpreter did not run: the report says why
+                if packed is None:  # an exception pickle cannot take
+                    raise
+                raise loads(packed) from wrapper
+            return loads(result)
+
+    class InterpreterPoolExecutor(_interpreter.InterpreterPoolExecutor):
+        """A drop-in for :class:`concurrent.futures.InterpreterPoolExecutor` whose
+        calls (lambdas, closures, ``__main__`` functions and classes) travel with
+        graphpickle."""
+
+        @classmethod
+        def prepare_context(
+            cls, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
+        ) -> tuple[Callable[[], _InterpreterContext], Callable[..., bytes]]:
+            return _InterpreterContext.prepare(initializer, initargs)
+
+        def submit(
+            self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+        ) -> _futures.Future[Any]:
+            return super().submit(_in_interpreter.call, _pack_call(fn, args, kwargs))
+
+else:
+
+    class InterpreterPoolExecutor(_futures.Executor):
+        """Needs Python 3.14 or later (``concurrent.futures.InterpreterPoolExecutor``)."""
+
+        def __init__(
+            self,
+            max_workers: int | None = None,
+            thread_name_prefix: str = "",
+            initializer: Callable[..., object] | None = None,
+            initargs: tuple[Any, ...] = (),
+        ) -> None:
+            raise RuntimeError(
+                "graphpickle.integrations.futures.InterpreterPoolExecutor needs Python 3.14 or "
+                f"later (concurrent.futures.InterpreterPoolExecutor is new in 3.14); this is "
+                f"{sys.version.split()[0]}. graphpickle.integrations.futures.ProcessPoolExecutor "
+                "works on every Python."
+            )

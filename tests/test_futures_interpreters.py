@@ -1,0 +1,195 @@
+"""graphpickle.integrations.futures.InterpreterPoolExecutor (Python 3.14+).
+
+Each case runs a script as ``__main__`` of a fresh interpreter, from a file, ``-c``
+or stdin, with a hard timeout. ``PYTHON=3.14 scripts/test`` and ``PYTHON=3.15
+scripts/test`` run them; on 3.11-3.13 the name says it needs 3.14.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+needs_314 = pytest.mark.skipif(
+    sys.version_info < (3, 14), reason="concurrent.futures.InterpreterPoolExecutor is new in 3.14"
+)
+
+
+def _run(source: str, code: str, cwd, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``code`` as ``__main__`` of a fresh interpreter: from a file, ``-c`` or stdin."""
+    code = textwrap.dedent(code)
+    command = {
+        "file": [sys.executable, "script.py"],
+        "-c": [sys.executable, "-c", code],
+        "stdin": [sys.executable, "-"],
+    }[source]
+    (cwd / "script.py").write_text(code)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        command,
+        cwd=cwd,
+        env=env,
+        input=code if source == "stdin" else None,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+# No __main__ guard, and a line that shows whether the script runs again in an
+# interpreter (the stock executor re-runs a main *file* there to find __main__.f).
+_CALLS = """
+import threading
+from concurrent import interpreters
+from graphpickle.integrations.futures import InterpreterPoolExecutor
+
+print("BODY", flush=True)
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+class TaskFailed(Exception):
+    pass
+
+def double(x):
+    return 2 * x
+
+def fail(x):
+    raise TaskFailed(f"bad input {x}")
+
+base = 100
+
+def make_adder(n):
+    def add(x):
+        return x + n + base
+    return add
+
+with InterpreterPoolExecutor(2) as pool:
+    print(pool.submit(lambda x: x + base, 1).result(120))  # a lambda and a global
+    print(pool.submit(make_adder(5), 1).result(120))  # a closure
+    print(sum(pool.map(double, range(10))))  # a __main__ function
+    point = pool.submit(lambda p: Point(p.x + 1), Point(4)).result(120)  # a class, both ways
+    print(type(point) is Point, point.x)
+    print(pool.submit(lambda: interpreters.get_current().id).result(120) != 0)
+
+    # The task's exception, caused by CPython's report (as the stock executor)
+    try:
+        pool.submit(fail, 5).result(120)
+    except TaskFailed as exc:
+        print(exc, type(exc.__cause__).__name__, "in fail" in str(exc.__cause__))
+
+    # An argument that cannot be pickled: from submit, with its path
+    try:
+        pool.submit(double, threading.Lock())
+    except TypeError as exc:
+        print(exc.graphpickle_path)
+
+    # A result that cannot travel back: from result()
+    try:
+        pool.submit(lambda: {"lock": threading.Lock()}).result(120)
+    except TypeError as exc:
+        print(exc.graphpickle_path)
+    print(pool.submit(abs, -7).result(120))  # the pool goes on
+
+with InterpreterPoolExecutor(1, initializer=lambda: print("INIT", flush=True)) as pool:
+    print(pool.submit(abs, -3).result(120))
+print("done")
+"""
+
+
+@needs_314
+@pytest.mark.parametrize("source", ["file", "-c", "stdin"])
+def test_lambdas_closures_and_main_code_run_in_interpreters(tmp_path, source):
+    proc = _run(source, _CALLS, tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert proc.stdout.splitlines() == [
+        "BODY",
+        "101",
+        "106",
+        "90",
+        "True 5",
+        "True",
+        "bad input 5 ExecutionFailed True",
+        "root[1][0]",
+        "root['lock']",
+        "7",
+        "INIT",
+        "3",
+        "done",
+    ]
+
+
+@needs_314
+def test_the_standard_executor_cannot_share_them(tmp_path):
+    # What this executor is for: the stock one refuses a lambda that reads a global
+    # (it marshals only functions without globals or a closure).
+    code = """
+    from concurrent.futures import InterpreterPoolExecutor
+    base = 1
+    with InterpreterPoolExecutor(1) as pool:
+        try:
+            pool.submit(lambda: base).result(120)
+        except Exception as exc:
+            print(type(exc).__name__)
+    """
+    proc = _run("stdin", code, tmp_path)
+    assert proc.stdout.split() == ["NotShareableError"], (proc.stdout, proc.stderr)
+
+
+@needs_314
+def test_a_module_that_refuses_subinterpreters_is_named(tmp_path):
+    pytest.importorskip("numpy")
+    code = """
+    import numpy as np
+    from graphpickle.integrations.futures import InterpreterPoolExecutor
+    with InterpreterPoolExecutor(1) as pool:
+        try:
+            pool.submit(len, np.arange(3)).result(120)
+        except ImportError as exc:
+            print(*exc.__notes__, sep="\\n")
+        print(pool.submit(len, [1, 2, 3]).result(120))
+    """
+    proc = _run("stdin", code, tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert proc.stdout.splitlines()[-2:] == [
+        "graphpickle: numpy cannot be imported in a subinterpreter (its extension module "
+        "numpy._core._multiarray_umath does not support them), so a call that needs it cannot "
+        "run in an InterpreterPoolExecutor; use graphpickle.integrations.futures.ProcessPoolExecutor",
+        "3",
+    ]
+
+
+@needs_314
+def test_an_initializer_that_raises_breaks_the_pool_as_the_stock_one(tmp_path):
+    code = """
+    from concurrent.futures.interpreter import BrokenInterpreterPool
+    from graphpickle.integrations.futures import InterpreterPoolExecutor
+
+    class NoConfig(Exception):
+        pass
+
+    def setup():
+        raise NoConfig("no config")
+
+    with InterpreterPoolExecutor(1, initializer=setup) as pool:
+        try:
+            pool.submit(abs, -1).result(120)
+        except BrokenInterpreterPool as exc:
+            print(type(exc).__name__)
+    """
+    proc = _run("stdin", code, tmp_path)
+    assert proc.stdout.split() == ["BrokenInterpreterPool"], (proc.stdout, proc.stderr)
+    assert "NoConfig: no config" in proc.stderr  # logged, as the stock executor does
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="the executor exists from 3.14")
+def test_before_314_the_name_says_what_it_needs():
+    from graphpickle.integrations.futures import InterpreterPoolExecutor
+
+    with pytest.raises(RuntimeError, match=r"needs Python 3\.14 or later .* this is 3\.1[123]\."):
+        InterpreterPoolExecutor()
