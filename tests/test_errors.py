@@ -396,6 +396,27 @@ def test_missing_module_names_it(monkeypatch):
     assert "'gp_vanishing_module', which this interpreter cannot import" in info.value.__notes__[-1]
 
 
+class _ExtensionRefuses:
+    """Rebuilt by raising what an extension that refuses to load raises: an
+    ImportError that names no module (numpy in a subinterpreter)."""
+
+    def __reduce__(self):
+        return (_refuse_import, ("module does not support loading in subinterpreters",))
+
+
+def _refuse_import(message):
+    raise ImportError(message)
+
+
+def test_an_import_error_without_a_module_name_is_quoted_not_named_none():
+    data = graphpickle.dumps(_ExtensionRefuses())
+    with pytest.raises(ImportError) as info:
+        graphpickle.loads(data)
+    note = info.value.__notes__[-1]
+    assert "module None" not in note
+    assert "does not support loading in subinterpreters" in note
+
+
 def test_load_from_file():
     assert graphpickle.load(io.BytesIO(graphpickle.dumps([1, 2])))[1] == 2
     with pytest.raises(pickle.UnpicklingError):

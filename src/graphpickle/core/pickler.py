@@ -346,6 +346,9 @@ def load_failure(exc: Exception) -> str:
     if isinstance(exc, EOFError) or "truncated" in str(exc):
         return "the data is truncated or empty"
     if isinstance(exc, ImportError):
+        # (an extension that fails to load, numpy in a subinterpreter, names no module)
+        if exc.name is None:
+            return f"an import failed here: {exc}"
         return (
             f"it references module {exc.name!r}, which this interpreter cannot import "
             "(install it here, or register it for pickling by value on the sender)"
