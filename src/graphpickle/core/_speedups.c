@@ -73,21 +73,27 @@ typedef struct {
     /* Importable functions and classes, remembered once the Python policy
      * found them importable (remember_by_reference): object -> (module, module
      * name, qualified name). A hit still checks, in a few dict lookups, what the
-     * policy checked: no module is registered for pickling by value, sys.modules
+     * policy checked: its module is not registered for pickling by value (nor
+     * under a registered package), sys.modules
      * still holds that module under that name, and the module holds the object
      * under its (undotted) qualified name; a rebound global, a reloaded module or
      * a changed __module__/__qualname__ misses, and the Python policy decides
-     * again. Only exact functions and classes of plain metaclasses
+     * again. The registry is read at each hit (registered_by_value), whatever
+     * it held when the entry was made. Only exact functions and classes of plain metaclasses
      * (is_plain_class: identity hashing, type's attributes) are remembered, at
      * most MAX_BY_REFERENCE of them. */
     PyObject *by_reference;
     PyObject *by_value_registry; /* cloudpickle's set of module names registered by value */
+    /* A dotted module name's parents ("a.b.c": ("a.b", "a")), the other names
+     * policy.is_registered looks up: made once per name (they depend on its text
+     * alone, never on the registry), at most MAX_PARENT_NAMES names. */
+    PyObject *parent_names;
     /* The policy's handlers of functions and classes: another handler (a
      * reducer registered for all functions) is never bypassed. */
     PyObject *function_handler, *class_handler;
     /* The policy's handler of modules, and cloudpickle's subimport: an exact
-     * module that sys.modules holds under its __name__, with nothing registered
-     * by value, is answered (subimport, (name,)) as the handler answers it. */
+     * module that sys.modules holds under its __name__, not registered by value
+     * (nor under a registered package), is answered (subimport, (name,)) as the handler answers it. */
     PyObject *module_handler, *subimport;
     /* What the hook answers without calling a handler, set by set_remembered
      * (reducers.py); a hit is the handler's answer, and a miss asks it:
@@ -123,8 +129,8 @@ typedef struct {
     DO(str_encoding) DO(str_errors) DO(str_speedups) DO(str_buffer) DO(str_generation)           \
     DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(str_locals)    \
     DO(str_lambda) DO(main_modules) DO(str_modules) DO(sys_dict) DO(empty_bytes)                  \
-    DO(empty_dict) DO(by_reference) DO(by_value_registry) DO(function_handler) DO(class_handler) \
-    DO(module_handler) DO(subimport)                                                              \
+    DO(empty_dict) DO(by_reference) DO(by_value_registry) DO(parent_names) DO(function_handler)  \
+    DO(class_handler) DO(module_handler) DO(subimport)                                            \
     DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
     DO(function_builtins) DO(function_layouts) DO(make_function_slow)                             \
     DO(missing_marker) DO(modules_dict) DO(modules_items)
@@ -226,13 +232,71 @@ sys_modules(SpeedupsState *st)
     return modules != NULL && PyDict_CheckExact(modules) ? modules : NULL;
 }
 
-/* Whether sys.modules[module_name] is `module` and holds obj as `qualname`
- * (the caller holds all four: a lookup may run Python code). */
+#define MAX_PARENT_NAMES 4096
+
+/* Whether the module named `module_name` (an exact str, held by the caller) is
+ * registered for pickling by value now, or is under a registered package, as
+ * policy.is_registered (and cloudpickle) answer: the name itself or one of its
+ * parents (the text before any '.': "a.b.c" is under "a.b" and "a", "ab" is
+ * not under "a") is in the registry. Nothing about the registry is remembered:
+ * it is cloudpickle's set, which registrations, unregistrations and a program
+ * editing it directly change at any time, so it is read on every call, with the
+ * lookups the policy makes (an item that is not a str may compare in Python, as
+ * it does there). 1, 0, or -1 with an exception set. */
+static int
+registered_by_value(SpeedupsState *st, PyObject *module_name)
+{
+    if (PySet_GET_SIZE(st->by_value_registry) == 0) {
+        return 0;
+    }
+    int found = PySet_Contains(st->by_value_registry, module_name);
+    Py_ssize_t length = PyUnicode_GET_LENGTH(module_name);
+    if (found != 0 || PyUnicode_FindChar(module_name, '.', 0, length, -1) == -1) {
+        return found;
+    }
+    PyObject *parents;
+    if (dict_get_ref(st->parent_names, module_name, &parents) == 0) {
+        PyObject *list = PyList_New(0);
+        for (Py_ssize_t end = length; list != NULL;) { /* (as rpartition('.') walks up) */
+            Py_ssize_t dot = PyUnicode_FindChar(module_name, '.', 0, end, -1);
+            PyObject *parent = dot < 0 ? NULL : PyUnicode_Substring(module_name, 0, dot);
+            if (dot == -1) {
+                break;
+            }
+            if (parent == NULL || PyList_Append(list, parent) < 0) {
+                Py_CLEAR(list);
+            }
+            Py_XDECREF(parent);
+            end = dot;
+        }
+        parents = list == NULL ? NULL : PyList_AsTuple(list);
+        Py_XDECREF(list);
+        if (parents != NULL && PyDict_GET_SIZE(st->parent_names) >= MAX_PARENT_NAMES) {
+            PyDict_Clear(st->parent_names);
+        }
+        if (parents != NULL && PyDict_SetItem(st->parent_names, module_name, parents) < 0) {
+            Py_CLEAR(parents);
+        }
+    }
+    if (parents == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; found == 0 && i < PyTuple_GET_SIZE(parents); i++) {
+        found = PySet_Contains(st->by_value_registry, PyTuple_GET_ITEM(parents, i));
+    }
+    Py_DECREF(parents);
+    return found;
+}
+
+/* Whether sys.modules[module_name] is `module`, which holds obj as `qualname`,
+ * and the module is not registered by value (the caller holds all four: a
+ * lookup may run Python code, so the registry is read first). */
 static int
 found_as(SpeedupsState *st, PyObject *obj, PyObject *module, PyObject *module_name,
          PyObject *qualname)
 {
-    if (PySet_GET_SIZE(st->by_value_registry) != 0) {
+    if (registered_by_value(st, module_name) != 0) {
+        PyErr_Clear(); /* (an error: not found, and the policy decides) */
         return 0;
     }
     PyObject *modules = sys_modules(st);
@@ -290,7 +354,7 @@ remember_by_reference(PyObject *self_module, PyObject *obj)
         PyObject *modules = sys_modules(st);
         if (modules != NULL && dict_get_ref(modules, module_name, &module) > 0
             && PyModule_CheckExact(module)
-            && found_as(st, obj, module, module_name, qualname)) { /* not: a dotted name, registrations */
+            && found_as(st, obj, module, module_name, qualname)) { /* not: a dotted name, a registered module */
             entry = PyTuple_Pack(3, module, module_name, qualname);
             failed = entry == NULL;
         }
@@ -680,28 +744,28 @@ done:
     return result;
 }
 
-/* What the handler would answer for obj from the tables that set_remembered
- * gave, or NULL (no exception set) to ask it. */
 /* reducers._reduce_module's answer for a module it writes by reference (its
- * name is that of the module sys.modules holds under it, and no module is
- * registered by value: policy.module_reason), or NULL (no exception set) to
- * ask it. */
+ * name is not registered by value, nor under a registered package, and is that
+ * of the module sys.modules holds under it: policy.module_reason, in that
+ * order), or NULL (no exception set) to ask it. */
 static PyObject *
 module_by_reference(SpeedupsState *st, PyObject *module)
 {
-    if (st->subimport == NULL || !PyModule_CheckExact(module)
-        || PySet_GET_SIZE(st->by_value_registry) != 0) {
+    if (st->subimport == NULL || !PyModule_CheckExact(module)) {
         return NULL;
     }
-    /* (an exact module's __name__ is its dict's; an exact str hashes without code) */
-    PyObject *name = PyDict_GetItemWithError(PyModule_GetDict(module), st->str_name);
-    PyObject *modules = sys_modules(st);
-    if (name == NULL || !PyUnicode_CheckExact(name) || modules == NULL
-        || PyDict_GetItemWithError(modules, name) != module) {
-        PyErr_Clear();
-        return NULL;
+    /* (an exact module's __name__ is its dict's; an exact str hashes without code;
+     * held: the registry's lookups may run code) */
+    PyObject *name;
+    PyObject *result = NULL;
+    if (dict_get_ref(PyModule_GetDict(module), st->str_name, &name) > 0 && PyUnicode_CheckExact(name)
+        && registered_by_value(st, name) == 0) {
+        PyObject *modules = sys_modules(st);
+        if (modules != NULL && PyDict_GetItemWithError(modules, name) == module) {
+            result = Py_BuildValue("(O(O))", st->subimport, name);
+        }
     }
-    PyObject *result = Py_BuildValue("(O(O))", st->subimport, name);
+    Py_XDECREF(name);
     if (result == NULL) {
         PyErr_Clear(); /* the handler runs, and answers */
     }
@@ -2265,8 +2329,8 @@ static PyMethodDef speedups_methods[] = {
     {"remember_by_reference", remember_by_reference, METH_O,
      PyDoc_STR("remember_by_reference(obj): the policy found this function or class importable.")},
     {"set_by_reference_policy", (PyCFunction)(void (*)(void))set_by_reference_policy, METH_FASTCALL,
-     PyDoc_STR("set_by_reference_policy(registry, function_handler, class_handler): what a "
-               "remembered answer stands for; nothing is remembered while the registry is not empty.")},
+     PyDoc_STR("set_by_reference_policy(registry, function_handler, class_handler, module_handler, "
+               "subimport): what a remembered answer stands for; the registry is read at every hit.")},
     {"set_remembered", (PyCFunction)(void (*)(void))set_remembered, METH_FASTCALL,
      PyDoc_STR("set_remembered(code_handler, builtin_types, codes, functions, captures_globals, "
                "missing): the tables the hook answers from without calling a handler.")},
@@ -2317,6 +2381,7 @@ init_state(PyObject *module, SpeedupsState *st)
     st->empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
     st->empty_dict = PyDict_New();
     st->by_reference = PyDict_New();
+    st->parent_names = PyDict_New();
     /* policy._MAIN_MODULES: no other process imports the sender's main module. */
     st->main_modules = Py_BuildValue("(ss)", "__main__", "__mp_main__");
     PyObject *sys = PyImport_ImportModule("sys");
@@ -2333,7 +2398,8 @@ init_state(PyObject *module, SpeedupsState *st)
     st->modules_watcher = -1;
 #endif
     if (st->empty_bytes == NULL || st->empty_dict == NULL || st->by_reference == NULL
-        || st->by_value_registry == NULL || st->main_modules == NULL || st->sys_dict == NULL) {
+        || st->parent_names == NULL || st->by_value_registry == NULL || st->main_modules == NULL
+        || st->sys_dict == NULL) {
         return -1;
     }
     return 0;
