@@ -74,12 +74,12 @@ typedef struct {
      * found them importable (remember_by_reference): object -> (module, module
      * name, qualified name). A hit still checks, in a few dict lookups, what the
      * policy checked: its module is not registered for pickling by value (nor
-     * under a registered package), sys.modules
-     * still holds that module under that name, and the module holds the object
-     * under its (undotted) qualified name; a rebound global, a reloaded module or
-     * a changed __module__/__qualname__ misses, and the Python policy decides
-     * again. The registry is read at each hit (registered_by_value), whatever
-     * it held when the entry was made. Only exact functions and classes of plain metaclasses
+     * under a registered package), sys.modules still holds that module under
+     * that name, and the module holds the object under its (undotted) qualified
+     * name; a rebound global, a reloaded module or a changed
+     * __module__/__qualname__ misses, and the Python policy decides again. The
+     * registry is read at each hit (registered_by_value), whatever it held when
+     * the entry was made. Only exact functions and classes of plain metaclasses
      * (is_plain_class: identity hashing, type's attributes) are remembered, at
      * most MAX_BY_REFERENCE of them. */
     PyObject *by_reference;
@@ -93,7 +93,8 @@ typedef struct {
     PyObject *function_handler, *class_handler;
     /* The policy's handler of modules, and cloudpickle's subimport: an exact
      * module that sys.modules holds under its __name__, not registered by value
-     * (nor under a registered package), is answered (subimport, (name,)) as the handler answers it. */
+     * (nor under a registered package), is answered (subimport, (name,)) as
+     * the handler answers it. */
     PyObject *module_handler, *subimport;
     /* What the hook answers without calling a handler, set by set_remembered
      * (reducers.py); a hit is the handler's answer, and a miss asks it:
@@ -354,7 +355,7 @@ remember_by_reference(PyObject *self_module, PyObject *obj)
         PyObject *modules = sys_modules(st);
         if (modules != NULL && dict_get_ref(modules, module_name, &module) > 0
             && PyModule_CheckExact(module)
-            && found_as(st, obj, module, module_name, qualname)) { /* not: a dotted name, a registered module */
+            && found_as(st, obj, module, module_name, qualname)) { /* not: a dotted name, registered */
             entry = PyTuple_Pack(3, module, module_name, qualname);
             failed = entry == NULL;
         }
