@@ -12,7 +12,9 @@ holding a __main__ function, a lambda or a __main__ dataclass instance, sent aga
 and again, next to their importable twins (compared through graphpickle.dumps and
 through the dask integration's dumps; the dataclass one has no target: its class
 is pickled whole in every payload). Every serializer is timed in turns (medians
-of interleaved runs). Writes benchmarks/results/messages.md (or
+of interleaved runs). Then the same messages, and a tuple of importable functions
+and classes, through graphpickle's two dumps with one unrelated module registered
+by value against none registered (target: at most 1.1x). Writes benchmarks/results/messages.md (or
 messages-instructions.md); the exit status is 0 when every target holds, 1
 otherwise.
 
@@ -26,6 +28,7 @@ which has valgrind.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import functools
 import gc
@@ -47,10 +50,16 @@ from graphpickle.cli.bench import (
     message_loads,
     message_payload,
     message_plan,
+    one_module_registered,
+    registry_dumps,
+    registry_met,
     render_messages,
+    render_registry,
     run_messages,
+    run_registry,
     summarize_messages,
 )
+from graphpickle.cli.workloads import REGISTRY_MESSAGES
 
 RESULTS = Path(__file__).parent / "results" / "messages.md"
 INSTRUCTIONS = Path(__file__).parent / "results" / "messages-instructions.md"
@@ -72,6 +81,15 @@ def _calls() -> list[tuple[int, str, str, Any]]:
             payload = message_payload(lib, message)
             calls.append((index, "loads", lib, functools.partial(loads, payload)))
     return calls
+
+
+def _registry_calls() -> list[tuple[int, str, Any]]:
+    """(message index, dumps, call) of the rows with a module registered."""
+    return [
+        (index, lib, functools.partial(dumps, message.build()))
+        for index, message in enumerate(REGISTRY_MESSAGES)
+        for lib, dumps in registry_dumps().items()
+    ]
 
 
 # Each measured loop runs inside libffi's ffi_call, whose instructions callgrind
@@ -111,10 +129,14 @@ def under_callgrind(n: int) -> None:
     depend on what ran before it: loading a by-value class sets its attributes
     again on the class it finds already made, which changes that class's state
     for every later load."""
-    calls = _calls()
+    calls, registry = _calls(), _registry_calls()
     for *_, call in calls:
         for _ in range(3):
             call()  # first-use caches, as in a running cluster
+    for *_, call in registry:  # (in both states)
+        for registered in (False, True, False):
+            with one_module_registered() if registered else contextlib.nullcontext():
+                call()
     modules = len(sys.modules)
     _loop(int, n // 2)  # the loops' own cost, in two halves as every call's
     _loop(int, n - n // 2)
@@ -122,11 +144,17 @@ def under_callgrind(n: int) -> None:
         _loop(call, n // 2)
     for *_, call in reversed(calls):
         _loop(call, n - n // 2)
+    # Then each dumps of the registry rows with nothing registered, then with
+    # one unrelated module registered.
+    for *_, call in registry:
+        _loop(call, n)
+        with one_module_registered():
+            _loop(call, n)
     if len(sys.modules) != modules:
         raise SystemExit("a measured call imported a module: its counts are not the call's")
 
 
-def instruction_rows(n: int) -> list[dict[str, Any]]:
+def instruction_rows(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     with tempfile.TemporaryDirectory() as where:
         out = Path(where) / "cg.out"
         command = [
@@ -139,10 +167,11 @@ def instruction_rows(n: int) -> list[dict[str, Any]]:
         parts = sorted(Path(where).glob("cg.out.*"), key=lambda p: int(p.suffix[1:]))
         totals = [int(re.search(r"^summary:\s+(\d+)", p.read_text(), re.M)[1]) for p in parts]
     # The last loops are the measured ones (any use of ctypes before them dumped parts too).
-    calls = _calls()
-    measured = totals[-(2 + 2 * len(calls)) :]
+    calls, registry = _calls(), _registry_calls()
+    measured = totals[-(2 + 2 * len(calls) + 2 * len(registry)) :]
     base = measured[0] + measured[1]
-    first, second = measured[2 : 2 + len(calls)], measured[2 + len(calls) :]
+    first, second = measured[2 : 2 + len(calls)], measured[2 + len(calls) : 2 + 2 * len(calls)]
+    pairs = measured[2 + 2 * len(calls) :]
     counts = [a + b for a, b in zip(first, reversed(second), strict=True)]  # both rounds
     plan = message_plan()
     rows = [
@@ -161,7 +190,14 @@ def instruction_rows(n: int) -> list[dict[str, Any]]:
         row["dask_dumps"] = row["dumps"]["graphpickle dask"] / row["dumps"]["distributed"]
         row["loads_ratio"] = row["loads"]["graphpickle"] / row["loads"]["pickle"]
         row["dask_loads"] = row["loads"]["graphpickle dask"] / row["loads"]["distributed"]
-    return rows
+    registry_rows = [
+        {"message": message.name, "dumps": {}, "ratio": {}} for message in REGISTRY_MESSAGES
+    ]
+    for k, (index, lib, _) in enumerate(registry):
+        none, registered = ((t - base) / n for t in pairs[2 * k : 2 * k + 2])
+        registry_rows[index]["dumps"][lib] = (none, registered)
+        registry_rows[index]["ratio"][lib] = registered / none
+    return rows, registry_rows
 
 
 def main() -> int:
@@ -181,18 +217,20 @@ def main() -> int:
         f"cloudpickle {cloudpickle.__version__}"
     )
     if args.instructions:
-        rows = instruction_rows(300)
+        rows, registry = instruction_rows(300)
         summary = summarize_messages(rows)
         meta = f"{versions}; callgrind, setarch -R, PYTHONHASHSEED=0; counts in place of times"
         output = args.output or INSTRUCTIONS
     else:
         rows, summary = run_messages(repeat=args.repeat)
+        registry = run_registry(repeat=args.repeat)
         meta = f"{versions}, {args.repeat} samples"
         output = args.output or RESULTS
     text = render_messages(rows, summary, meta, instructions=args.instructions)
+    text += "\n\n" + render_registry(registry, instructions=args.instructions)
     output.write_text(text + "\n")
     print(text)
-    return 0 if summary["met"] else 1
+    return 0 if summary["met"] and registry_met(registry) else 1
 
 
 if __name__ == "__main__":

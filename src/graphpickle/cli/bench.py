@@ -16,8 +16,10 @@ target graphpickle is held to for all three variants.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import gc
+import importlib
 import json
 import math
 import pickle
@@ -26,7 +28,7 @@ import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -549,6 +551,103 @@ def summarize_messages(rows: list[dict[str, Any]]) -> dict[str, Any]:
 #: A by-value task to a worker that loads code blocks, to its importable twin:
 #: dumps, loads, bytes.
 PER_TASK_TARGETS = (2.0, 1.3, 2.0)
+
+
+# --- a module registered by value, and everything else -------------------------
+# With a module registered for pickling by value, what is not in it (nor under it)
+# must cost what it costs with nothing registered.
+
+#: The module registered: one that no message uses.
+UNRELATED_MODULE = "colorsys"
+#: Each message's dumps with it registered / with nothing registered, worst.
+REGISTRY_TARGET = 1.1
+
+
+def registry_dumps() -> dict[str, Callable[[Any], bytes]]:
+    """The two dumps that read the registry: graphpickle's and the dask integration's."""
+    return {name: message_dumps()[name] for name in ("graphpickle", "graphpickle dask")}
+
+
+@contextlib.contextmanager
+def one_module_registered() -> Iterator[None]:
+    """:data:`UNRELATED_MODULE` registered by value, within the ``with``."""
+    from ..core.policy import register_pickle_by_value, unregister_pickle_by_value
+
+    module = importlib.import_module(UNRELATED_MODULE)
+    register_pickle_by_value(module)
+    try:
+        yield
+    finally:
+        unregister_pickle_by_value(module)
+
+
+def run_registry(repeat: int = 15) -> list[dict[str, Any]]:
+    """Each registry message's dumps with nothing registered and with
+    :data:`UNRELATED_MODULE` registered, timed in turns (the order reversed at
+    each repeat): rows of message -> {dumps: (none, registered)} and the ratios."""
+    rows = []
+    messages = workloads.REGISTRY_MESSAGES
+    for message in progress(messages, len(messages), "registry"):
+        value = message.build()
+        row: dict[str, Any] = {"message": message.name, "dumps": {}, "ratio": {}}
+        for lib, dumps in registry_dumps().items():
+            call = functools.partial(dumps, value)
+            for _ in range(2):
+                call()  # first-use caches filled, in both states
+                with one_module_registered():
+                    call()
+            number = calls_per_sample(call, 0.02)
+            samples: dict[bool, list[float]] = {False: [], True: []}
+            order = [False, True]
+            for _ in range(repeat):
+                for registered in order:
+                    if registered:
+                        with one_module_registered():
+                            samples[True].append(timed(call, number))
+                    else:
+                        samples[False].append(timed(call, number))
+                order.reverse()
+            row["dumps"][lib] = (
+                statistics.median(samples[False]),
+                statistics.median(samples[True]),
+            )
+            row["ratio"][lib] = statistics.median(
+                b / a for a, b in zip(samples[False], samples[True], strict=True)
+            )
+        rows.append(row)
+    return rows
+
+
+def render_registry(rows: list[dict[str, Any]], *, instructions: bool = False) -> str:
+    def cell(value: float) -> str:
+        return f"{value:,.0f}" if instructions else f"{value * 1e6:.1f} µs"
+
+    libs = list(registry_dumps())
+    worst = max(r["ratio"][lib] for r in rows for lib in libs)
+    lines = [
+        f"With one unrelated module (`{UNRELATED_MODULE}`) registered by value, against none "
+        f"registered ({'instructions per call' if instructions else 'medians of runs in turns'}).",
+        "",
+        "| message | graphpickle.dumps, none | one registered | ratio "
+        "| dask integration's dumps, none | one registered | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = []
+        for lib in libs:
+            none, registered = r["dumps"][lib]
+            cells += [cell(none), cell(registered), f"{r['ratio'][lib]:.3f}x"]
+        lines.append(f"| {r['message']} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"- with a module registered / none registered, worst message: {worst:.3f}x (target "
+        f"{REGISTRY_TARGET:.2f}x, {'met' if worst <= REGISTRY_TARGET else 'MISSED'})",
+    ]
+    return "\n".join(lines)
+
+
+def registry_met(rows: list[dict[str, Any]]) -> bool:
+    return all(ratio <= REGISTRY_TARGET for r in rows for ratio in r["ratio"].values())
 
 
 _MESSAGE_TARGET_TEXT = {

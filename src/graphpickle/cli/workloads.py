@@ -205,6 +205,26 @@ def _list_of_dicts() -> list[dict[str, Any]]:
     ]
 
 
+def _functions_and_classes() -> tuple[Any, ...]:
+    """Importable functions and classes, each written by reference (what a
+    message names: a task's function, the classes of its values)."""
+    import collections
+    import decimal
+    import fractions
+    import functools
+    import json
+    import os.path
+    import textwrap
+
+    import numpy as np
+
+    return (
+        json.dumps, os.path.join, textwrap.dedent, inc, collections.OrderedDict,
+        collections.namedtuple, decimal.Decimal, datetime.datetime, fractions.Fraction,
+        functools.partial, json.JSONDecoder, np.ndarray, np.dtype,
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Message:
     """One small message a cluster pickles on its own (``build()`` makes it)."""
@@ -225,6 +245,13 @@ SMALL_MESSAGES = [
     Message("numpy array, 1,000 floats", lambda: _numpy_array(1000)),
     Message("datetimes and Decimals", _dates_and_decimals),
     Message("list of 10 dicts", _list_of_dicts),
+]
+
+# What a module registered by value must not slow down: every small message, and
+# the functions and classes a message names (benchmarks/bench_messages.py).
+REGISTRY_MESSAGES = [
+    *SMALL_MESSAGES,
+    Message("13 importable functions and classes", _functions_and_classes),
 ]
 
 # The same function and dataclass as inc and Point, as a notebook cell defines them.

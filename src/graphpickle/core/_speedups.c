@@ -73,24 +73,31 @@ typedef struct {
     /* Importable functions and classes, remembered once the Python policy
      * found them importable (remember_by_reference): object -> (module, module
      * name, qualified name). A hit still checks, in a few dict lookups, what the
-     * policy checked: no module is registered for pickling by value, sys.modules
-     * still holds that module under that name, and the module holds the object
-     * under its (undotted) qualified name; a rebound global, a reloaded module or
-     * a changed __module__/__qualname__ misses, and the Python policy decides
-     * again. Only exact functions and classes of plain metaclasses
+     * policy checked: its module is not registered for pickling by value (nor
+     * under a registered package), sys.modules still holds that module under
+     * that name, and the module holds the object under its (undotted) qualified
+     * name; a rebound global, a reloaded module or a changed
+     * __module__/__qualname__ misses, and the Python policy decides again. The
+     * registry is read at each hit (registered_by_value), whatever it held when
+     * the entry was made. Only exact functions and classes of plain metaclasses
      * (is_plain_class: identity hashing, type's attributes) are remembered, at
      * most MAX_BY_REFERENCE of them. */
     PyObject *by_reference;
     /* policy.REGISTRIES: the sets of module names registered by value
      * (cloudpickle's, and those an integration adds, such as Ray's vendored
-     * cloudpickle's), read live: see any_registered. */
+     * cloudpickle's), read live: see registered_by_value. */
     PyObject *by_value_registries;
+    /* A dotted module name's parents ("a.b.c": ("a.b", "a")), the other names
+     * policy.is_registered looks up: made once per name (they depend on its text
+     * alone, never on the registry), at most MAX_PARENT_NAMES names. */
+    PyObject *parent_names;
     /* The policy's handlers of functions and classes: another handler (a
      * reducer registered for all functions) is never bypassed. */
     PyObject *function_handler, *class_handler;
     /* The policy's handler of modules, and cloudpickle's subimport: an exact
-     * module that sys.modules holds under its __name__, with nothing registered
-     * by value, is answered (subimport, (name,)) as the handler answers it. */
+     * module that sys.modules holds under its __name__, not registered by value
+     * (nor under a registered package), is answered (subimport, (name,)) as
+     * the handler answers it. */
     PyObject *module_handler, *subimport;
     /* What the hook answers without calling a handler, set by set_remembered
      * (reducers.py); a hit is the handler's answer, and a miss asks it:
@@ -126,8 +133,8 @@ typedef struct {
     DO(str_encoding) DO(str_errors) DO(str_speedups) DO(str_buffer) DO(str_generation)           \
     DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(str_locals)    \
     DO(str_lambda) DO(main_modules) DO(str_modules) DO(sys_dict) DO(empty_bytes)                  \
-    DO(empty_dict) DO(by_reference) DO(by_value_registries) DO(function_handler) DO(class_handler) \
-    DO(module_handler) DO(subimport)                                                              \
+    DO(empty_dict) DO(by_reference) DO(by_value_registries) DO(parent_names)                     \
+    DO(function_handler) DO(class_handler) DO(module_handler) DO(subimport)                       \
     DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
     DO(function_builtins) DO(function_layouts) DO(make_function_slow)                             \
     DO(missing_marker) DO(modules_dict) DO(modules_items)
@@ -229,29 +236,106 @@ sys_modules(SpeedupsState *st)
     return modules != NULL && PyDict_CheckExact(modules) ? modules : NULL;
 }
 
-/* Whether any registry may name a module to pickle by value: an item that is
- * not an exact set counts as one that does (the policy then decides). Runs no
- * Python code. */
+#define MAX_PARENT_NAMES 4096
+
+/* Whether `name` is in one of the registries: 1, 0, or -1 with an exception
+ * set; 1 too for a registry that is not an exact set (the policy decides). The
+ * list and each set are held during the lookup: an item that is not a str may
+ * compare in Python, which may change either. */
 static int
-any_registered(SpeedupsState *st)
+in_a_registry(SpeedupsState *st, PyObject *name)
+{
+    PyObject *registries = Py_NewRef(st->by_value_registries);
+    int found = 0;
+    for (Py_ssize_t i = 0; found == 0 && i < PyList_GET_SIZE(registries); i++) {
+        PyObject *registry = Py_NewRef(PyList_GET_ITEM(registries, i));
+        found = !PySet_CheckExact(registry) ? 1
+                : PySet_GET_SIZE(registry) == 0 ? 0
+                : PySet_Contains(registry, name);
+        Py_DECREF(registry);
+    }
+    Py_DECREF(registries);
+    return found;
+}
+
+/* Whether no registry names anything (each an empty exact set): then no
+ * lookup is needed. Runs no Python code. */
+static int
+registries_empty(SpeedupsState *st)
 {
     PyObject *registries = st->by_value_registries;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(registries); i++) {
         PyObject *registry = PyList_GET_ITEM(registries, i);
         if (!PySet_CheckExact(registry) || PySet_GET_SIZE(registry) != 0) {
-            return 1;
+            return 0;
         }
     }
-    return 0;
+    return 1;
 }
 
-/* Whether sys.modules[module_name] is `module` and holds obj as `qualname`
- * (the caller holds all four: a lookup may run Python code). */
+/* Whether the module named `module_name` (an exact str, held by the caller) is
+ * registered for pickling by value now, or is under a registered package, as
+ * policy.is_registered (and cloudpickle) answer: the name itself or one of its
+ * parents (the text before any '.': "a.b.c" is under "a.b" and "a", "ab" is
+ * not under "a") is in a registry. Nothing about the registries is remembered:
+ * registrations, unregistrations and a program editing a set directly change
+ * them at any time, so they are read on every call, with the lookups the policy
+ * makes (an item that is not a str may compare in Python, as it does there).
+ * 1, 0, or -1 with an exception set. */
+static int
+registered_by_value(SpeedupsState *st, PyObject *module_name)
+{
+    if (registries_empty(st)) {
+        return 0;
+    }
+    int found = in_a_registry(st, module_name);
+    Py_ssize_t length = PyUnicode_GET_LENGTH(module_name);
+    if (found != 0 || PyUnicode_FindChar(module_name, '.', 0, length, -1) == -1) {
+        return found;
+    }
+    PyObject *parents;
+    if (dict_get_ref(st->parent_names, module_name, &parents) == 0) {
+        PyObject *list = PyList_New(0);
+        for (Py_ssize_t end = length; list != NULL;) { /* (as rpartition('.') walks up) */
+            Py_ssize_t dot = PyUnicode_FindChar(module_name, '.', 0, end, -1);
+            PyObject *parent = dot < 0 ? NULL : PyUnicode_Substring(module_name, 0, dot);
+            if (dot == -1) {
+                break;
+            }
+            if (parent == NULL || PyList_Append(list, parent) < 0) {
+                Py_CLEAR(list);
+            }
+            Py_XDECREF(parent);
+            end = dot;
+        }
+        parents = list == NULL ? NULL : PyList_AsTuple(list);
+        Py_XDECREF(list);
+        if (parents != NULL && PyDict_GET_SIZE(st->parent_names) >= MAX_PARENT_NAMES) {
+            PyDict_Clear(st->parent_names);
+        }
+        if (parents != NULL && PyDict_SetItem(st->parent_names, module_name, parents) < 0) {
+            Py_CLEAR(parents);
+        }
+    }
+    if (parents == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; found == 0 && i < PyTuple_GET_SIZE(parents); i++) {
+        found = in_a_registry(st, PyTuple_GET_ITEM(parents, i));
+    }
+    Py_DECREF(parents);
+    return found;
+}
+
+/* Whether sys.modules[module_name] is `module`, which holds obj as `qualname`,
+ * and the module is not registered by value (the caller holds all four: a
+ * lookup may run Python code, so the registry is read first). */
 static int
 found_as(SpeedupsState *st, PyObject *obj, PyObject *module, PyObject *module_name,
          PyObject *qualname)
 {
-    if (any_registered(st)) {
+    if (registered_by_value(st, module_name) != 0) {
+        PyErr_Clear(); /* (an error: not found, and the policy decides) */
         return 0;
     }
     PyObject *modules = sys_modules(st);
@@ -309,7 +393,7 @@ remember_by_reference(PyObject *self_module, PyObject *obj)
         PyObject *modules = sys_modules(st);
         if (modules != NULL && dict_get_ref(modules, module_name, &module) > 0
             && PyModule_CheckExact(module)
-            && found_as(st, obj, module, module_name, qualname)) { /* not: a dotted name, registrations */
+            && found_as(st, obj, module, module_name, qualname)) { /* not: a dotted name, registered */
             entry = PyTuple_Pack(3, module, module_name, qualname);
             failed = entry == NULL;
         }
@@ -699,28 +783,28 @@ done:
     return result;
 }
 
-/* What the handler would answer for obj from the tables that set_remembered
- * gave, or NULL (no exception set) to ask it. */
 /* reducers._reduce_module's answer for a module it writes by reference (its
- * name is that of the module sys.modules holds under it, and no module is
- * registered by value: policy.module_reason), or NULL (no exception set) to
- * ask it. */
+ * name is not registered by value, nor under a registered package, and is that
+ * of the module sys.modules holds under it: policy.module_reason, in that
+ * order), or NULL (no exception set) to ask it. */
 static PyObject *
 module_by_reference(SpeedupsState *st, PyObject *module)
 {
-    if (st->subimport == NULL || !PyModule_CheckExact(module)
-        || any_registered(st)) {
+    if (st->subimport == NULL || !PyModule_CheckExact(module)) {
         return NULL;
     }
-    /* (an exact module's __name__ is its dict's; an exact str hashes without code) */
-    PyObject *name = PyDict_GetItemWithError(PyModule_GetDict(module), st->str_name);
-    PyObject *modules = sys_modules(st);
-    if (name == NULL || !PyUnicode_CheckExact(name) || modules == NULL
-        || PyDict_GetItemWithError(modules, name) != module) {
-        PyErr_Clear();
-        return NULL;
+    /* (an exact module's __name__ is its dict's; an exact str hashes without code;
+     * held: the registry's lookups may run code) */
+    PyObject *name;
+    PyObject *result = NULL;
+    if (dict_get_ref(PyModule_GetDict(module), st->str_name, &name) > 0 && PyUnicode_CheckExact(name)
+        && registered_by_value(st, name) == 0) {
+        PyObject *modules = sys_modules(st);
+        if (modules != NULL && PyDict_GetItemWithError(modules, name) == module) {
+            result = Py_BuildValue("(O(O))", st->subimport, name);
+        }
     }
-    PyObject *result = Py_BuildValue("(O(O))", st->subimport, name);
+    Py_XDECREF(name);
     if (result == NULL) {
         PyErr_Clear(); /* the handler runs, and answers */
     }
@@ -2286,8 +2370,8 @@ static PyMethodDef speedups_methods[] = {
      PyDoc_STR("remember_by_reference(obj): the policy found this function or class importable.")},
     {"set_by_reference_policy", (PyCFunction)(void (*)(void))set_by_reference_policy, METH_FASTCALL,
      PyDoc_STR("set_by_reference_policy(registries, function_handler, class_handler, "
-               "module_handler, subimport): what a remembered answer stands for; no remembered "
-               "answer is used while a registry (a set in the list, read live) is not empty.")},
+               "module_handler, subimport): what a remembered answer stands for; the registries "
+               "(a list of sets, read live) are read at every hit.")},
     {"set_remembered", (PyCFunction)(void (*)(void))set_remembered, METH_FASTCALL,
      PyDoc_STR("set_remembered(code_handler, builtin_types, codes, functions, captures_globals, "
                "missing): the tables the hook answers from without calling a handler.")},
@@ -2338,6 +2422,7 @@ init_state(PyObject *module, SpeedupsState *st)
     st->empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
     st->empty_dict = PyDict_New();
     st->by_reference = PyDict_New();
+    st->parent_names = PyDict_New();
     /* policy._MAIN_MODULES: no other process imports the sender's main module. */
     st->main_modules = Py_BuildValue("(ss)", "__main__", "__mp_main__");
     PyObject *sys = PyImport_ImportModule("sys");
@@ -2354,7 +2439,8 @@ init_state(PyObject *module, SpeedupsState *st)
     st->modules_watcher = -1;
 #endif
     if (st->empty_bytes == NULL || st->empty_dict == NULL || st->by_reference == NULL
-        || st->by_value_registries == NULL || st->main_modules == NULL || st->sys_dict == NULL) {
+        || st->parent_names == NULL || st->by_value_registries == NULL || st->main_modules == NULL
+        || st->sys_dict == NULL) {
         return -1;
     }
     return 0;
