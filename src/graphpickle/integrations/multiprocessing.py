@@ -59,7 +59,13 @@ from .._cloudpickle_internals import class_tracker_id
 from ..core.pickler import Pickler, _note_load_failure
 from ..core.reducers import Reducer
 
-__all__ = ["SUPPORTED_PYTHONS", "MultiprocessingIntegrationError", "install", "installed", "uninstall"]
+__all__ = [
+    "SUPPORTED_PYTHONS",
+    "MultiprocessingIntegrationError",
+    "install",
+    "installed",
+    "uninstall",
+]
 
 #: The Python minor versions whose ``multiprocessing`` this module was checked against.
 SUPPORTED_PYTHONS = ((3, 11), (3, 12), (3, 13), (3, 14), (3, 15))
@@ -111,7 +117,7 @@ class _ForkingPickler(Pickler):
         super().__init__(file, protocol, reducer_lookup=_lookup)
         # As ForkingPickler: copyreg's table, then what register() added.
         table = dict(copyreg.dispatch_table)
-        table.update(_reduction.ForkingPickler._extra_reducers)
+        table.update(vars(_reduction.ForkingPickler)["_extra_reducers"])
         self.dispatch_table = table
         main = sys.modules.get("__main__")
         if main is not None:
@@ -272,7 +278,7 @@ def _worker(inqueue: Any, outqueue: Any, *args: Any) -> None:
     worker(_GuardedQueue(inqueue), _ReportingQueue(outqueue), *args)
 
 
-_stock_worker = _pool.worker
+_stock_worker = vars(_pool)["worker"]
 
 
 class _GuardedResults:
@@ -343,10 +349,10 @@ def _check() -> None:
         ("ForkingPickler", "loads"): forking.get("loads") is pickle.loads,
         ("reduction", "dump"): _params(_reduction.dump) == ("obj", "file", "protocol"),
         ("spawn", "get_preparation_data"): _params(_spawn.get_preparation_data) == ("name",),
-        ("pool", "worker"): _params(_pool.worker)
+        ("pool", "worker"): _params(vars(_pool)["worker"])
         == ("inqueue", "outqueue", "initializer", "initargs", "maxtasks", "wrap_exception"),
         ("Pool", "_setup_queues"): {"_outqueue", "_reader", "_quick_get"}
-        <= set(_names(_pool.Pool._setup_queues)),
+        <= set(_names(vars(_pool.Pool)["_setup_queues"])),
     }
     problems = [
         f"{holder}.{name}"
@@ -357,7 +363,8 @@ def _check() -> None:
         "ForkingPickler._extra_reducers": type(forking.get("_extra_reducers")) is dict,
         "SimpleQueue.get": {"_rlock", "_reader", "recv_bytes", "_ForkingPickler", "loads"}
         <= set(_names(_queues.SimpleQueue.get)),
-        "Pool._repopulate_pool_static": "worker" in _names(_pool.Pool._repopulate_pool_static),
+        "Pool._repopulate_pool_static": "worker"
+        in _names(vars(_pool.Pool)["_repopulate_pool_static"].__func__),
         "forkserver._forkserver._preload_modules": type(
             getattr(getattr(_forkserver, "_forkserver", None), "_preload_modules", None)
         )
@@ -370,6 +377,12 @@ def _check() -> None:
             f"this Python's multiprocessing ({sys.version.split()[0]}) differs from what "
             f"graphpickle knows at {', '.join(problems)}: nothing was installed"
         )
+
+
+def _preload_modules() -> list[str]:
+    """The modules the forkserver imports when it starts (``set_forkserver_preload``)."""
+    preload: list[str] = vars(_forkserver._forkserver)["_preload_modules"]
+    return preload
 
 
 def install() -> None:
@@ -386,7 +399,7 @@ def install() -> None:
             continue
         _originals[key] = vars(holder)[key[1]]
         setattr(holder, key[1], replacement)
-    preload = _forkserver._forkserver._preload_modules
+    preload = _preload_modules()
     if _original_preload is None and _PRELOAD not in preload:
         # The forkserver imports graphpickle once; its children start with it.
         _original_preload = list(preload)
@@ -404,7 +417,7 @@ def uninstall() -> None:
         setattr(holder, key[1], original)
     _originals.clear()
     if _original_preload is not None:
-        _forkserver._forkserver._preload_modules[:] = _original_preload
+        _preload_modules()[:] = _original_preload
         _original_preload = None
 
 
@@ -414,4 +427,3 @@ def installed() -> bool:
         vars(holder).get(name) is replacement
         for (_, name), (holder, replacement) in _TARGETS.items()
     )
-
