@@ -278,3 +278,22 @@ def test_an_unknown_python_refuses(monkeypatch):
     with pytest.raises(gpmp.MultiprocessingIntegrationError, match=r"3\.99"):
         gpmp.install()
     assert not gpmp.installed()
+
+
+class _Registered:
+    pass
+
+
+def test_a_reducer_registered_later_applies_to_the_next_message():
+    import pickle
+
+    from multiprocessing.reduction import ForkingPickler
+
+    gpmp.install()
+    try:
+        ForkingPickler.dumps(_Registered())  # the reused pickler is made
+        ForkingPickler.register(_Registered, lambda obj: (str, ("registered",)))
+        assert pickle.loads(ForkingPickler.dumps(_Registered())) == "registered"
+    finally:
+        del vars(ForkingPickler)["_extra_reducers"][_Registered]
+        gpmp.uninstall()

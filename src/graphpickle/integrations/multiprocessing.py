@@ -57,7 +57,7 @@ from typing import IO, Any
 
 from .._cloudpickle_internals import class_tracker_id
 from ..core.pickler import Pickler, _note_load_failure
-from ..core.reducers import Reducer
+from ..core.reducers import Reducer, on_tables_changed
 
 __all__ = [
     "SUPPORTED_PYTHONS",
@@ -115,20 +115,74 @@ class _ForkingPickler(Pickler):
 
     def __init__(self, file: IO[bytes], protocol: int | None = None) -> None:
         super().__init__(file, protocol, reducer_lookup=_lookup)
-        # As ForkingPickler: copyreg's table, then what register() added.
-        table = dict(copyreg.dispatch_table)
-        table.update(vars(_reduction.ForkingPickler)["_extra_reducers"])
-        self.dispatch_table = table
+        self.tables: tuple[dict[Any, Any], dict[Any, Any]] = ({}, {})
+        self.prepare()
+
+    def prepare(self) -> None:
+        """Before each dump: ForkingPickler's table (copyreg's, then what
+        ``register()`` added), and the receiver's ``__main__`` for this
+        ``__main__``'s functions."""
+        extra = vars(_reduction.ForkingPickler)["_extra_reducers"]
+        if self.tables != (copyreg.dispatch_table, extra):  # (changed since: copied again)
+            self.tables = (dict(copyreg.dispatch_table), dict(extra))
+            self.dispatch_table = {**copyreg.dispatch_table, **extra}
         main = sys.modules.get("__main__")
         if main is not None:
             self._state.globals_ref[id(vars(main))] = _MainGlobals()
 
 
-def _dumps(cls: type, obj: Any, protocol: int | None = None) -> memoryview:
+class _Reusable(threading.local):
+    """This thread's pickler for ``ForkingPickler.dumps``, reused from message to
+    message (making one costs more than pickling a task), while no other dump
+    of this thread uses it and no reducer table changed since."""
+
+    current: tuple[_ForkingPickler, io.BytesIO] | None = None
+    generation = -1
+    busy = False
+
+
+_reusable = _Reusable()
+#: A message larger than this goes out without a copy (in a pickler of its own).
+_COPIED_UP_TO = 1 << 20
+
+
+def _drop_reusable() -> None:
+    _generation[0] += 1  # each thread's pickler goes at its next dump
+
+
+_generation = [0]
+on_tables_changed(_drop_reusable)
+
+
+def _dumps(cls: type, obj: Any, protocol: int | None = None) -> bytes | memoryview:
     """``ForkingPickler.dumps``."""
-    out = io.BytesIO()
-    _ForkingPickler(out, protocol).dump(obj)
-    return out.getbuffer()
+    slot = _reusable
+    if protocol is not None or slot.busy:
+        out = io.BytesIO()
+        _ForkingPickler(out, protocol).dump(obj)
+        return out.getbuffer()
+    current = slot.current
+    if current is None or slot.generation != _generation[0]:
+        out = io.BytesIO()
+        current = slot.current = _ForkingPickler(out), out
+        slot.generation = _generation[0]
+    else:
+        current[0].prepare()
+    pickler, out = current
+    slot.busy = True
+    try:
+        pickler.dump(obj)
+        if out.tell() > _COPIED_UP_TO:
+            slot.current = None
+            return out.getbuffer()
+        return out.getvalue()
+    finally:
+        slot.busy = False
+        if slot.current is current:
+            out.seek(0)
+            out.truncate()
+            pickler.clear_memo()
+            pickler._state.reset()
 
 
 def _dump(obj: Any, file: IO[bytes], protocol: int | None = None) -> None:
