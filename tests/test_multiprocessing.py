@@ -286,7 +286,6 @@ class _Registered:
 
 def test_a_reducer_registered_later_applies_to_the_next_message():
     import pickle
-
     from multiprocessing.reduction import ForkingPickler
 
     gpmp.install()
