@@ -10,6 +10,7 @@ docs/engines.md).
 
 from __future__ import annotations
 
+import concurrent.futures.process
 import multiprocessing
 import multiprocessing.pool
 import multiprocessing.reduction
@@ -125,6 +126,11 @@ def main(method):
     from concurrent.futures import ProcessPoolExecutor
     with ProcessPoolExecutor(2, mp_context=ctx, initializer=init, initargs=(5,)) as ex:
         out["executor"] = [list(ex.map(task, range(2))), ex.submit(lambda: "ppe").result(60)]
+        try:
+            ex.submit(same, mod.X()).result(60)
+        except Exception as exc:
+            out["executor_not_loadable"] = [type(exc).__name__, str(exc)]
+        out["executor_still_serving"] = list(ex.map(abs, [-4, -5]))
     print(json.dumps(out), flush=True)
 
 if __name__ == "__main__":
@@ -148,6 +154,8 @@ _EXPECTED = {
     "process_lambda": 3,
     "manager": ["manager-lambda", True],
     "executor": [[[0, 5], [1, 5]], "ppe"],
+    "executor_not_loadable": ["ModuleNotFoundError", "No module named 'only_in_parent'"],
+    "executor_still_serving": [4, 5],
 }
 
 _METHODS = ["spawn", "forkserver"] if sys.version_info < (3, 14) else ["forkserver"]
@@ -228,6 +236,7 @@ _NAMES = (
     (multiprocessing.spawn, "get_preparation_data"),
     (multiprocessing.pool, "worker"),
     (multiprocessing.pool.Pool, "_setup_queues"),
+    (concurrent.futures.process, "_process_worker"),
 )
 
 

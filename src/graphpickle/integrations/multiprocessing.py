@@ -41,6 +41,7 @@ differs from what this module was checked against makes :func:`install` raise
 from __future__ import annotations
 
 import _pickle
+import concurrent.futures.process as _executor
 import copyreg
 import io
 import multiprocessing.forkserver as _forkserver
@@ -280,15 +281,19 @@ def _raise(exc: BaseException) -> None:
     raise exc
 
 
-class _GuardedQueue:
-    """A Pool worker's view of its task queue: a task it cannot load becomes a
-    task that raises why (the stock worker dies on it and the task is lost)."""
+class _Proxy:
+    """A queue as a worker sees it, but for the methods a subclass defines."""
 
     def __init__(self, queue: Any) -> None:
         self._queue = queue
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._queue, name)
+
+
+class _GuardedQueue(_Proxy):
+    """A Pool worker's view of its task queue: a task it cannot load becomes a
+    task that raises why (the stock worker dies on it and the task is lost)."""
 
     def get(self) -> Any:
         queue = self._queue
@@ -307,16 +312,10 @@ class _GuardedQueue:
             return (*ids, _raise, (exc,), {})
 
 
-class _ReportingQueue:
+class _ReportingQueue(_Proxy):
     """A Pool worker's view of its result queue: a result that cannot be pickled
     fails with its path in the message (the stock worker sends ``repr(exc)``,
     which leaves out the notes that name the path)."""
-
-    def __init__(self, queue: Any) -> None:
-        self._queue = queue
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._queue, name)
 
     def put(self, obj: Any) -> None:
         try:
@@ -360,6 +359,57 @@ def _setup_queues(self: Any) -> None:
     self._quick_get = _GuardedResults(self._outqueue._reader)
 
 
+def _call_id(data: Any) -> int | None:
+    """The ``work_id`` of a ``ProcessPoolExecutor`` call item, read from its pickle
+    without loading it (the first int after the string ``"work_id"``)."""
+    after_key = False
+    try:
+        for opcode, argument, _ in pickletools.genops(bytes(data)):
+            if after_key and opcode.name in _INT_OPCODES and isinstance(argument, int):
+                return argument
+            if argument == "work_id":
+                after_key = True
+            elif after_key and opcode.name not in ("MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"):
+                return None
+    except Exception:  # not a pickle at all
+        return None
+    return None
+
+
+class _GuardedCallQueue(_Proxy):
+    """A ``ProcessPoolExecutor`` worker's view of its call queue: a call it cannot
+    load becomes a call that raises why (the stock worker dies on it, and the
+    executor breaks for good)."""
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        queue = self._queue
+        if not block or timeout is not None:
+            return queue.get(block, timeout)
+        with queue._rlock:
+            data = queue._recv_bytes()
+        queue._sem.release()
+        try:
+            return _loads(data)
+        except Exception as exc:
+            work_id = _call_id(data)
+            if work_id is None:
+                raise
+            exc.add_note(
+                f"graphpickle: executor worker {os.getpid()} could not load this call; "
+                "it keeps serving"
+            )
+            return _executor._CallItem(work_id, _raise, (exc,), {})
+
+
+def _executor_worker(call_queue: Any, *args: Any, **kwargs: Any) -> Any:
+    """``concurrent.futures.process._process_worker`` with the guarded call queue."""
+    worker = _originals.get(("executor", "_process_worker"), _stock_executor_worker)
+    return worker(_GuardedCallQueue(call_queue), *args, **kwargs)
+
+
+_stock_executor_worker = vars(_executor)["_process_worker"]
+
+
 # --- install ---------------------------------------------------------------------
 
 # (holder, attribute name) -> what install() put there; filled by _check().
@@ -370,6 +420,7 @@ _TARGETS: dict[tuple[str, str], tuple[Any, Any]] = {
     ("spawn", "get_preparation_data"): (_spawn, _get_preparation_data),
     ("pool", "worker"): (_pool, _worker),
     ("Pool", "_setup_queues"): (_pool.Pool, _setup_queues),
+    ("executor", "_process_worker"): (_executor, _executor_worker),
 }
 
 _originals: dict[tuple[str, str], Any] = {}
@@ -405,6 +456,8 @@ def _check() -> None:
         ("spawn", "get_preparation_data"): _params(_spawn.get_preparation_data) == ("name",),
         ("pool", "worker"): _params(vars(_pool)["worker"])
         == ("inqueue", "outqueue", "initializer", "initargs", "maxtasks", "wrap_exception"),
+        ("executor", "_process_worker"): _params(vars(_executor)["_process_worker"])[:2]
+        == ("call_queue", "result_queue"),
         ("Pool", "_setup_queues"): {"_outqueue", "_reader", "_quick_get"}
         <= set(_names(vars(_pool.Pool)["_setup_queues"])),
     }
@@ -417,6 +470,17 @@ def _check() -> None:
         "ForkingPickler._extra_reducers": type(forking.get("_extra_reducers")) is dict,
         "SimpleQueue.get": {"_rlock", "_reader", "recv_bytes", "_ForkingPickler", "loads"}
         <= set(_names(_queues.SimpleQueue.get)),
+        "Queue.get": {"_rlock", "_recv_bytes", "_sem", "_ForkingPickler", "loads"}
+        <= set(_names(_queues.Queue.get)),
+        "ProcessPoolExecutor's worker start": any(
+            "_process_worker" in _names(spawner)
+            for spawner in (
+                vars(_executor.ProcessPoolExecutor).get("_spawn_process"),
+                vars(_executor).get("_spawn_worker"),  # (3.14+)
+            )
+        ),
+        "concurrent.futures.process._CallItem": _params(_executor._CallItem.__init__)
+        == ("self", "work_id", "fn", "args", "kwargs"),
         "Pool._repopulate_pool_static": "worker"
         in _names(vars(_pool.Pool)["_repopulate_pool_static"].__func__),
         "forkserver._forkserver._preload_modules": type(
