@@ -126,8 +126,12 @@ def main(method):
     from concurrent.futures import ProcessPoolExecutor
     with ProcessPoolExecutor(2, mp_context=ctx, initializer=init, initargs=(5,)) as ex:
         out["executor"] = [list(ex.map(task, range(2))), ex.submit(lambda: "ppe").result(60)]
+        late = types.ModuleType("late_in_parent")  # (made once the workers run)
+        exec("class Z:\n    pass\n", late.__dict__)
+        late.Z.__module__ = "late_in_parent"
+        sys.modules["late_in_parent"] = late
         try:
-            ex.submit(same, mod.X()).result(60)
+            ex.submit(same, late.Z()).result(60)
         except Exception as exc:
             out["executor_not_loadable"] = [type(exc).__name__, str(exc)]
         out["executor_still_serving"] = list(ex.map(abs, [-4, -5]))
@@ -154,11 +158,12 @@ _EXPECTED = {
     "process_lambda": 3,
     "manager": ["manager-lambda", True],
     "executor": [[[0, 5], [1, 5]], "ppe"],
-    "executor_not_loadable": ["ModuleNotFoundError", "No module named 'only_in_parent'"],
+    "executor_not_loadable": ["ModuleNotFoundError", "No module named 'late_in_parent'"],
     "executor_still_serving": [4, 5],
 }
 
-_METHODS = ["spawn", "forkserver"] if sys.version_info < (3, 14) else ["forkserver"]
+# 3.14+: the default (forkserver) only; before, each start method.
+_METHODS = ["fork", "spawn", "forkserver"] if sys.version_info < (3, 14) else ["forkserver"]
 _SOURCES = ["file", "-c", "stdin"]
 
 
