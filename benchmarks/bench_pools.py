@@ -8,6 +8,9 @@ Each sample is one engine in a fresh interpreter (this script run again with
 would. Engines:
 
 * ``stock-fork``: ``multiprocessing.get_context("fork").Pool``;
+* ``stock-forkserver``: the forkserver context, stock (from a file, where it works:
+  the server and each worker import this script again), for what the start
+  method itself costs;
 * ``graphpickle``: ``install()``, then ``multiprocessing.Pool`` under this
   Python's default start method (forkserver from 3.14), or ``--method``;
 * ``graphpickle-fork``: ``install()``, then the fork context;
@@ -36,7 +39,14 @@ import sys
 import time
 from typing import Any
 
-ENGINES = ("stock-fork", "graphpickle", "graphpickle-fork", "multiprocess", "loky")
+ENGINES = (
+    "stock-fork",
+    "stock-forkserver",
+    "graphpickle",
+    "graphpickle-fork",
+    "multiprocess",
+    "loky",
+)
 
 
 def inc(x: int) -> int:
@@ -72,7 +82,8 @@ def _pool(engine: str, workers: int, method: str | None) -> tuple[Any, Any]:
     else:
         import multiprocessing
 
-        context = multiprocessing.get_context(method if engine == "graphpickle" else "fork")
+        methods = {"graphpickle": method, "stock-forkserver": "forkserver"}
+        context = multiprocessing.get_context(methods.get(engine, "fork"))
         pool = context.Pool(workers)
     return pool.map, pool.terminate
 
