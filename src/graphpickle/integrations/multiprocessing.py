@@ -522,7 +522,8 @@ def install() -> None:
         # The forkserver imports graphpickle once; its children start with it.
         _original_preload = list(preload)
         preload.append(_PRELOAD)
-    if not _at_fork_registered:  # (cannot be unregistered: it checks installed())
+    # (Never unregistered: it does nothing once uninstalled. Windows has no fork.)
+    if not _at_fork_registered and hasattr(os, "register_at_fork"):
         os.register_at_fork(before=_track_main_classes)
         _at_fork_registered = True
 
