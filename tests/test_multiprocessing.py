@@ -310,3 +310,16 @@ def test_a_reducer_registered_later_applies_to_the_next_message():
     finally:
         del vars(ForkingPickler)["_extra_reducers"][_Registered]
         gpmp.uninstall()
+
+
+@pytest.mark.timeout(60)  # (its workers are threads: a hang would be in this process)
+def test_a_thread_pool_still_works():
+    from multiprocessing.pool import ThreadPool
+
+    gpmp.install()
+    try:
+        with ThreadPool(2) as pool:
+            assert pool.map(lambda x: x + 1, range(3)) == [1, 2, 3]
+            assert pool.apply_async(abs, (-2,)).get(30) == 2
+    finally:
+        gpmp.uninstall()

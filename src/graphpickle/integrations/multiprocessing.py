@@ -325,10 +325,12 @@ class _ReportingQueue(_Proxy):
             raise pickle.PicklingError(f"{type(exc).__name__}: {exc} ({notes})") from exc
 
 
-def _worker(inqueue: Any, outqueue: Any, *args: Any) -> None:
+def _worker(inqueue: Any, outqueue: Any, *args: Any) -> Any:
     """``multiprocessing.pool.worker`` with the guarded queues."""
     worker = _originals.get(("pool", "worker"), _stock_worker)
-    worker(_GuardedQueue(inqueue), _ReportingQueue(outqueue), *args)
+    if not isinstance(inqueue, _queues.SimpleQueue):  # a ThreadPool's: nothing is pickled
+        return worker(inqueue, outqueue, *args)
+    return worker(_GuardedQueue(inqueue), _ReportingQueue(outqueue), *args)
 
 
 _stock_worker = vars(_pool)["worker"]
