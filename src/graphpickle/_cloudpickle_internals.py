@@ -526,3 +526,11 @@ def _type_reducers() -> dict[type, Callable[[Any], Reduction]]:
 
 
 TYPE_REDUCERS = _type_reducers()
+
+
+def class_tracker_id(cls: type) -> str:
+    """The id under which payloads name ``cls`` when it travels by value (drawn
+    and tracked now if it has none): a process forked after this loads such
+    payloads as ``cls`` itself."""
+    tracker_id: str = _cp._get_or_create_tracker_id(cls)
+    return tracker_id
