@@ -950,3 +950,21 @@ def test_random_changes_to_what_remembered_answers_read(moves):
                     )
     finally:
         world.close()
+
+
+def test_a_module_name_read_that_imports_is_seen():
+    # cloudpickle reads a module's __package__ and __name__, then sys.modules:
+    # a read that imports a submodule (here a PEP 562 __getattr__) adds it to
+    # the submodules a fresh reduction lists, and a remembered one must too.
+    world = _ReadWorld()
+    try:
+        func = world.objects[-1]
+        graphpickle.dumps(func)
+        graphpickle.dumps(func)  # remembered, with sys.modules as it is
+        _Importing.armed = True
+        sent = graphpickle.dumps(func)
+        assert "gp_importing.sub" in sys.modules
+        assert b"gp_importing.sub" in sent
+        assert sent == _fresh_dumps(func, None)
+    finally:
+        world.close()

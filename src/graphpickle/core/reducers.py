@@ -59,8 +59,10 @@ Reducer = Callable[[Any], Any]
 ReducerLookup = Callable[[type], Reducer | None]
 """``lookup(cls)`` finds a reducer for a type the reducer tables do not name, or
 returns ``None``: another library's registry. It is asked once per type; the
-answer is remembered for every pickler given the same lookup function, until
-:func:`forget_lookup` is called for it."""
+answer is remembered for every pickler given the same lookup function, while
+the type's MRO and the ``__module__`` and ``__qualname__`` of each class in it
+are the same (checked on every use), until :func:`forget_lookup` is called for
+it (what else the lookup reads)."""
 
 
 class PicklerState:
