@@ -762,12 +762,23 @@ remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
     return result;
 }
 
+/* reducers._same_name: the very object, or an equal exact str (comparing
+ * them runs no code). */
+static int
+same_name(PyObject *now, PyObject *read)
+{
+    return now == read
+           || (now != NULL && PyUnicode_CheckExact(now) && PyUnicode_CheckExact(read)
+               && PyUnicode_Compare(now, read) == 0);
+}
+
 /* Whether each class in `read` (reducers.names_read: (class, module,
- * qualname, ...), the classes whose names can change) still has those very
- * names: 1, or 0 (a read that raised is a miss, cleared: resolving again
- * raises it). A class of metaclass `type` is read in place (a heap type's
- * __module__ is its dict's, its __qualname__ ht_qualname, as type's getters
- * read them), any other through getattr, which may run Python code. */
+ * qualname, ...), the classes whose names can change) still has those
+ * names (reducers.same_names): 1, or 0 (a read that raised is a miss,
+ * cleared: resolving again raises it). A heap type of metaclass `type` is read
+ * in place (its __module__ is its dict's, its __qualname__ ht_qualname, as
+ * type's getters read them), any other through getattr, which may run Python
+ * code. */
 static int
 same_names_now(SpeedupsState *st, PyObject *read)
 {
@@ -780,13 +791,13 @@ same_names_now(SpeedupsState *st, PyObject *read)
         PyObject *qualname = PyTuple_GET_ITEM(read, i + 2);
         if (Py_IS_TYPE(cls, &PyType_Type) && (((PyTypeObject *)cls)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
             PyObject *type_dict = ((PyTypeObject *)cls)->tp_dict;
-            same = type_dict != NULL && PyDict_GetItemWithError(type_dict, st->str_module) == module
-                   && ((PyHeapTypeObject *)cls)->ht_qualname == qualname;
+            same = type_dict != NULL && same_name(PyDict_GetItemWithError(type_dict, st->str_module), module)
+                   && same_name(((PyHeapTypeObject *)cls)->ht_qualname, qualname);
         }
         else {
             PyObject *now_module = PyObject_GetAttr(cls, st->str_module);
             PyObject *now_qualname = now_module == NULL ? NULL : PyObject_GetAttr(cls, st->str_qualname);
-            same = now_module == module && now_qualname == qualname;
+            same = same_name(now_module, module) && same_name(now_qualname, qualname);
             Py_XDECREF(now_module);
             Py_XDECREF(now_qualname);
         }

@@ -728,29 +728,47 @@ def unregister_reducer(cls: type) -> None:
     _tables_changed()
 
 
-_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: its names cannot be set
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: its attributes cannot be set
+
+
+def _names_fixed(cls: type) -> bool:
+    """Whether ``cls``'s ``__module__`` and ``__qualname__`` cannot change: an
+    immutable type of metaclass ``type``, or one read through ``type``'s
+    ``__getattribute__`` where every class involved (its metaclass's MRO and its
+    own) is immutable (numpy's dtype classes, of metaclass ``_DTypeMeta``)."""
+    meta = type(cls)
+    if meta is type:
+        return bool(cls.__flags__ & _IMMUTABLE_TYPE)
+    return meta.__getattribute__ is type.__getattribute__ and all(
+        k.__flags__ & _IMMUTABLE_TYPE for k in (*meta.__mro__, *cls.__mro__)
+    )
 
 
 def names_read(mro: tuple[type, ...]) -> tuple[Any, ...]:
     """What a reducer lookup may read of the classes in ``mro`` besides the MRO
     itself: each class's ``__module__`` and ``__qualname__`` (dask's dispatch
     reads every class's module, the dask integration a base's names), flat, as
-    ``(class, module, qualname, ...)``, for the classes whose names can change
-    (all but the immutable types of metaclass ``type``)."""
+    ``(class, module, qualname, ...)``, for the classes whose names can change."""
     return tuple(
         item
         for c in mro
-        if type(c) is not type or not c.__flags__ & _IMMUTABLE_TYPE
+        if not _names_fixed(c)
         for item in (c, c.__module__, c.__qualname__)
     )
 
 
+def _same_name(now: object, read: object) -> bool:
+    # The very object, or an equal exact str (a static type's names are made
+    # anew at each read); comparing them runs no code.
+    return now is read or (type(now) is str and type(read) is str and now == read)
+
+
 def same_names(read: tuple[Any, ...]) -> bool:
-    """Whether each class in ``read`` (:func:`names_read`'s) still has those very
+    """Whether each class in ``read`` (:func:`names_read`'s) still has those
     names (a read that raises is a miss: resolving again raises it)."""
     try:
         return all(
-            c.__module__ is module and c.__qualname__ is qualname
+            _same_name(c.__module__, module) and _same_name(c.__qualname__, qualname)
             for c, module, qualname in zip(read[0::3], read[1::3], read[2::3], strict=True)
         )
     except Exception:
