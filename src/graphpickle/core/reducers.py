@@ -750,10 +750,7 @@ def names_read(mro: tuple[type, ...]) -> tuple[Any, ...]:
     reads every class's module, the dask integration a base's names), flat, as
     ``(class, module, qualname, ...)``, for the classes whose names can change."""
     return tuple(
-        item
-        for c in mro
-        if not _names_fixed(c)
-        for item in (c, c.__module__, c.__qualname__)
+        item for c in mro if not _names_fixed(c) for item in (c, c.__module__, c.__qualname__)
     )
 
 
