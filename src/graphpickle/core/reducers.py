@@ -736,7 +736,7 @@ def _names_fixed(cls: type) -> bool:
     immutable type of metaclass ``type``, or one read through ``type``'s
     ``__getattribute__`` where every class involved (its metaclass's MRO and its
     own) is immutable (numpy's dtype classes, of metaclass ``_DTypeMeta``)."""
-    meta = type(cls)
+    meta: Any = type(cls)
     if meta is type:
         return bool(cls.__flags__ & _IMMUTABLE_TYPE)
     return meta.__getattribute__ is type.__getattribute__ and all(
