@@ -1098,8 +1098,8 @@ typedef struct {
     PyObject *pickler;
     SinkObject *sink;
     DispatchObject *dispatch;
-    /* Its class's version tag when it was made (settings_tag): a pickler
-     * reads its class's settings once, in __init__. */
+    /* Its class's version tag when it was made (settings_unchanged): a
+     * pickler reads its class's settings once, in __init__. */
     unsigned int tag;
 } PoolEntry;
 
