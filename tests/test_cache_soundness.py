@@ -384,12 +384,13 @@ SCENARIOS = {
         """
         import decimal, http
         def f():
-            a = 7
-            b = 8
+            a = "first"
+            b = "second"
             return a, b
-        consts = {7: decimal.Decimal("1.5"), 8: http.HTTPStatus.OK}
+        consts = {"first": decimal.Decimal("1.5"), "second": http.HTTPStatus.OK}
         f.__code__ = f.__code__.replace(
-            co_consts=tuple(consts.get(c, c) if type(c) is int else c for c in f.__code__.co_consts))
+            co_consts=tuple(consts.get(c, c) if type(c) is str else c for c in f.__code__.co_consts)
+        )
         assert f() == (decimal.Decimal("1.5"), http.HTTPStatus.OK), f()
         send("before", f)
         remembered(f)
