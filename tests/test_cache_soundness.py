@@ -10,16 +10,22 @@ the remembered reduction's (the sender checks that it was remembered).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
+import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
 from conftest import run_python
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+import graphpickle
+from graphpickle.core import reducers
 
 _SENDER_PRELUDE = """
 import os, pickle, sys, threading, types, collections, cloudpickle, graphpickle
@@ -369,6 +375,26 @@ SCENARIOS = {
         sys.modules = dict(sys.modules)
         del sys.modules["gp_spare"]
         send("after", f)
+        """,
+        CALL,
+    ),
+    # Constants marshal cannot write (code.replace, as bytecode rewriters do):
+    # no code block can be made, and the code travels as cloudpickle's reduction.
+    "code constants that marshal cannot write": (
+        """
+        import decimal, http
+        def f():
+            a = "first"
+            b = "second"
+            return a, b
+        consts = {"first": decimal.Decimal("1.5"), "second": http.HTTPStatus.OK}
+        f.__code__ = f.__code__.replace(
+            co_consts=tuple(consts.get(c, c) if type(c) is str else c for c in f.__code__.co_consts)
+        )
+        assert f() == (decimal.Decimal("1.5"), http.HTTPStatus.OK), f()
+        send("before", f)
+        remembered(f)
+        send("again", f)
         """,
         CALL,
     ),
@@ -791,3 +817,155 @@ def test_a_type_whose_bases_change_is_resolved_again(tmp_path):
     seen = exchange(tmp_path, body, _RACE_OBSERVE)
     assert [row[-1] for _, row in seen] == ["'Thing'", "'reduced'", "'Thing'"]
     assert_as_cloudpickle(seen)
+
+
+# --- what a per-type answer, a pooled pickler and a module check read ----------
+#
+# In one process, moves change what a remembered answer read besides the
+# objects themselves: a class's __module__ (which the dask integration's
+# per-type answer reads), the settings a pickler reads from its class when it is
+# made (Pickler.dispatch_table, Pickler.persistent_id), and a module whose
+# __package__ read imports a submodule (cloudpickle's submodule search reads
+# the names before sys.modules). After each move, what graphpickle.dumps and
+# the dask integration's dumps write must be, byte for byte, what a fresh
+# pickler with a type table of its own writes, no by-value reduction reused.
+
+
+class _Fresh:
+    """Named by a reference pickler's own reducers: it gets a table of its own."""
+
+
+class _Thing:
+    pass
+
+
+def _thing_by_table(obj):
+    return (str, ("by dispatch_table",))
+
+
+def _thing_by_id(self, obj):
+    return "thing" if type(obj) is _Thing else None
+
+
+class _Importing:
+    """A package's module __getattr__ (PEP 562, as lazy packages have): its
+    __package__ is not in its dict, and reading it, once armed, imports a
+    submodule."""
+
+    armed = False
+
+    @staticmethod
+    def getattr(name):
+        if name != "__package__":
+            raise AttributeError(name)
+        if _Importing.armed:
+            _Importing.armed = False
+            sys.modules["gp_importing.sub"] = types.ModuleType("gp_importing.sub")
+        return "gp_importing"
+
+
+_READ_MOVES = {
+    "move the array class's __module__": lambda w: setattr(
+        w.Array, "__module__", "numpy.gp" if w.Array.__module__ == __name__ else __name__
+    ),
+    "set or delete Pickler.dispatch_table": lambda w: w.toggle(
+        "dispatch_table", {_Thing: _thing_by_table}
+    ),
+    "set or delete Pickler.persistent_id": lambda w: w.toggle("persistent_id", _thing_by_id),
+    "arm the importing read": lambda w: setattr(_Importing, "armed", True),
+    "drop the imported submodule": lambda w: sys.modules.pop("gp_importing.sub", None),
+}
+
+
+class _ReadWorld:
+    def __init__(self):
+        import numpy
+
+        self.Pickler = graphpickle.Pickler
+        self.Array = type("Array", (numpy.ndarray,), {"__module__": __name__})
+        self.set: dict[str, object] = {}
+        package = types.ModuleType("gp_importing")
+        del package.__package__
+        package.__getattr__ = _Importing.getattr
+        sys.modules["gp_importing"] = package
+        namespace = {"__name__": "gp_reads", "gp_importing": package}
+        exec("uses_sub = lambda: gp_importing.sub", namespace)
+        self.objects = [_Thing(), numpy.arange(3).view(self.Array), namespace["uses_sub"]]
+
+    def toggle(self, name, value):
+        if name in self.set:
+            delattr(self.Pickler, name)
+            del self.set[name]
+        else:
+            setattr(self.Pickler, name, value)
+            self.set[name] = value
+
+    def close(self):
+        for name in list(self.set):
+            self.toggle(name, None)
+        _Importing.armed = False
+        for name in ("gp_importing", "gp_importing.sub"):
+            sys.modules.pop(name, None)
+
+
+def _fresh_dumps(obj, lookup):
+    """What a new pickler writes, with nothing remembered by any table."""
+    kept = dict(reducers._functions)
+    reducers._functions.clear()
+    try:
+        out = io.BytesIO()
+        of_its_own = {_Fresh: lambda obj: (str, ())}
+        graphpickle.Pickler(out, 5, reducers=of_its_own, reducer_lookup=lookup).dump(obj)
+        return out.getvalue()
+    finally:
+        reducers._functions.clear()
+        reducers._functions.update(kept)
+
+
+@settings(
+    max_examples=int(os.environ.get("GP_CACHE_EXAMPLES", "12")) * 3,
+    deadline=None,
+)
+@given(st.lists(st.sampled_from(sorted(_READ_MOVES)), min_size=1, max_size=10))
+def test_random_changes_to_what_remembered_answers_read(moves):
+    pytest.importorskip("numpy")
+    pytest.importorskip("distributed")
+    import graphpickle.integrations.dask_distributed as gpd
+
+    world = _ReadWorld()
+    try:
+        for move in [None, *moves]:
+            if move is not None:
+                _READ_MOVES[move](world)
+            for obj in world.objects:
+                for dumps, lookup in (
+                    (graphpickle.dumps, None),
+                    (gpd.dumps, gpd._dask_serialize_lookup),
+                ):
+                    # Twice: the second reuses what the first remembered.
+                    sent = [dumps(obj), dumps(obj)]
+                    assert sent == [_fresh_dumps(obj, lookup)] * 2, (
+                        move,
+                        type(obj).__name__,
+                        dumps,
+                    )
+    finally:
+        world.close()
+
+
+def test_a_module_name_read_that_imports_is_seen():
+    # cloudpickle reads a module's __package__ and __name__, then sys.modules:
+    # a read that imports a submodule (here a PEP 562 __getattr__) adds it to
+    # the submodules a fresh reduction lists, and a remembered one must too.
+    world = _ReadWorld()
+    try:
+        func = world.objects[-1]
+        graphpickle.dumps(func)
+        graphpickle.dumps(func)  # remembered, with sys.modules as it is
+        _Importing.armed = True
+        sent = graphpickle.dumps(func)
+        assert "gp_importing.sub" in sys.modules
+        assert b"gp_importing.sub" in sent
+        assert sent == _fresh_dumps(func, None)
+    finally:
+        world.close()

@@ -366,3 +366,32 @@ def test_a_big_payload_leaves_no_big_buffer_behind():
     assert peak(lambda: graphpickle.dumps(small)) < 2 * peak(
         lambda: pickle.dumps(small, protocol=5)
     )
+
+
+class _Tagged:
+    pass
+
+
+def test_class_level_pickler_settings_set_after_a_dump_reach_pooled_picklers():
+    # A pickler reads dispatch_table and persistent_id from its class when it
+    # is made: a pooled one is made again once its class changes.
+    graphpickle.dumps(_Tagged())  # pooled picklers now exist, made without either
+    graphpickle.dumps(_Tagged())
+
+    def fresh(obj):
+        out = io.BytesIO()
+        graphpickle.Pickler(out).dump(obj)
+        return out.getvalue()
+
+    try:
+        graphpickle.Pickler.dispatch_table = {_Tagged: lambda obj: (str, ("by table",))}
+        assert graphpickle.dumps(_Tagged()) == fresh(_Tagged())
+        assert pickle.loads(graphpickle.dumps(_Tagged())) == "by table"
+        graphpickle.Pickler.persistent_id = lambda self, obj: "id" if type(obj) is _Tagged else None
+        assert graphpickle.dumps(_Tagged()) == fresh(_Tagged())
+        assert b"id" in graphpickle.dumps(_Tagged())
+    finally:
+        for name in ("dispatch_table", "persistent_id"):
+            if name in vars(graphpickle.Pickler):
+                delattr(graphpickle.Pickler, name)
+    assert graphpickle.dumps(_Tagged()) == fresh(_Tagged()) == pickle.dumps(_Tagged(), 5)

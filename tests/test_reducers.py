@@ -9,6 +9,7 @@ import threading
 import pytest
 
 import graphpickle
+from graphpickle._switches import CACHING
 
 
 class Handle:
@@ -162,6 +163,38 @@ def test_reducer_lookup_is_asked_once_per_type_and_never_leaks():
         out, reducers={Handle: lambda h: (str, (h.address,))}, reducer_lookup=lookup
     ).dump(Handle("e"))
     assert graphpickle.loads(out.getvalue()) == "e"
+
+
+@pytest.mark.skipif(not CACHING, reason="each pickler resolves types with a table of its own")
+def test_a_lookups_answer_is_asked_again_only_when_a_name_it_read_changes():
+    # A lookup may read the MRO and each class's __module__/__qualname__ (the
+    # dask integration's does): checked on every use, and nothing else asks again.
+    import numpy as np
+
+    class Plain:
+        pass
+
+    class Meta(type):
+        pass
+
+    class WithMeta(metaclass=Meta):  # a metaclass other than type: names read by getattr
+        pass
+
+    asked = []
+
+    def lookup(cls):
+        asked.append(cls)
+        return None
+
+    dtype = np.dtype("int64")  # a static type of numpy's metaclass: names made at each read
+    objects = [Plain(), WithMeta(), dtype]
+    for _ in range(3):
+        graphpickle.Pickler(io.BytesIO(), reducer_lookup=lookup).dump(objects)
+    assert asked.count(Plain) == asked.count(WithMeta) == asked.count(type(dtype)) == 1
+    for cls, name in [(Plain, "__module__"), (WithMeta, "__qualname__")]:
+        setattr(cls, name, getattr(cls, name) + "_moved")
+        graphpickle.Pickler(io.BytesIO(), reducer_lookup=lookup).dump(objects)
+        assert asked.count(cls) == 2, name
 
 
 def test_a_reducer_registered_after_the_type_was_seen_applies_to_the_next_dumps():

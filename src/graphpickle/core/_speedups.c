@@ -566,17 +566,19 @@ optional_attr(PyObject *obj, PyObject *name, PyObject **result)
 /* For an entry whose submodules depend on sys.modules (its `modules` field,
  * reducers._modules_entry: (sys.modules's items, the modules' names and
  * packages)): whether what reducers._same_submodules checks holds without a
- * walk of sys.modules: the items are the current, unchanged sys.modules's
- * (modules_items) and the modules among the globals and cells of `snapshot`
+ * walk of sys.modules: the modules among the globals and cells of `snapshot`
  * have the remembered names and packages (reducers._module_names, asked
- * again). 1, 0, or -1 with an exception set. */
+ * again), and then the items are the current, unchanged sys.modules's
+ * (modules_items). In that order, as the Python path and cloudpickle's search
+ * read them: isinstance() and the names' reads may run Python code, which may
+ * import a module, so sys.modules is checked after them. 1, 0, or -1 with an
+ * exception set. */
 static int
 same_modules_now(SpeedupsState *st, PyObject *snapshot, PyObject *names, PyObject *modules_entry)
 {
-    PyObject *modules = sys_modules(st);
-    if (!PyTuple_CheckExact(modules_entry) || PyTuple_GET_SIZE(modules_entry) != 2 || modules == NULL
-        || PyTuple_GET_ITEM(modules_entry, 0) != st->modules_items || !modules_unchanged(st, modules)) {
-        return 0;
+    if (!PyTuple_CheckExact(modules_entry) || PyTuple_GET_SIZE(modules_entry) != 2
+        || PyTuple_GET_ITEM(modules_entry, 0) != st->modules_items) {
+        return 0; /* (a cheap miss first: no name is read for an entry that cannot hold) */
     }
     PyObject *found = PyList_New(0);
     Py_ssize_t end = dependencies_end(snapshot, names);
@@ -599,7 +601,13 @@ same_modules_now(SpeedupsState *st, PyObject *snapshot, PyObject *names, PyObjec
     Py_XDECREF(found);
     int same = now == NULL ? -1 : PyObject_RichCompareBool(now, PyTuple_GET_ITEM(modules_entry, 1), Py_EQ);
     Py_XDECREF(now);
-    return same;
+    if (same != 1) {
+        return same;
+    }
+    /* Validated last: nothing below runs Python code. */
+    PyObject *modules = sys_modules(st);
+    return modules != NULL && PyTuple_GET_ITEM(modules_entry, 0) == st->modules_items
+           && modules_unchanged(st, modules);
 }
 
 /* Whether `value` is of a type whose size cannot change in place
@@ -857,6 +865,50 @@ remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
     return result;
 }
 
+/* reducers._same_name: the very object, or an equal exact str (comparing
+ * them runs no code). */
+static int
+same_name(PyObject *now, PyObject *read)
+{
+    return now == read
+           || (now != NULL && PyUnicode_CheckExact(now) && PyUnicode_CheckExact(read)
+               && PyUnicode_Compare(now, read) == 0);
+}
+
+/* Whether each class in `read` (reducers.names_read: (class, module,
+ * qualname, ...), the classes whose names can change) still has those
+ * names (reducers.same_names): 1, or 0 (a read that raised is a miss,
+ * cleared: resolving again raises it). A heap type of metaclass `type` is read
+ * in place (its __module__ is its dict's, its __qualname__ ht_qualname, as
+ * type's getters read them), any other through getattr, which may run Python
+ * code. */
+static int
+same_names_now(SpeedupsState *st, PyObject *read)
+{
+    if (!PyTuple_CheckExact(read) || PyTuple_GET_SIZE(read) % 3 != 0) {
+        return 0;
+    }
+    int same = 1;
+    for (Py_ssize_t i = 0; same && i < PyTuple_GET_SIZE(read); i += 3) {
+        PyObject *cls = PyTuple_GET_ITEM(read, i), *module = PyTuple_GET_ITEM(read, i + 1);
+        PyObject *qualname = PyTuple_GET_ITEM(read, i + 2);
+        if (Py_IS_TYPE(cls, &PyType_Type) && (((PyTypeObject *)cls)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+            PyObject *type_dict = ((PyTypeObject *)cls)->tp_dict;
+            same = type_dict != NULL && same_name(PyDict_GetItemWithError(type_dict, st->str_module), module)
+                   && same_name(((PyHeapTypeObject *)cls)->ht_qualname, qualname);
+        }
+        else {
+            PyObject *now_module = PyObject_GetAttr(cls, st->str_module);
+            PyObject *now_qualname = now_module == NULL ? NULL : PyObject_GetAttr(cls, st->str_qualname);
+            same = same_name(now_module, module) && same_name(now_qualname, qualname);
+            Py_XDECREF(now_module);
+            Py_XDECREF(now_qualname);
+        }
+    }
+    PyErr_Clear();
+    return same;
+}
+
 static PyObject *
 dispatch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -871,11 +923,15 @@ dispatch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject
     PyObject *handler; /* held: a handler may change the dict while it runs */
     int found = dict_get_ref(self->handlers, type, &handler);
     if (found > 0 && PyTuple_CheckExact(handler)) {
-        /* (handler, mro), resolved from the type's MRO (TypeDispatch.resolve):
-         * used while type(obj).__mro__ is that very tuple, resolved again after
-         * __bases__ was assigned. */
+        /* (handler, mro) or (handler, mro, names), resolved with what it read
+         * (TypeDispatch.resolve and .still): used while type(obj).__mro__ is
+         * that very tuple (resolved again after __bases__ was assigned) and its
+         * classes have the very names a reducer lookup read. The names are read
+         * first: a read may run code, which may assign __bases__. */
         PyObject *resolved = NULL;
-        if (PyTuple_GET_SIZE(handler) == 2 && PyTuple_GET_ITEM(handler, 1) == Py_TYPE(obj)->tp_mro) {
+        Py_ssize_t size = PyTuple_GET_SIZE(handler);
+        if ((size == 2 || (size == 3 && same_names_now(st, PyTuple_GET_ITEM(handler, 2))))
+            && PyTuple_GET_ITEM(handler, 1) == Py_TYPE(obj)->tp_mro) {
             resolved = Py_NewRef(PyTuple_GET_ITEM(handler, 0));
         }
         Py_SETREF(handler, resolved);
@@ -1145,6 +1201,9 @@ typedef struct {
     PyObject *pickler;
     SinkObject *sink;
     DispatchObject *dispatch;
+    /* Its class's version tag when it was made (settings_unchanged): a
+     * pickler reads its class's settings once, in __init__. */
+    unsigned int tag;
 } PoolEntry;
 
 typedef struct {
@@ -1178,6 +1237,20 @@ entry_drop(PoolEntry *entry)
     Py_CLEAR(entry->dispatch);
 }
 
+/* What a pickler read of its class when it was made stands for that class's
+ * settings now (the C pickler's __init__ reads persistent_id and
+ * dispatch_table, graphpickle's __init__ reads reducer_override and more, all
+ * through the class; a fresh pickler of each dumps() would read them again):
+ * its class's version tag, which CPython sets to 0 whenever an attribute of
+ * the class or of one of its bases is set or deleted (PyType_Modified), and
+ * never gives again once changed (a counter). `tag` is the one read when the
+ * pickler was made; 0 is no tag (CPython may run out of them): not reused. */
+static int
+settings_unchanged(PyObject *pickler, unsigned int tag)
+{
+    return tag != 0 && Py_TYPE(pickler)->tp_version_tag == tag;
+}
+
 static int
 entry_make(DumperObject *self, int protocol, PoolEntry *entry)
 {
@@ -1195,6 +1268,9 @@ entry_make(DumperObject *self, int protocol, PoolEntry *entry)
     entry->pickler = Py_NewRef(PyTuple_GET_ITEM(made, 0));
     entry->sink = (SinkObject *)Py_NewRef(PyTuple_GET_ITEM(made, 1));
     entry->dispatch = (DispatchObject *)Py_NewRef(PyTuple_GET_ITEM(made, 2));
+    /* (__init__ looked the settings up on the instance, through the class:
+     * which gave the class a tag, if CPython had one left) */
+    entry->tag = Py_TYPE(entry->pickler)->tp_version_tag;
     Py_DECREF(made);
     return 0;
 }
@@ -1419,7 +1495,14 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
      * a table that a clear() during it (another thread, a reduction) has
      * already dropped. */
     unsigned long long generation;
-    if (!pool_take(self, protocol, &entry, &generation) && entry_make(self, protocol, &entry) < 0) {
+    int taken = pool_take(self, protocol, &entry, &generation);
+    if (taken && !settings_unchanged(entry.pickler, entry.tag)) {
+        /* Its class's settings changed since it was made (Pickler.dispatch_table
+         * set, say): made again, as a fresh pickler reads them. */
+        entry_drop(&entry);
+        taken = 0;
+    }
+    if (!taken && entry_make(self, protocol, &entry) < 0) {
         return NULL;
     }
     Py_XINCREF(callback);
@@ -1450,7 +1533,7 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     Py_DECREF(done);
     PyObject *data = sink_take(self->st, entry.sink);
     if (data == NULL || entry_reset(self, &entry, PyBytes_GET_SIZE(data), protocol) < 0
-        || !pool_give(self, protocol, &entry, generation)) {
+        || !settings_unchanged(entry.pickler, entry.tag) || !pool_give(self, protocol, &entry, generation)) {
         entry_drop(&entry);
         if (data != NULL && PyErr_Occurred()) {
             Py_CLEAR(data);

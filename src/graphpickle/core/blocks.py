@@ -76,9 +76,16 @@ _LAYOUTS = (_SLOTS, tuple("__annotate__" if s == "__annotations__" else s for s 
 def code_block(code: types.CodeType) -> bytes | None:
     """The block of ``code`` (``marshal`` bytes of the code object cloudpickle's
     receiver would rebuild from its reduction), or ``None`` if it is bigger
-    than :data:`MAX_BLOCK`."""
-    rebuild, args = cp.reduce_code(code)[:2]
-    block = marshal.dumps(rebuild(*args))
+    than :data:`MAX_BLOCK` or cannot be made: the code then travels as
+    cloudpickle's reduction, which pickle writes (a block is only a cheaper
+    way to send what that reduction sends, so making one never fails a send)."""
+    try:
+        rebuild, args = cp.reduce_code(code)[:2]
+        # marshal writes only exact builtin constants: a Decimal or an IntEnum
+        # member put in co_consts by code.replace() raises ValueError here.
+        block = marshal.dumps(rebuild(*args))
+    except Exception:
+        return None
     return block if len(block) <= MAX_BLOCK else None
 
 

@@ -35,6 +35,7 @@ from .reducers import (
     PicklerState,
     Reducer,
     ReducerLookup,
+    TypeDispatch,
     dispatch_for,
     on_tables_changed,
 )
@@ -150,8 +151,8 @@ class Pickler(_pickle.Pickler):
         except KeyError:
             handler = self._resolve(cls)
         else:
-            if type(handler) is tuple:  # resolved from the MRO: used while it is the same
-                handler = handler[0] if handler[1] is cls.__mro__ else self._resolve(cls)
+            if type(handler) is tuple:  # resolved: used while what it read is the same
+                handler = handler[0] if TypeDispatch.still(handler, cls) else self._resolve(cls)
         if handler is not None:
             reduction = handler(self._state, obj)
             if reduction is not NotImplemented:

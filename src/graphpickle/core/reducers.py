@@ -59,8 +59,10 @@ Reducer = Callable[[Any], Any]
 ReducerLookup = Callable[[type], Reducer | None]
 """``lookup(cls)`` finds a reducer for a type the reducer tables do not name, or
 returns ``None``: another library's registry. It is asked once per type; the
-answer is remembered for every pickler given the same lookup function, until
-:func:`forget_lookup` is called for it."""
+answer is remembered for every pickler given the same lookup function, while
+the type's MRO and the ``__module__`` and ``__qualname__`` of each class in it
+are the same (checked on every use), until :func:`forget_lookup` is called for
+it (what else the lookup reads)."""
 
 
 class PicklerState:
@@ -746,16 +748,63 @@ def unregister_reducer(cls: type) -> None:
     _tables_changed()
 
 
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: its attributes cannot be set
+
+
+def _names_fixed(cls: type) -> bool:
+    """Whether ``cls``'s ``__module__`` and ``__qualname__`` cannot change: an
+    immutable type of metaclass ``type``, or one read through ``type``'s
+    ``__getattribute__`` where every class involved (its metaclass's MRO and its
+    own) is immutable (numpy's dtype classes, of metaclass ``_DTypeMeta``)."""
+    meta: Any = type(cls)
+    if meta is type:
+        return bool(cls.__flags__ & _IMMUTABLE_TYPE)
+    return meta.__getattribute__ is type.__getattribute__ and all(
+        k.__flags__ & _IMMUTABLE_TYPE for k in (*meta.__mro__, *cls.__mro__)
+    )
+
+
+def names_read(mro: tuple[type, ...]) -> tuple[Any, ...]:
+    """What a reducer lookup may read of the classes in ``mro`` besides the MRO
+    itself: each class's ``__module__`` and ``__qualname__`` (dask's dispatch
+    reads every class's module, the dask integration a base's names), flat, as
+    ``(class, module, qualname, ...)``, for the classes whose names can change."""
+    return tuple(
+        item for c in mro if not _names_fixed(c) for item in (c, c.__module__, c.__qualname__)
+    )
+
+
+def _same_name(now: object, read: object) -> bool:
+    # The very object, or an equal exact str (a static type's names are made
+    # anew at each read); comparing them runs no code.
+    return now is read or (type(now) is str and type(read) is str and now == read)
+
+
+def same_names(read: tuple[Any, ...]) -> bool:
+    """Whether each class in ``read`` (:func:`names_read`'s) still has those
+    names (a read that raises is a miss: resolving again raises it)."""
+    try:
+        return all(
+            _same_name(c.__module__, module) and _same_name(c.__qualname__, qualname)
+            for c, module, qualname in zip(read[0::3], read[1::3], read[2::3], strict=True)
+        )
+    except Exception:
+        return False
+
+
 class TypeDispatch:
     """A map from a type to its handler (``None``: the C pickler's default).
 
     Misses are resolved once per type and remembered, so the pickler's hot path
-    is a single dict lookup per object. A resolved handler is stored as
-    ``(handler, mro)``: it was found from the type's MRO, which assigning
-    ``__bases__`` (to the type or to one of its bases) replaces with a new
-    tuple, so the hook uses it only while ``type(obj).__mro__`` is still that
-    very tuple, and resolves again otherwise. The types named by the tables
-    themselves map to their handler as it is.
+    is a single dict lookup per object. A resolved handler is stored with every
+    input its answer read: ``(handler, mro)``, or ``(handler, mro, names)`` if a
+    reducer lookup was asked (:func:`names_read`: a lookup may read the names of
+    the classes in the MRO). Assigning ``__bases__`` (to the type or to one of
+    its bases) replaces the MRO with a new tuple, so the hook uses a handler
+    only while ``type(obj).__mro__`` is still that very tuple, and those
+    classes still have those very names (read first: a read may run code), and
+    resolves again otherwise. The types named by the tables themselves map to
+    their handler as it is.
     """
 
     __slots__ = ("handlers", "lookup", "user_reducers")
@@ -765,31 +814,40 @@ class TypeDispatch:
     ) -> None:
         self.user_reducers = user_reducers
         self.lookup = lookup
-        self.handlers: dict[type, Handler | tuple[Handler | None, tuple[type, ...]] | None] = dict(
-            _BUILTIN_HANDLERS
-        )
+        self.handlers: dict[type, Handler | tuple[Any, ...] | None] = dict(_BUILTIN_HANDLERS)
         for cls, reducer in user_reducers.items():
             self.handlers[cls] = _adapt(reducer)
 
     def resolve(self, cls: type) -> Handler | None:
         """Find and remember the handler of a type seen for the first time (or
         whose MRO changed since)."""
-        mro = cls.__mro__  # read first: a change made while resolving misses next time
+        # Inputs are read first: a change made while resolving misses next time.
+        mro = cls.__mro__
         handler: Handler | None = None
+        names: tuple[Any, ...] | None = None
         for base in mro[1:]:
             if base in self.user_reducers:
                 handler = _adapt(self.user_reducers[base])
                 break
         else:
-            reducer = None if self.lookup is None else self.lookup(cls)
+            reducer = None
+            if self.lookup is not None:
+                names = names_read(mro)
+                reducer = self.lookup(cls)
             if reducer is not None:
                 handler = _adapt(reducer)
             elif issubclass(cls, type):  # a metaclass: its instances are classes
                 handler = _reduce_class
             elif issubclass(cls, set | frozenset):  # (exact sets never reach the hook)
                 handler = _reduce_set_subclass
-        self.handlers[cls] = (handler, mro)
+        self.handlers[cls] = (handler, mro) if names is None else (handler, mro, names)
         return handler
+
+    @staticmethod
+    def still(entry: tuple[Any, ...], cls: type) -> bool:
+        """Whether a resolved entry holds for ``cls`` now (the C hook checks the
+        same): its names first, as reading them may run code."""
+        return (len(entry) == 2 or same_names(entry[2])) and entry[1] is cls.__mro__
 
 
 # Picklers without reducers of their own share one table per reducer lookup

@@ -56,8 +56,12 @@ __all__ = ["dask_setup", "dumps", "install", "installed", "loads", "uninstall"]
 HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 # Types distributed always pickles itself, never through dask_serialize (see
-# distributed.protocol.pickle._always_use_pickle_for).
-_PICKLED_AS_IS_MODULES = ("numpy", "pandas")
+# distributed.protocol.pickle._always_use_pickle_for): a class defined in numpy
+# or pandas (its module's top-level name) that subclasses the base named here.
+# The base is found in the class's MRO by its names, not in sys.modules: the
+# per-type table checks the MRO and its classes' names on every use
+# (reducers.names_read), nothing else.
+_PICKLED_AS_IS_BASES = {"numpy": ("numpy", "ndarray"), "pandas": ("pandas.core.generic", "NDFrame")}
 
 #: True while distributed's protocol writes a message to a peer that said it
 #: loads code blocks (set around distributed.protocol.dumps, read by dumps).
@@ -149,12 +153,11 @@ def _dask_serialize_lookup(cls: type) -> Reducer | None:
 
 
 def _pickled_as_is(cls: type) -> bool:
-    top = cls.__module__.partition(".")[0]
-    if top not in _PICKLED_AS_IS_MODULES or top not in sys.modules:
+    module: object = cls.__module__
+    if not isinstance(module, str):  # (distributed's check is False then too)
         return False
-    if top == "numpy":
-        return issubclass(cls, sys.modules["numpy"].ndarray)
-    return issubclass(cls, sys.modules["pandas"].core.generic.NDFrame)
+    base = _PICKLED_AS_IS_BASES.get(module.partition(".")[0])
+    return base is not None and any((c.__module__, c.__qualname__) == base for c in cls.__mro__)
 
 
 def dumps(
