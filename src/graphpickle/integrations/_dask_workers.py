@@ -21,7 +21,7 @@ NAME = "graphpickle"
 class InstallOnWorkers(WorkerPlugin):  # type: ignore[misc]  # (distributed is not typed)
     """Calls ``install()`` (``dask_distributed.install``, which travels to the
     workers by reference) in each worker that joins, then sends what
-    ``notice()`` (by reference too) gives there (a stream message: the worker
+    ``notice(worker)`` (by reference too) gives there (a stream message: the worker
     loads code blocks, and keeps them per connection or not) to the scheduler,
     if given: only once the scheduler has a handler for it, or its stream would
     break."""
@@ -31,7 +31,7 @@ class InstallOnWorkers(WorkerPlugin):  # type: ignore[misc]  # (distributed is n
     def __init__(
         self,
         install: Callable[[], None],
-        notice: Callable[[], dict[str, Any]] | dict[str, Any] | None = None,
+        notice: Callable[[Any], dict[str, Any]] | dict[str, Any] | None = None,
     ) -> None:
         self.install = install
         self.notice = notice
@@ -40,5 +40,5 @@ class InstallOnWorkers(WorkerPlugin):  # type: ignore[misc]  # (distributed is n
         self.install()
         if self.notice is not None:
             # (a dict: the plugin of an older graphpickle, whose format this one refuses)
-            notice = self.notice() if callable(self.notice) else dict(self.notice)
+            notice = self.notice(worker) if callable(self.notice) else dict(self.notice)
             worker.batched_send(notice)

@@ -372,25 +372,28 @@ def _receiving_reads(read: Callable[..., Any]) -> Callable[..., Any]:
 
 def _accept_code_blocks(dask_scheduler: Any) -> None:
     """In the scheduler: mark the stream of each worker whose plugin says it
-    loads code blocks of this graphpickle's format (and, if it keeps them and
-    caching is on here too, give it a table of the blocks it holds)."""
+    loads code blocks of this graphpickle's format; if it keeps them too (and
+    caching is on here), give that connection a table of the blocks it holds,
+    once the worker answered that every read of it keeps them (see
+    :func:`_notice`)."""
 
     def worker_loads_blocks(
-        worker: Any = None,
-        format: Any = None,
-        keeps: Any = False,
-        incarnation: Any = None,
-        **_: Any,
+        worker: Any = None, format: Any = None, keeps: Any = False, incarnation: Any = None, **_: Any
     ) -> None:
-        comm = getattr(dask_scheduler.stream_comms.get(worker), "comm", None)
+        stream = dask_scheduler.stream_comms.get(worker)
+        comm = getattr(stream, "comm", None)
         if format != blocks.FORMAT or comm is None:
             return
         info = comm.remote_info
-        held = info.get(_SENT_KEY)
-        fresh = type(held) is not connection.Sender or held.incarnation != incarnation
-        if keeps is True and CACHING and type(comm) in _COMMS_WRAPPED and fresh:
-            info[_SENT_KEY] = connection.Sender(incarnation)
         info[_CODE_BLOCKS_KEY] = format
+        if not (CACHING and type(comm) in _COMMS_WRAPPED and isinstance(incarnation, str)):
+            return
+        if keeps is True:  # the worker's answer comes back on this stream: see _notice
+            stream.send({"op": _CODE_BLOCKS_KEY, "incarnation": incarnation})
+        elif keeps == _READY:
+            held = info.get(_SENT_KEY)
+            if type(held) is not connection.Sender or held.incarnation != incarnation:
+                info[_SENT_KEY] = connection.Sender(incarnation)
 
     dask_scheduler.stream_handlers[_CODE_BLOCKS_KEY] = worker_loads_blocks
 
@@ -413,15 +416,34 @@ def _wrap_comms() -> None:
     _COMMS_WRAPPED.update({TCP, TLS})
 
 
-def _notice() -> dict[str, Any]:
+#: What a worker answers when every read of its scheduler's stream keeps blocks.
+_READY = "ready"
+
+
+def _notice(worker: Any) -> dict[str, Any]:
     """What a worker's plugin tells the scheduler: it loads blocks of this
-    format, whether it keeps them per connection, and who it is."""
-    return {
+    format, whether it keeps them per connection, and who it is.
+
+    A read of the stream already waiting when ``install`` wrapped the reads
+    (the worker reads its scheduler's stream from the start) does not keep
+    blocks. So the scheduler answers on the stream, and only once the worker
+    handled that answer (every read after the one that brought it is wrapped)
+    does it say it is ready and the scheduler send a block only once."""
+    keeps = CACHING and bool(_COMMS_WRAPPED)
+
+    def scheduler_answered(incarnation: Any = None, **_: Any) -> None:
+        if incarnation == _INCARNATION:
+            worker.batched_send({**notice, "keeps": _READY})
+
+    notice = {
         "op": _CODE_BLOCKS_KEY,
         "format": blocks.FORMAT,
-        "keeps": CACHING and bool(_COMMS_WRAPPED),
+        "keeps": keeps,
         "incarnation": _INCARNATION,
     }
+    if keeps:
+        worker.stream_handlers[_CODE_BLOCKS_KEY] = scheduler_answered
+    return notice
 
 
 def _family_dumps(x: Any, context: Any = None) -> tuple[dict[str, Any], list[Any]]:
