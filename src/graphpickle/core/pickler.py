@@ -197,9 +197,9 @@ def _dump_failed(pickler: Pickler, obj: Any, exc: Exception) -> NoReturn:
     # cycle collector, in an order that crashes CPython when its memo holds
     # memoryviews (3.11). Nothing written after a failure is usable.
     pickler.clear_memo()
-    # The blocks this dump carried for a connection were not sent.
+    error = pickling_error(pickler, obj, exc)  # (which pickles parts of obj again)
+    # The blocks this dump (and that search) carried for a connection were not sent.
     _connection.dump_failed(pickler._state.blocks)
-    error = pickling_error(pickler, obj, exc)
     if error is exc:
         raise exc  # its own type and traceback, with notes saying where
     raise error from exc

@@ -378,7 +378,11 @@ def _accept_code_blocks(dask_scheduler: Any) -> None:
     :func:`_notice`)."""
 
     def worker_loads_blocks(
-        worker: Any = None, format: Any = None, keeps: Any = False, incarnation: Any = None, **_: Any
+        worker: Any = None,
+        format: Any = None,
+        keeps: Any = False,
+        incarnation: Any = None,
+        **_: Any,
     ) -> None:
         stream = dask_scheduler.stream_comms.get(worker)
         comm = getattr(stream, "comm", None)
