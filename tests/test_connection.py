@@ -453,3 +453,72 @@ def test_a_sequence_on_one_connection_loads_as_fresh_cloudpickle_payloads(tmp_pa
     # in every load; its classes' state applied again)
     theirs = json.loads(run_python(_SEQUENCE_RECEIVER, str(sent), "0", cwd=tmp_path))
     assert ours == [[t[0], t[0]] for t in theirs], (actions, ours, theirs)
+
+
+# --- a real cluster -----------------------------------------------------------------
+
+_CLUSTER = """
+import os, sys, time, types
+from distributed import Client, LocalCluster
+from graphpickle.integrations import dask_distributed as gpd
+
+def slow(x):
+    time.sleep(0.01)
+    return x + 1
+
+def held_here():
+    return sum(len(r.held) for r in gpd._receivers.values())
+
+def tables(dask_scheduler):
+    return [(t.incarnation, len(t.held)) for t in (
+        bs.comm.remote_info.get("graphpickle-blocks-held") for bs in dask_scheduler.stream_comms.values())
+        if t is not None]
+
+def die():
+    os._exit(1)
+
+if __name__ == "__main__":
+    # A module only this client has: a task naming it fails to load on the worker.
+    mod = types.ModuleType("clientonly")
+    exec("def double(x):\\n    return 2 * x\\n", mod.__dict__)
+    sys.modules["clientonly"] = mod
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        gpd.install(client)
+        assert client.gather(client.map(slow, range(20), pure=False)) == list(range(1, 21))
+        ((first, held),) = client.run_on_scheduler(tables)
+        assert held >= 1 and all(client.run(held_here).values())
+        # A payload that fails to load carries a new function's first block; the
+        # next tasks name it by its digest and run.
+        def fresh(x, offset=100):
+            return x + offset
+        failing = client.submit(lambda x: (mod.double, fresh)[1](x), 1, pure=False)
+        try:
+            failing.result(60)
+        except ModuleNotFoundError:
+            pass
+        else:
+            raise AssertionError("it loaded")
+        assert client.gather(client.map(lambda x: fresh(x), range(5), pure=False)) == [
+            100, 101, 102, 103, 104]
+        # The worker dies mid-stream; its nanny starts another, which must be sent
+        # every block again (a new connection, an empty table).
+        futures = client.map(slow, range(200), pure=False)
+        while sum(f.done() for f in futures) < 20:
+            time.sleep(0.01)
+        try:
+            client.run(die)
+        except Exception:
+            pass
+        assert client.gather(futures) == list(range(1, 201))
+        client.wait_for_workers(1, timeout=60)
+        ((second, held),) = client.run_on_scheduler(tables)
+        assert second != first and held >= 1, (first, second, held)
+    print("ok")
+"""
+
+
+def test_a_cluster_sends_each_block_once_per_worker_incarnation(tmp_path):
+    pytest.importorskip("dask._task_spec", reason="run specs are dask._task_spec objects")
+    out = run_python(_CLUSTER, cwd=tmp_path, timeout=300)
+    assert out.split()[-1] == "ok"
