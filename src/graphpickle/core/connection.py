@@ -114,16 +114,16 @@ class Session:
         self.sender = sender
         self.carried: dict[bytes, int] = {}
 
-    def reduction(self, block: bytes) -> tuple[Any, tuple[bytes]]:
-        """How a payload of this write sends ``block``: the block, or its digest
-        once the receiver holds it."""
-        from . import blocks
-
+    def carries(self, block: bytes) -> tuple[bytes, bool]:
+        """``(digest, carried)``: whether a payload of this write carries
+        ``block`` (``blocks.code_once``) or names it by its digest
+        (``blocks.code_ref``: the receiver holds it, or an earlier payload of
+        this write carried it)."""
         name = digest(block)
         if name in self.sender.held or name in self.carried:
-            return (blocks.code_ref, (name,))
+            return name, False
         self.carried[name] = len(block)
-        return (blocks.code_once, (block,))
+        return name, True
 
     def forget(self) -> None:
         """A ``dumps`` of this write failed: what it carried was not sent, and

@@ -529,7 +529,9 @@ def _reduce_code(state: PicklerState, code: types.CodeType) -> Any:
         answer = reduction if sent_as is None else sent_as
     session = _session(state) if blocks else None
     if session is not None and answer[0] is _blocks.load_code:
-        return session.reduction(answer[1][0])  # once per connection, then its digest
+        block = answer[1][0]  # once per connection, then its digest
+        digest, carried = session.carries(block)
+        return (_blocks.code_once, (block,)) if carried else (_blocks.code_ref, (digest,))
     return answer
 
 
