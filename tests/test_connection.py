@@ -522,3 +522,20 @@ def test_a_cluster_sends_each_block_once_per_worker_incarnation(tmp_path):
     pytest.importorskip("dask._task_spec", reason="run specs are dask._task_spec objects")
     out = run_python(_CLUSTER, cwd=tmp_path, timeout=300)
     assert out.split()[-1] == "ok"
+
+
+def test_a_write_of_many_blocks_names_none_the_worker_may_have_evicted(monkeypatch):
+    monkeypatch.setattr(connection, "MAX_HELD", 6)
+    funcs = [local_function(i) for i in range(20)]
+    sender, receiver = connection.Sender(), connection.Receiver()
+    session = sender.session()
+    token = gpd._CODE_BLOCKS.set(session)
+    try:
+        payloads = [gpd.dumps([func, i]) for i, func in enumerate(funcs)]
+        payloads += [gpd.dumps([func, i]) for i, func in enumerate(funcs)]  # named again
+    finally:
+        gpd._CODE_BLOCKS.reset(token)
+    sender.commit(session)
+    for i, payload in enumerate(payloads):
+        func, x = read(receiver, payload)
+        assert func(x) == 2 * (i % 20)

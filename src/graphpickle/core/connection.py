@@ -108,11 +108,12 @@ class Session:
     """The blocks one write carries (the same block once per write: a later
     payload of the same write names it)."""
 
-    __slots__ = ("carried", "sender")
+    __slots__ = ("carried", "carried_bytes", "sender")
 
     def __init__(self, sender: Sender) -> None:
         self.sender = sender
         self.carried: dict[bytes, int] = {}
+        self.carried_bytes = 0
 
     def carries(self, block: bytes) -> tuple[bytes, bool]:
         """``(digest, carried)``: whether a payload of this write carries
@@ -122,7 +123,10 @@ class Session:
         name = digest(block)
         if name in self.sender.held or name in self.carried:
             return name, False
+        if len(self.carried) >= MAX_HELD // 2 or self.carried_bytes > MAX_HELD_BYTES // 2:
+            self.forget()  # (a write of many blocks: the first may be evicted by now)
         self.carried[name] = len(block)
+        self.carried_bytes += len(block)
         return name, True
 
     def forget(self) -> None:
@@ -130,6 +134,7 @@ class Session:
         nothing carried so far is named again in this write (a later payload
         carries the block again)."""
         self.carried.clear()
+        self.carried_bytes = 0
 
 
 def dump_failed(blocks: ContextVar[Any] | None) -> None:

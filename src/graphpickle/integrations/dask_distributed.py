@@ -30,6 +30,7 @@ made at any time applies to the next ``dumps``, as with stock distributed.
 from __future__ import annotations
 
 import _pickle
+import contextlib
 import importlib
 import io
 import pickle
@@ -393,7 +394,8 @@ def _accept_code_blocks(dask_scheduler: Any) -> None:
         if not (CACHING and type(comm) in _COMMS_WRAPPED and isinstance(incarnation, str)):
             return
         if keeps is True:  # the worker's answer comes back on this stream: see _notice
-            stream.send({"op": _CODE_BLOCKS_KEY, "incarnation": incarnation})
+            with contextlib.suppress(Exception):  # (a stream closing: no blocks kept)
+                stream.send({"op": _CODE_BLOCKS_KEY, "incarnation": incarnation})
         elif keeps == _READY:
             held = info.get(_SENT_KEY)
             if type(held) is not connection.Sender or held.incarnation != incarnation:
