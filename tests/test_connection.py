@@ -61,6 +61,13 @@ def local_function(offset: int = 1):
     return add
 
 
+def distinct_code(i: int):
+    """A function by value whose code is its own (no module holds it)."""
+    namespace = {"__name__": "nowhere_importable"}
+    exec(f"def f(x):\n    return (x, {i})\n", namespace)
+    return namespace["f"]
+
+
 def test_a_block_goes_once_per_connection_then_its_digest():
     func = local_function()
     sender, receiver = connection.Sender(), connection.Receiver()
@@ -155,14 +162,14 @@ def test_an_evicted_block_fails_one_task_and_the_sender_never_names_one(monkeypa
     from dask._task_spec import Task
 
     monkeypatch.setattr(connection, "MAX_HELD", 4)
-    funcs = [local_function(i) for i in range(10)]
+    funcs = [distinct_code(i) for i in range(10)]
     sender, receiver = connection.Sender(), connection.Receiver()
     # The sender starts afresh at half the receiver's bound: each of many
     # distinct functions, sent again and again, loads.
     for rounds in range(3):
         for i, func in enumerate(funcs):
             task = read(receiver, write(sender, Task("k", func, rounds)))
-            assert task({}) == rounds + i
+            assert task({}) == (rounds, i)
             assert len(receiver.held) <= 4 and len(sender.held) <= 2
     # Evicted under a sender that does not know it: that task fails, clearly.
     named = write(sender, Task("k", funcs[-1], 1))
@@ -170,7 +177,7 @@ def test_an_evicted_block_fails_one_task_and_the_sender_never_names_one(monkeypa
     receiver.held.clear()
     with pytest.raises(UnpicklingError, match=r"holds no code block [0-9a-f]{32}"):
         read(receiver, named)({})
-    assert read(receiver, write(connection.Sender(), Task("k", funcs[0], 1)))({}) == 1
+    assert read(receiver, write(connection.Sender(), Task("k", funcs[0], 1)))({}) == (1, 0)
 
 
 def _code_once_payload(block: bytes) -> bytes:
@@ -237,7 +244,7 @@ def test_a_digest_names_only_what_this_connection_sent():
 def test_connections_in_threads_are_independent():
     from dask._task_spec import Task
 
-    funcs = [local_function(i) for i in range(6)]
+    funcs = [distinct_code(i) for i in range(6)]
     errors: list[BaseException] = []
 
     def one_connection(seed: int) -> None:
@@ -246,7 +253,7 @@ def test_connections_in_threads_are_independent():
             for step in range(150):
                 func = funcs[(seed + step) % len(funcs)]
                 task = read(receiver, write(sender, Task("k", func, step)))
-                assert task({}) == step + (seed + step) % len(funcs)
+                assert task({}) == (step, (seed + step) % len(funcs))
         except BaseException as exc:
             errors.append(exc)
 
@@ -526,7 +533,7 @@ def test_a_cluster_sends_each_block_once_per_worker_incarnation(tmp_path):
 
 def test_a_write_of_many_blocks_names_none_the_worker_may_have_evicted(monkeypatch):
     monkeypatch.setattr(connection, "MAX_HELD", 6)
-    funcs = [local_function(i) for i in range(20)]
+    funcs = [distinct_code(i) for i in range(20)]
     sender, receiver = connection.Sender(), connection.Receiver()
     session = sender.session()
     token = gpd._CODE_BLOCKS.set(session)
@@ -538,4 +545,4 @@ def test_a_write_of_many_blocks_names_none_the_worker_may_have_evicted(monkeypat
     sender.commit(session)
     for i, payload in enumerate(payloads):
         func, x = read(receiver, payload)
-        assert func(x) == 2 * (i % 20)
+        assert func(x) == (i % 20, i % 20)
