@@ -388,10 +388,12 @@ def _connection() -> tuple[Any, Any]:
     return _sender, _receiver
 
 
-def to_a_worker_that_loads_blocks(message: Any, buffer_callback: Any = _discard) -> bytes:
+def to_a_worker_that_loads_blocks(
+    message: Any, buffer_callback: Any = _discard, sender: Any = None
+) -> bytes:
     from ..integrations import dask_distributed as gpd
 
-    sender, _ = _connection()
+    sender = sender or _connection()[0]
     session = sender.session()
     token = gpd._CODE_BLOCKS.set(session)
     try:
@@ -419,8 +421,12 @@ def message_payload(lib: str, message: Any) -> bytes:
     payload sent again on a connection that carried it once (and whose worker
     loaded it), graphpickle.dumps's for every other."""
     if lib == BLOCKS:
-        loads_on_the_connection(to_a_worker_that_loads_blocks(message, buffer_callback=None))
-        return to_a_worker_that_loads_blocks(message, buffer_callback=None)
+        from ..core import connection
+
+        # A connection of its own, whose every payload the worker's end loaded.
+        sender = connection.Sender()
+        loads_on_the_connection(to_a_worker_that_loads_blocks(message, None, sender))
+        return to_a_worker_that_loads_blocks(message, None, sender)
     return graphpickle_dumps(message)
 
 
