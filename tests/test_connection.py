@@ -180,10 +180,6 @@ def test_an_evicted_block_fails_one_task_and_the_sender_never_names_one(monkeypa
     assert read(receiver, write(connection.Sender(), Task("k", funcs[0], 1)))({}) == (1, 0)
 
 
-def _code_once_payload(block: bytes) -> bytes:
-    return pickle.dumps(pickle.loads(pickle.dumps(_CodeOnce(block))), protocol=5)
-
-
 class _CodeOnce:
     """Pickles as blocks.code_once(block), as a sender of any intent may write."""
 
@@ -210,17 +206,18 @@ def test_a_flood_of_blocks_stays_within_the_bounds(monkeypatch):
 
 
 def test_a_digest_names_only_what_this_connection_sent():
-    ours, theirs = local_function(1).__code__, local_function(2).__code__
     ours = types.FunctionType(compile("lambda: 'ours'", "<a>", "eval"), {})().__code__
     theirs = types.FunctionType(compile("lambda: 'theirs'", "<b>", "eval"), {})().__code__
+    # (one bytes string each: marshal's bytes of a code object depend on reference counts)
+    our_block, their_block = marshal.dumps(ours), marshal.dumps(theirs)
     mine, other = connection.Receiver(), connection.Receiver()
-    for receiver, code in ((mine, ours), (other, theirs)):
+    for receiver, block in ((mine, our_block), (other, their_block)):
         token = connection.RECEIVER.set(receiver)
         try:
-            pickle.loads(pickle.dumps(_CodeOnce(marshal.dumps(code)), protocol=5))
+            pickle.loads(pickle.dumps(_CodeOnce(block), protocol=5))
         finally:
             connection.RECEIVER.reset(token)
-    their_digest = hashlib.blake2b(marshal.dumps(theirs), digest_size=16).digest()
+    their_digest = hashlib.blake2b(their_block, digest_size=16).digest()
     forged = [their_digest, b"\x00" * 16, hashlib.blake2b(b"", digest_size=16).digest(), "text"]
     for digest in forged:
         token = connection.RECEIVER.set(mine)
@@ -231,7 +228,7 @@ def test_a_digest_names_only_what_this_connection_sent():
             connection.RECEIVER.reset(token)
     # The digest is the receiver's own of the bytes it was sent.
     (held,) = mine.held
-    assert held == hashlib.blake2b(marshal.dumps(ours), digest_size=16).digest()
+    assert held == hashlib.blake2b(our_block, digest_size=16).digest()
     token = connection.RECEIVER.set(mine)
     try:
         assert blocks.code_ref(held) is mine.held[held][0]
