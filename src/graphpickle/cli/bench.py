@@ -649,7 +649,7 @@ def render_messages(
             )
         ]
         lines.append(
-            f"- {name}, to a worker that loads code blocks, to its twin sent the same way: "
+            f"- {name}, sent again on one connection to a worker that keeps code blocks, to its twin sent the same way: "
             + ", ".join(cells)
             + " (without code blocks: dumps {:.2f}x, loads {:.2f}x, bytes {:.2f}x)".format(*before)
         )
