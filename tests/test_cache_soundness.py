@@ -82,13 +82,13 @@ if {plain}:
     sys.modules["graphpickle"] = None
     load = pickle.loads
 else:  # the worker's end of the one connection (core/connection.py)
-    from graphpickle.core import connection
+    from graphpickle.core import blocks, connection
     connection.RECEIVER.set(connection.Receiver())
     def load(data):
         try:
             return pickle.loads(data)
         except Exception:
-            connection.recover(data)  # as the dask integration's loads does
+            blocks.recover(data)  # as the dask integration's loads does
             raise
 with open(sys.argv[1], "rb") as f:
     payloads = pickle.load(f)

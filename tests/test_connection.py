@@ -149,10 +149,10 @@ def test_recover_ignores_bytes_that_are_not_a_code_once_block():
     code = marshal.dumps(local_function().__code__)
     token = connection.RECEIVER.set(receiver)
     try:
-        connection.recover(pickle.dumps([code, b"x" * 20], protocol=5))  # plain bytes
-        connection.recover(b"not a pickle")
+        blocks.recover(pickle.dumps([code, b"x" * 20], protocol=5))  # plain bytes
+        blocks.recover(b"not a pickle")
         assert not receiver.held
-        connection.recover(pickle.dumps((blocks.code_once, b"\x00garbage"), protocol=5))
+        blocks.recover(pickle.dumps((blocks.code_once, b"\x00garbage"), protocol=5))
         assert not receiver.held  # refused as code_once refuses it
     finally:
         connection.RECEIVER.reset(token)

@@ -147,6 +147,17 @@ def code_ref(digest: bytes) -> types.CodeType:
     return _connection.receiving_held(digest)
 
 
+def recover(data: Any) -> None:
+    """A payload failed to load: the receiving connection holds the blocks it
+    carried all the same (later payloads may name them), each checked as
+    :func:`load_code` checks it."""
+    for block in _connection.carried_by(data):
+        try:
+            _connection.received(block, load_code(block))
+        except UnpicklingError:
+            continue
+
+
 def _keep(block: bytes, code: types.CodeType) -> None:
     global _kept_bytes
     if len(_kept) >= _MAX_KEPT or _kept_bytes + len(block) > _MAX_KEPT_BYTES:

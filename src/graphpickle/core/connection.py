@@ -20,7 +20,7 @@ object it made from the block that connection sent.
   only code that this very connection sent; a forged or unknown one is a miss.
   A miss fails that payload's load with :class:`~graphpickle.errors.UnpicklingError`
   naming the digest. Blocks are stored as the load reads them, and those of a
-  payload that fails to load are recovered from its bytes (:func:`recover`).
+  payload that fails to load are recovered from its bytes (``blocks.recover``).
   Memory is bounded (:data:`MAX_HELD`, :data:`MAX_HELD_BYTES`): the oldest
   blocks go first. The sender starts its table afresh at half those bounds, so
   the blocks it may still name are always the receiver's newest ones and are
@@ -209,15 +209,12 @@ _STRINGS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"
 _BYTES = frozenset({"SHORT_BINBYTES", "BINBYTES", "BINBYTES8"})
 
 
-def recover(data: Any) -> None:
-    """A payload of the current connection failed to load: hold the blocks it
-    carried (each ``code_once``'s bytes), which later payloads may name. Bytes
-    that are not a block are refused as ``code_once`` refuses them."""
-    receiver = RECEIVER.get()
-    if receiver is None or not CACHING:
-        return
-    from . import blocks
-
+def carried_by(data: Any) -> list[bytes]:
+    """The bytes of each ``code_once`` call a payload of the current connection
+    makes (read from its opcodes: ``blocks.recover`` holds them when the payload
+    failed to load); none if no connection is receiving, or caching is off."""
+    if RECEIVER.get() is None or not CACHING:
+        return []
     found: list[bytes] = []
     recent: list[Any] = [None, None]  # what the last two opcodes pushed (via the memo too)
     memo: list[Any] = []
@@ -242,8 +239,4 @@ def recover(data: Any) -> None:
             recent = [recent[-1], pushed]
     except Exception:
         pass  # read what could be read: the payload fails as it is
-    for block in found:
-        try:
-            receiver.keep(block, blocks.load_code(block))
-        except UnpicklingError:
-            continue
+    return found

@@ -226,7 +226,7 @@ def _load_failed(exc: Exception, data: Any) -> Any:
     """``loads(data)`` raised ``exc``: a task's payload gives a task that raises
     ``exc`` (with its note) when it runs; anything else raises it."""
     # The blocks it carried are this connection's all the same: later payloads name them.
-    connection.recover(data)
+    blocks.recover(data)
     task_class = _task_class_of(data)
     if task_class is None:
         _loads_failed(exc, data)
