@@ -46,8 +46,9 @@ submission, the run, gathering the results):
 
 After the run the last task the scheduler dumped is dumped again back to back, in
 the scheduler, by the same ``dumps``, and the last payload each worker loaded is
-loaded again back to back, in the worker, by the same ``loads``: the per-call
-figures, beside the in-run ones.
+loaded again back to back, in the worker, by the same ``loads``, each in the
+context of its call (graphpickle's connection to that worker: its code blocks go
+once per connection): the per-call figures, beside the in-run ones.
 
 Medians over the repeats, with the range of the repeats beside them. Per-call CPU
 times are thread CPU time (``time.thread_time_ns``), so other processes on the
@@ -106,6 +107,7 @@ KINDS: dict[str, tuple[Callable[[int, bool], dict[Any, Any]], bool, Callable[[in
 def install_recorder(name: str) -> None:
     """Wrap ``distributed.protocol.pickle.<name>`` (``dumps`` or ``loads``) to
     record each call that pickles or unpickles a task."""
+    import contextvars
     import sys
     import time
 
@@ -122,7 +124,8 @@ def install_recorder(name: str) -> None:
         if isinstance(task, GraphNode):
             size = memoryview(payload).nbytes
             recording.calls.append((cpu_ns, size, sys._getframe(1).f_code.co_name))
-            recording.last = (x, args, kwargs)
+            # (its context: graphpickle's connection, to a worker that keeps blocks)
+            recording.last = (x, args, kwargs, contextvars.copy_context())
         return out
 
     recording.inner = inner
@@ -142,7 +145,7 @@ def remove_recorder(name: str, loops: int) -> dict[str, Any]:
 
     recorder = getattr(protocol_pickle, name)
     setattr(protocol_pickle, name, recorder.inner)
-    x, args, kwargs = recorder.last
+    x, args, kwargs, context = recorder.last
     if name == "dumps":
         kwargs = {**kwargs, "buffer_callback": [].append}
     else:
@@ -150,7 +153,7 @@ def remove_recorder(name: str, loops: int) -> dict[str, Any]:
     times = []
     for _ in range(loops):
         start = time.thread_time_ns()
-        recorder.inner(x, *args, **kwargs)
+        context.run(recorder.inner, x, *args, **kwargs)
         times.append(time.thread_time_ns() - start)
     return {"calls": recorder.calls, "back_to_back_ns": times, "installed": gpd.installed()}
 

@@ -32,10 +32,17 @@ import os, pickle, sys, threading, types, collections, cloudpickle, graphpickle
 import graphpickle.integrations.dask_distributed as gpd
 from graphpickle.core import reducers as _reducers
 
-_payloads = []
+from graphpickle.core import connection as _connection
 
-def to_a_worker_that_loads_blocks(obj):
-    token = gpd._CODE_BLOCKS.set(True)
+_payloads = []
+# One connection to one worker: every row's code-block payloads are written on
+# it, in order, each block once (then its digest). A row is one write: its
+# blocks count as the worker's once the row is appended (the stream).
+_sender = _connection.Sender()
+_writing = threading.Lock()
+
+def to_a_worker_that_loads_blocks(obj, session=None):
+    token = gpd._CODE_BLOCKS.set(True if session is None else session)
     try:
         return gpd.dumps(obj)
     finally:
@@ -43,11 +50,15 @@ def to_a_worker_that_loads_blocks(obj):
 
 def send(label, obj):
     # Twice each: the second payload reuses what the first remembered. The
-    # last two before cloudpickle's need graphpickle to load (code blocks).
-    _payloads.append((label, [graphpickle.dumps(obj), graphpickle.dumps(obj),
-                              gpd.dumps(obj), gpd.dumps(obj),
-                              to_a_worker_that_loads_blocks(obj),
-                              to_a_worker_that_loads_blocks(obj), cloudpickle.dumps(obj)]))
+    # last two before cloudpickle's need graphpickle to load (code blocks, on
+    # one connection).
+    session = _sender.session()
+    datas = [graphpickle.dumps(obj), graphpickle.dumps(obj), gpd.dumps(obj), gpd.dumps(obj),
+             to_a_worker_that_loads_blocks(obj, session),
+             to_a_worker_that_loads_blocks(obj, session), cloudpickle.dumps(obj)]
+    with _writing:
+        _payloads.append((label, datas))
+        _sender.commit(session)
 
 def spare_module():
     # A module imported from a file, as far as cloudpickle can tell (it refers
@@ -75,12 +86,22 @@ _RECEIVER = """
 import json, pickle, sys
 if {plain}:
     sys.modules["graphpickle"] = None
+    load = pickle.loads
+else:  # the worker's end of the one connection (core/connection.py)
+    from graphpickle.core import blocks, connection
+    connection.RECEIVER.set(connection.Receiver())
+    def load(data):
+        try:
+            return pickle.loads(data)
+        except Exception:
+            blocks.recover(data)  # as the dask integration's loads does
+            raise
 with open(sys.argv[1], "rb") as f:
     payloads = pickle.load(f)
 {observe}
 def seen_in(data):
     try:
-        return repr(observe(pickle.loads(data)))
+        return repr(observe(load(data)))
     except Exception as exc:
         return f"raised {{type(exc).__name__}}"
 print(json.dumps([(label, [seen_in(data) if (len(datas) > {last} and i in {blocks}) != {plain}

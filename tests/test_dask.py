@@ -520,6 +520,12 @@ if __name__ == "__main__":
                 w: bs.comm.remote_info.get("graphpickle-code-blocks")
                 for w, bs in dask_scheduler.stream_comms.items()})
             assert marks == {ours: FORMAT, theirs: None}, marks
+            # ... and only it keeps them: its blocks go once on its connection.
+            held = client.run_on_scheduler(lambda dask_scheduler: {
+                w: "graphpickle-blocks-held" in bs.comm.remote_info
+                for w, bs in dask_scheduler.stream_comms.items()})
+            import os
+            assert held == {ours: not os.environ.get("GRAPHPICKLE_NO_CACHE"), theirs: False}, held
         finally:
             other.terminate()
             try:

@@ -683,8 +683,10 @@ same_growable_sizes(PyObject *func, PyObject *parts, PyObject *growable)
     return same == 1 && at == PyTuple_GET_SIZE(growable) ? 1 : same;
 }
 
-/* Whether this dump sends code blocks (reducers._blocks_wanted):
- * the state's `blocks` context variable is set and true. 1, 0, or -1 with an
+/* Whether this dump sends code blocks (reducers._blocks_wanted): the state's
+ * `blocks` context variable is set and true (1: a block in every payload), or
+ * holds a connection's session (2: blocks once per connection, which only the
+ * Python handler of code objects writes: core/connection.py); 0, or -1 with an
  * exception set. */
 static int
 blocks_wanted(DispatchObject *self)
@@ -700,7 +702,7 @@ blocks_wanted(DispatchObject *self)
             Py_DECREF(var);
             return -1;
         }
-        wanted = value == Py_True;
+        wanted = value == Py_True ? 1 : value != Py_False && value != Py_None ? 2 : 0;
         Py_DECREF(value);
     }
     Py_DECREF(var);
@@ -860,7 +862,9 @@ remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
         PyErr_Clear(); /* the handler runs, and answers */
     }
     PyObject *answer = PyTuple_GET_ITEM(entry, blocks == 1 ? 2 : 1);
-    PyObject *result = default_mode == 1 && blocks >= 0 && answer != Py_None ? Py_NewRef(answer) : NULL;
+    /* (a session: the handler writes the block, or a reference to it) */
+    PyObject *result = default_mode == 1 && blocks >= 0 && blocks != 2 && answer != Py_None
+                           ? Py_NewRef(answer) : NULL;
     Py_DECREF(entry);
     return result;
 }
@@ -2542,7 +2546,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 20) < 0 /* VERSION: native.py */
+        || add_version(module, 21) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {

@@ -33,6 +33,11 @@ for less, and nothing else changes:
   one in every load, then drops it for the class it tracked. The class state
   is then applied as cloudpickle applies it.
 
+Between two ends that said they keep them (``connection.py``), a code block
+travels once per connection, as :func:`code_once`, and then as its digest,
+:func:`code_ref`: the receiver hands back the code object it made from the
+block that very connection sent.
+
 A payload with blocks needs graphpickle to load: it is written only for a
 receiver that said it loads them.
 """
@@ -47,12 +52,17 @@ from typing import Any
 from .. import _cloudpickle_internals as cp
 from .._switches import CACHING
 from ..errors import UnpicklingError
+from . import connection as _connection
 from .native import speedups as _speedups
 
-__all__ = ["FORMAT", "code_block", "flat_state", "load_code", "make_class", "make_function"]
+__all__ = [
+    "FORMAT", "code_block", "code_once", "code_ref", "flat_state", "load_code", "make_class",
+    "make_function",
+]  # fmt: skip
 
-#: The version of the layouts below; both ends must have the same.
-FORMAT = 3
+#: The version of the layouts below, and of code blocks once per connection;
+#: both ends must have the same.
+FORMAT = 4
 
 #: The largest code block sent or read: bigger code travels as cloudpickle's
 #: reduction. A receiver keeps up to _MAX_KEPT code objects, or blocks of up to
@@ -128,6 +138,31 @@ def load_code(block: bytes) -> types.CodeType:
     if CACHING:
         _keep(block, code)
     return code
+
+
+def code_once(block: bytes) -> types.CodeType:
+    """:func:`load_code`, and the receiving connection holds the code under
+    the block's digest, for :func:`code_ref` in its later payloads."""
+    code = load_code(block)
+    _connection.received(block, code)
+    return code
+
+
+def code_ref(digest: bytes) -> types.CodeType:
+    """The code object of the block the receiving connection sent as
+    :func:`code_once` under ``digest``; a clear error if it holds none."""
+    return _connection.receiving_held(digest)
+
+
+def recover(data: Any) -> None:
+    """A payload failed to load: the receiving connection holds the blocks it
+    carried all the same (later payloads may name them), each checked as
+    :func:`load_code` checks it."""
+    for block in _connection.carried_by(data):
+        try:
+            _connection.received(block, load_code(block))
+        except UnpicklingError:
+            continue
 
 
 def _keep(block: bytes, code: types.CodeType) -> None:

@@ -26,6 +26,7 @@ from .._switches import CACHING
 from ..determinism.canonical import DeterministicState
 from ..errors import UnpicklingError
 from ..restricted.unpickler import AllowList, compile_allowed, restricted_load
+from . import connection as _connection
 from .captures import no_capture_warnings
 from .locate import pickling_error
 from .native import speedups as _speedups  # tests set it to None: the Python hook
@@ -95,7 +96,7 @@ class Pickler(_pickle.Pickler):
         reducers: Mapping[type, Reducer] | None = None,
         reducer_lookup: ReducerLookup | None = None,
         deterministic: bool = False,
-        code_blocks: ContextVar[bool] | None = None,
+        code_blocks: ContextVar[Any] | None = None,
     ) -> None:
         if protocol is None:
             protocol = DEFAULT_PROTOCOL
@@ -197,7 +198,9 @@ def _dump_failed(pickler: Pickler, obj: Any, exc: Exception) -> NoReturn:
     # cycle collector, in an order that crashes CPython when its memo holds
     # memoryviews (3.11). Nothing written after a failure is usable.
     pickler.clear_memo()
-    error = pickling_error(pickler, obj, exc)
+    error = pickling_error(pickler, obj, exc)  # (which pickles parts of obj again)
+    # The blocks this dump (and that search) carried for a connection were not sent.
+    _connection.dump_failed(pickler._state.blocks)
     if error is exc:
         raise exc  # its own type and traceback, with notes saying where
     raise error from exc
@@ -391,7 +394,7 @@ def accelerated_dumps(
     reference: _F,
     reducer_lookup: ReducerLookup | None,
     signature: str,
-    code_blocks: ContextVar[bool] | None = None,
+    code_blocks: ContextVar[Any] | None = None,
 ) -> _F:
     """A C stand-in for ``reference`` (a ``dumps`` with graphpickle's or
     distributed's signature) that pickles on pooled ``Pickler(file, protocol,

@@ -31,6 +31,7 @@ from ..determinism.canonical import DeterministicState
 from ..errors import PicklingError
 from . import blocks as _blocks
 from . import captures as _captures
+from . import connection as _connection
 from . import snapshots as _snapshots
 from .captures import warn_about_large_captures
 from .native import speedups as _speedups
@@ -78,7 +79,7 @@ class PicklerState:
         self,
         protocol: int,
         deterministic: DeterministicState | None = None,
-        blocks: ContextVar[bool] | None = None,
+        blocks: ContextVar[Any] | None = None,
     ) -> None:
         self.protocol = protocol
         self.deterministic = deterministic
@@ -426,9 +427,19 @@ def _block_of(func_state: Any) -> tuple[Any, tuple[Any, ...]] | None:
 
 
 def _blocks_wanted(state: PicklerState) -> bool:
-    """Whether this dump sends code blocks (the C hook asks the same:
-    blocks_wanted)."""
-    return state.blocks is not None and state.blocks.get(False) is True
+    """Whether this dump sends code blocks: its context variable holds True (a
+    block in every payload) or a connection's session (see connection.py; the
+    C hook asks the same: blocks_wanted)."""
+    if state.blocks is None:
+        return False
+    wanted = state.blocks.get(False)
+    return wanted is not False and wanted is not None
+
+
+def _session(state: PicklerState) -> _connection.Session | None:
+    """The connection's session this dump writes for, if any (caching on)."""
+    wanted = state.blocks.get(False) if state.blocks is not None else None
+    return wanted if type(wanted) is _connection.Session and CACHING else None
 
 
 def _block_reduction(state: PicklerState, func: types.FunctionType, entry: tuple[Any, ...]) -> Any:
@@ -526,19 +537,24 @@ def _reduce_code(state: PicklerState, code: types.CodeType) -> Any:
     entry = _codes.get(id(code))
     if entry is not None and entry[0] is not code:
         entry = None
-    answer = None if entry is None else entry[2 if blocks else 1]
-    if answer is not None:
-        return answer
-    reduction = cp.reduce_code(code) if entry is None else entry[1]
-    sent_as = None  # the reduction when blocks are wanted: made the first time they are
-    if blocks:
-        block = _blocks.code_block(code)
-        sent_as = reduction if block is None else (_blocks.load_code, (block,))
-    if CACHING:
-        if len(_codes) >= _MAX_REMEMBERED:
-            _codes.clear()
-        _codes[id(code)] = (code, reduction, sent_as)  # (the C hook reads these too)
-    return reduction if sent_as is None else sent_as
+    answer: Any = None if entry is None else entry[2 if blocks else 1]
+    if answer is None:
+        reduction = cp.reduce_code(code) if entry is None else entry[1]
+        sent_as = None  # the reduction when blocks are wanted: made the first time they are
+        if blocks:
+            block = _blocks.code_block(code)
+            sent_as = reduction if block is None else (_blocks.load_code, (block,))
+        if CACHING:
+            if len(_codes) >= _MAX_REMEMBERED:
+                _codes.clear()
+            _codes[id(code)] = (code, reduction, sent_as)  # (the C hook reads these too)
+        answer = reduction if sent_as is None else sent_as
+    session = _session(state) if blocks else None
+    if session is not None and answer[0] is _blocks.load_code:
+        block = answer[1][0]  # once per connection, then its digest
+        digest, carried = session.carries(block)
+        return (_blocks.code_once, (block,)) if carried else (_blocks.code_ref, (digest,))
+    return answer
 
 
 def _reduce_module(state: PicklerState, module: types.ModuleType) -> Any:

@@ -20,17 +20,25 @@ NAME = "graphpickle"
 
 class InstallOnWorkers(WorkerPlugin):  # type: ignore[misc]  # (distributed is not typed)
     """Calls ``install()`` (``dask_distributed.install``, which travels to the
-    workers by reference) in each worker that joins, then sends ``notice`` (a
-    stream message: the worker loads code blocks) to the scheduler, if given:
-    only once the scheduler has a handler for it, or its stream would break."""
+    workers by reference) in each worker that joins, then sends what
+    ``notice(worker)`` (by reference too) gives there (a stream message: the worker
+    loads code blocks, and keeps them per connection or not) to the scheduler,
+    if given: only once the scheduler has a handler for it, or its stream would
+    break."""
 
     name = NAME
 
-    def __init__(self, install: Callable[[], None], notice: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        install: Callable[[], None],
+        notice: Callable[[Any], dict[str, Any]] | dict[str, Any] | None = None,
+    ) -> None:
         self.install = install
         self.notice = notice
 
     def setup(self, worker: Any) -> None:
         self.install()
         if self.notice is not None:
-            worker.batched_send(dict(self.notice))
+            # (a dict: the plugin of an older graphpickle, whose format this one refuses)
+            notice = self.notice(worker) if callable(self.notice) else dict(self.notice)
+            worker.batched_send(notice)

@@ -30,17 +30,21 @@ made at any time applies to the next ``dumps``, as with stock distributed.
 from __future__ import annotations
 
 import _pickle
+import contextlib
 import importlib
 import io
 import pickle
 import pickletools
 import sys
+import uuid
 import warnings
+import weakref
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, NoReturn
 
-from ..core import blocks
+from .._switches import CACHING
+from ..core import blocks, connection
 from ..core.pickler import (
     DEFAULT_PROTOCOL,
     Pickler,
@@ -63,11 +67,19 @@ HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
 # (reducers.names_read), nothing else.
 _PICKLED_AS_IS_BASES = {"numpy": ("numpy", "ndarray"), "pandas": ("pandas.core.generic", "NDFrame")}
 
-#: True while distributed's protocol writes a message to a peer that said it
-#: loads code blocks (set around distributed.protocol.dumps, read by dumps).
-_CODE_BLOCKS: ContextVar[bool] = ContextVar("graphpickle_code_blocks", default=False)
+#: While distributed's protocol writes a message to a peer that said it loads
+#: code blocks: True (a block in every payload), or the write's session of the
+#: connection's blocks (once per connection: core/connection.py). Set around
+#: distributed.protocol.dumps, read by dumps.
+_CODE_BLOCKS: ContextVar[Any] = ContextVar("graphpickle_code_blocks", default=False)
 #: The stream message's op, and the key of the mark in a connection's remote_info.
 _CODE_BLOCKS_KEY = "graphpickle-code-blocks"
+#: The key of a connection's Sender (the blocks its worker holds) in its remote_info.
+_SENT_KEY = "graphpickle-blocks-held"
+#: The write in progress on this task's connection (TCP.write, wrapped).
+_WRITING: ContextVar[connection.Session | None] = ContextVar("graphpickle_writing", default=None)
+#: This process's id for itself in the handshake: a restarted worker is another.
+_INCARNATION = uuid.uuid4().hex
 
 
 class _TrackedDict(dict[Any, Any]):
@@ -149,7 +161,17 @@ def _dask_serialize_lookup(cls: type) -> Reducer | None:
         deserialize = dask_deserialize.dispatch(cls)
     except TypeError:
         return None
-    return lambda obj: (deserialize, serialize(obj))
+    return lambda obj: (deserialize, _serialized_alone(serialize, obj))
+
+
+def _serialized_alone(serialize: Callable[[Any], Any], obj: Any) -> Any:
+    """``serialize(obj)``, whose own pickles (which the worker may load later,
+    or never) carry their code blocks themselves: none names a connection's."""
+    token = _CODE_BLOCKS.set(_CODE_BLOCKS.get() is not False)
+    try:
+        return serialize(obj)
+    finally:
+        _CODE_BLOCKS.reset(token)
 
 
 def _pickled_as_is(cls: type) -> bool:
@@ -206,6 +228,8 @@ def loads(x: Any, *, buffers: Any = ()) -> Any:
 def _load_failed(exc: Exception, data: Any) -> Any:
     """``loads(data)`` raised ``exc``: a task's payload gives a task that raises
     ``exc`` (with its note) when it runs; anything else raises it."""
+    # The blocks it carried are this connection's all the same: later payloads name them.
+    blocks.recover(data)
     task_class = _task_class_of(data)
     if task_class is None:
         _loads_failed(exc, data)
@@ -275,16 +299,28 @@ loads = accelerated_loads(loads, "distributed", _load_failed)
 # distributed hands to every write on it as context["recipient"]). A worker
 # without graphpickle never says it, nor does a connection made before or
 # elsewhere (a client, another worker): they get cloudpickle's reductions.
+#
+# A worker that keeps blocks (caching on) says so too: then each block goes once
+# per connection, and a digest after it (core/connection.py). The scheduler's
+# table of what the worker holds is the connection's own (in its remote_info: a
+# new connection, a restarted worker, starts empty), committed when a write on
+# it returned (TCP.write, wrapped); the worker's is kept per connection object
+# (TCP.read, wrapped, says which connection a payload came from).
 
 
 def _marking_recipients(protocol_dumps: Callable[..., Any]) -> Callable[..., Any]:
     """distributed.protocol.dumps(msg, serializers, on_error, context, ...), with
-    _CODE_BLOCKS true while it writes for a recipient that said it loads blocks."""
+    _CODE_BLOCKS set while it writes for a recipient that said it loads blocks:
+    the write's session if the recipient keeps them, else True."""
 
     def dumps_for_recipient(msg: Any, *args: Any, **kwargs: Any) -> Any:
         context = args[2] if len(args) > 2 else kwargs.get("context")
         recipient = context.get("recipient") if isinstance(context, dict) else None
-        takes = isinstance(recipient, dict) and recipient.get(_CODE_BLOCKS_KEY) == blocks.FORMAT
+        takes: Any = False
+        if isinstance(recipient, dict) and recipient.get(_CODE_BLOCKS_KEY) == blocks.FORMAT:
+            session = _WRITING.get()
+            held = recipient.get(_SENT_KEY)
+            takes = session if session is not None and session.sender is held else True
         token = _CODE_BLOCKS.set(takes)
         try:
             return protocol_dumps(msg, *args, **kwargs)
@@ -295,16 +331,128 @@ def _marking_recipients(protocol_dumps: Callable[..., Any]) -> Callable[..., Any
     return dumps_for_recipient
 
 
+def _committing_writes(write: Callable[..., Any]) -> Callable[..., Any]:
+    """TCP.write: the blocks a write carried count as the receiver's once it
+    returned (its frames are then in the stream, before any later write's)."""
+
+    async def write_then_commit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        info = getattr(self, "remote_info", None)
+        held = info.get(_SENT_KEY) if isinstance(info, dict) else None
+        if type(held) is not connection.Sender:
+            return await write(self, *args, **kwargs)
+        session = held.session()
+        token = _WRITING.set(session)
+        try:
+            written = await write(self, *args, **kwargs)
+        finally:
+            _WRITING.reset(token)
+        held.commit(session)
+        return written
+
+    write_then_commit.__wrapped__ = write  # type: ignore[attr-defined]
+    return write_then_commit
+
+
+_receivers: weakref.WeakKeyDictionary[Any, connection.Receiver] = weakref.WeakKeyDictionary()
+
+
+def _receiving_reads(read: Callable[..., Any]) -> Callable[..., Any]:
+    """TCP.read: the payloads of a message load with their connection's blocks
+    (kept while the connection object lives)."""
+
+    async def read_with_blocks(self: Any, *args: Any, **kwargs: Any) -> Any:
+        receiver = _receivers.get(self)
+        if receiver is None:
+            receiver = _receivers.setdefault(self, connection.Receiver())
+        token = connection.RECEIVER.set(receiver)
+        try:
+            return await read(self, *args, **kwargs)
+        finally:
+            connection.RECEIVER.reset(token)
+
+    read_with_blocks.__wrapped__ = read  # type: ignore[attr-defined]
+    return read_with_blocks
+
+
 def _accept_code_blocks(dask_scheduler: Any) -> None:
     """In the scheduler: mark the stream of each worker whose plugin says it
-    loads code blocks of this graphpickle's format."""
+    loads code blocks of this graphpickle's format; if it keeps them too (and
+    caching is on here), give that connection a table of the blocks it holds,
+    once the worker answered that every read of it keeps them (see
+    :func:`_notice`)."""
 
-    def worker_loads_blocks(worker: Any = None, format: Any = None, **_: Any) -> None:
-        comm = getattr(dask_scheduler.stream_comms.get(worker), "comm", None)
-        if format == blocks.FORMAT and comm is not None:
-            comm.remote_info[_CODE_BLOCKS_KEY] = format
+    def worker_loads_blocks(
+        worker: Any = None,
+        format: Any = None,
+        keeps: Any = False,
+        incarnation: Any = None,
+        **_: Any,
+    ) -> None:
+        stream = dask_scheduler.stream_comms.get(worker)
+        comm = getattr(stream, "comm", None)
+        if format != blocks.FORMAT or comm is None:
+            return
+        info = comm.remote_info
+        info[_CODE_BLOCKS_KEY] = format
+        if not (CACHING and type(comm) in _COMMS_WRAPPED and isinstance(incarnation, str)):
+            return
+        if keeps is True:  # the worker's answer comes back on this stream: see _notice
+            with contextlib.suppress(Exception):  # (a stream closing: no blocks kept)
+                stream.send({"op": _CODE_BLOCKS_KEY, "incarnation": incarnation})
+        elif keeps == _READY:
+            held = info.get(_SENT_KEY)
+            if type(held) is not connection.Sender or held.incarnation != incarnation:
+                info[_SENT_KEY] = connection.Sender(incarnation)
 
     dask_scheduler.stream_handlers[_CODE_BLOCKS_KEY] = worker_loads_blocks
+
+
+#: The comm classes whose reads and writes are wrapped (distributed's TCP and TLS).
+_COMMS_WRAPPED: set[type] = set()
+
+
+def _wrap_comms() -> None:
+    try:
+        from distributed.comm.tcp import TCP, TLS
+    except ImportError:
+        return
+    if TCP in _COMMS_WRAPPED:
+        return
+    _originals[("distributed.comm.tcp", "TCP.write")] = TCP.write
+    _originals[("distributed.comm.tcp", "TCP.read")] = TCP.read
+    TCP.write = _committing_writes(TCP.write)
+    TCP.read = _receiving_reads(TCP.read)
+    _COMMS_WRAPPED.update({TCP, TLS})
+
+
+#: What a worker answers when every read of its scheduler's stream keeps blocks.
+_READY = "ready"
+
+
+def _notice(worker: Any) -> dict[str, Any]:
+    """What a worker's plugin tells the scheduler: it loads blocks of this
+    format, whether it keeps them per connection, and who it is.
+
+    A read of the stream already waiting when ``install`` wrapped the reads
+    (the worker reads its scheduler's stream from the start) does not keep
+    blocks. So the scheduler answers on the stream, and only once the worker
+    handled that answer (every read after the one that brought it is wrapped)
+    does it say it is ready and the scheduler send a block only once."""
+    keeps = CACHING and bool(_COMMS_WRAPPED)
+
+    def scheduler_answered(incarnation: Any = None, **_: Any) -> None:
+        if incarnation == _INCARNATION:
+            worker.batched_send({**notice, "keeps": _READY})
+
+    notice = {
+        "op": _CODE_BLOCKS_KEY,
+        "format": blocks.FORMAT,
+        "keeps": keeps,
+        "incarnation": _INCARNATION,
+    }
+    if keeps:
+        worker.stream_handlers[_CODE_BLOCKS_KEY] = scheduler_answered
+    return notice
 
 
 def _family_dumps(x: Any, context: Any = None) -> tuple[dict[str, Any], list[Any]]:
@@ -364,6 +512,7 @@ def install(client: Any = None) -> None:
     from distributed.protocol.serialize import register_serialization_family
 
     ours = {"dumps": dumps, "loads": loads}
+    _wrap_comms()
     for module_name, name in _TARGETS:
         try:
             module = importlib.import_module(module_name)
@@ -383,9 +532,8 @@ def install(client: Any = None) -> None:
 
         client.run_on_scheduler(install)
         client.run_on_scheduler(_accept_code_blocks)
-        notice = {"op": _CODE_BLOCKS_KEY, "format": blocks.FORMAT}
         try:
-            client.register_plugin(InstallOnWorkers(install, notice))
+            client.register_plugin(InstallOnWorkers(install, _notice))
         except Exception as exc:  # distributed re-raises a worker's error, as text
             # The scheduler keeps the plugin for the workers that join later.
             warnings.warn(
@@ -400,8 +548,13 @@ def install(client: Any = None) -> None:
 def uninstall() -> None:
     """Undo :func:`install` in this process."""
     for (module_name, name), original in _originals.items():
-        setattr(importlib.import_module(module_name), name, original)
+        owner: Any = importlib.import_module(module_name)
+        if "." in name:  # a method of a class (the comms')
+            class_name, name = name.split(".")
+            owner = getattr(owner, class_name)
+        setattr(owner, name, original)
     _originals.clear()
+    _COMMS_WRAPPED.clear()
 
 
 def installed() -> bool:

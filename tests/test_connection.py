@@ -1,0 +1,545 @@
+"""Code blocks once per connection (graphpickle.core.connection), as the dask
+integration sends them: a block goes once on a connection, then its digest;
+the worker's end holds what that very connection sent, within its bounds, and
+a digest it does not hold fails that one task with an error that names it.
+
+What a sequence of payloads on one connection does in a fresh receiver, against
+cloudpickle's, is checked by every scenario of test_cache_soundness.py (its
+code-block payloads are written on one connection) and by the property test
+below, with changes on the sender and on the receiver between tasks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import marshal
+import os
+import pickle
+import sys
+import threading
+import types
+
+import pytest
+from conftest import run_python
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_cache_soundness import _ACTIONS, _STATE
+
+import graphpickle.integrations.dask_distributed as gpd
+from graphpickle._switches import CACHING
+from graphpickle.core import blocks, connection
+from graphpickle.errors import UnpicklingError
+
+pytestmark = pytest.mark.skipif(not CACHING, reason="GRAPHPICKLE_NO_CACHE=1: no block is kept")
+
+
+def write(sender: connection.Sender, obj: object) -> bytes:
+    """One write on the connection: dumps, then the blocks count as sent."""
+    session = sender.session()
+    token = gpd._CODE_BLOCKS.set(session)
+    try:
+        payload = gpd.dumps(obj)
+    finally:
+        gpd._CODE_BLOCKS.reset(token)
+    sender.commit(session)
+    return payload
+
+
+def read(receiver: connection.Receiver, payload: bytes) -> object:
+    """The worker's loads of a payload its connection read."""
+    token = connection.RECEIVER.set(receiver)
+    try:
+        return gpd.loads(payload)
+    finally:
+        connection.RECEIVER.reset(token)
+
+
+def local_function(offset: int = 1):
+    def add(x):
+        return x + offset
+
+    return add
+
+
+def distinct_code(i: int):
+    """A function by value whose code is its own (no module holds it)."""
+    namespace = {"__name__": "nowhere_importable"}
+    exec(f"def f(x):\n    return (x, {i})\n", namespace)
+    return namespace["f"]
+
+
+def test_a_block_goes_once_per_connection_then_its_digest():
+    func = local_function()
+    sender, receiver = connection.Sender(), connection.Receiver()
+    first, again, third = (write(sender, [func, i]) for i in range(3))
+    assert b"code_once" in first and b"code_ref" not in first
+    assert b"code_ref" in again and b"code_once" not in again and b"code_ref" in third
+    assert len(again) < len(first) - 50
+    assert [f(x) for f, x in (read(receiver, p) for p in (first, again, third))] == [1, 2, 3]
+    # Another connection holds nothing of this one's: a clear error, naming the digest.
+    digest = connection.digest(blocks.code_block(func.__code__))
+    with pytest.raises(UnpicklingError, match=digest.hex()) as caught:
+        read(connection.Receiver(), again)
+    assert "GRAPHPICKLE_NO_CACHE=1" in str(caught.value)
+    # A new connection's sender starts empty: its first write carries the block.
+    assert b"code_once" in write(connection.Sender(), [func, 0])
+
+
+def test_a_block_counts_as_sent_only_once_its_write_returned():
+    func = local_function()
+    sender = connection.Sender()
+    session = sender.session()
+    token = gpd._CODE_BLOCKS.set(session)
+    try:
+        carried = gpd.dumps(func)
+        named = gpd.dumps(func)  # the same write: named, the block is before it
+    finally:
+        gpd._CODE_BLOCKS.reset(token)
+    assert b"code_once" in carried and b"code_ref" in named
+    # The write raised (no commit): the next write carries the block again.
+    assert b"code_once" in write(sender, func)
+
+
+def test_a_failed_dumps_takes_back_what_it_carried():
+    func = local_function()
+    sender = connection.Sender()
+    session = sender.session()
+    token = gpd._CODE_BLOCKS.set(session)
+    try:
+        with pytest.raises((TypeError, pickle.PicklingError)):
+            gpd.dumps([func, threading.Lock()])  # the block was written, then it failed
+        after = gpd.dumps(func)
+    finally:
+        gpd._CODE_BLOCKS.reset(token)
+    sender.commit(session)
+    assert b"code_once" in after
+    assert b"code_ref" in write(sender, func)
+
+
+def _gone_module(monkeypatch):
+    module = types.ModuleType("gone_for_blocks")
+    exec("def double(x):\n    return 2 * x\n", module.__dict__)
+    monkeypatch.setitem(sys.modules, "gone_for_blocks", module)
+    return module
+
+
+def test_the_blocks_of_a_payload_that_fails_to_load_are_kept(monkeypatch):
+    from dask._task_spec import Task
+
+    module = _gone_module(monkeypatch)
+    func = local_function()
+    sender, receiver = connection.Sender(), connection.Receiver()
+    # Loading stops at the missing module, before the block: the block is
+    # recovered from the payload's bytes.
+    failing = [write(sender, [module.double, func]), write(sender, Task("k", module.double, func))]
+    assert all(b"code_once" in p for p in failing[:1]) and b"code_once" not in failing[1]
+    monkeypatch.delitem(sys.modules, "gone_for_blocks")
+    with pytest.raises(ModuleNotFoundError):
+        read(receiver, failing[0])
+    with pytest.raises(ModuleNotFoundError):  # a task: it fails when it runs
+        read(receiver, failing[1])({})
+    named = write(sender, [func, 5])
+    assert b"code_ref" in named
+    loaded, x = read(receiver, named)
+    assert loaded(x) == 6
+
+
+def test_recover_ignores_bytes_that_are_not_a_code_once_block():
+    receiver = connection.Receiver()
+    code = marshal.dumps(local_function().__code__)
+    token = connection.RECEIVER.set(receiver)
+    try:
+        blocks.recover(pickle.dumps([code, b"x" * 20], protocol=5))  # plain bytes
+        blocks.recover(b"not a pickle")
+        assert not receiver.held
+        blocks.recover(pickle.dumps((blocks.code_once, b"\x00garbage"), protocol=5))
+        assert not receiver.held  # refused as code_once refuses it
+    finally:
+        connection.RECEIVER.reset(token)
+
+
+def test_an_evicted_block_fails_one_task_and_the_sender_never_names_one(monkeypatch):
+    from dask._task_spec import Task
+
+    monkeypatch.setattr(connection, "MAX_HELD", 4)
+    funcs = [distinct_code(i) for i in range(10)]
+    sender, receiver = connection.Sender(), connection.Receiver()
+    # The sender starts afresh at half the receiver's bound: each of many
+    # distinct functions, sent again and again, loads.
+    for rounds in range(3):
+        for i, func in enumerate(funcs):
+            task = read(receiver, write(sender, Task("k", func, rounds)))
+            assert task({}) == (rounds, i)
+            assert len(receiver.held) <= 4 and len(sender.held) <= 2
+    # Evicted under a sender that does not know it: that task fails, clearly.
+    named = write(sender, Task("k", funcs[-1], 1))
+    assert b"code_ref" in named
+    receiver.held.clear()
+    with pytest.raises(UnpicklingError, match=r"holds no code block [0-9a-f]{32}"):
+        read(receiver, named)({})
+    assert read(receiver, write(connection.Sender(), Task("k", funcs[0], 1)))({}) == (1, 0)
+
+
+class _CodeOnce:
+    """Pickles as blocks.code_once(block), as a sender of any intent may write."""
+
+    def __init__(self, block: bytes) -> None:
+        self.block = block
+
+    def __reduce__(self):
+        return (blocks.code_once, (self.block,))
+
+
+def test_a_flood_of_blocks_stays_within_the_bounds(monkeypatch):
+    monkeypatch.setattr(connection, "MAX_HELD", 50)
+    monkeypatch.setattr(connection, "MAX_HELD_BYTES", 20_000)
+    receiver = connection.Receiver()
+    token = connection.RECEIVER.set(receiver)
+    try:
+        for i in range(2000):
+            code = compile(f"x = {i}" + " + 1" * (i % 300), "<flood>", "exec")
+            pickle.loads(pickle.dumps(_CodeOnce(marshal.dumps(code)), protocol=5))
+            assert len(receiver.held) <= 50 and receiver.held_bytes <= 20_000
+    finally:
+        connection.RECEIVER.reset(token)
+    assert receiver.held_bytes == sum(size for _, size in receiver.held.values())
+
+
+def test_a_digest_names_only_what_this_connection_sent():
+    ours = types.FunctionType(compile("lambda: 'ours'", "<a>", "eval"), {})().__code__
+    theirs = types.FunctionType(compile("lambda: 'theirs'", "<b>", "eval"), {})().__code__
+    # (one bytes string each: marshal's bytes of a code object depend on reference counts)
+    our_block, their_block = marshal.dumps(ours), marshal.dumps(theirs)
+    mine, other = connection.Receiver(), connection.Receiver()
+    for receiver, block in ((mine, our_block), (other, their_block)):
+        token = connection.RECEIVER.set(receiver)
+        try:
+            pickle.loads(pickle.dumps(_CodeOnce(block), protocol=5))
+        finally:
+            connection.RECEIVER.reset(token)
+    their_digest = hashlib.blake2b(their_block, digest_size=16).digest()
+    forged = [their_digest, b"\x00" * 16, hashlib.blake2b(b"", digest_size=16).digest(), "text"]
+    for digest in forged:
+        token = connection.RECEIVER.set(mine)
+        try:
+            with pytest.raises(UnpicklingError, match="holds no code block"):
+                blocks.code_ref(digest)
+        finally:
+            connection.RECEIVER.reset(token)
+    # The digest is the receiver's own of the bytes it was sent.
+    (held,) = mine.held
+    assert held == hashlib.blake2b(our_block, digest_size=16).digest()
+    token = connection.RECEIVER.set(mine)
+    try:
+        assert blocks.code_ref(held) is mine.held[held][0]
+    finally:
+        connection.RECEIVER.reset(token)
+    with pytest.raises(UnpicklingError, match="holds no code block"):
+        blocks.code_ref(held)  # no connection is receiving
+
+
+def test_connections_in_threads_are_independent():
+    from dask._task_spec import Task
+
+    funcs = [distinct_code(i) for i in range(6)]
+    errors: list[BaseException] = []
+
+    def one_connection(seed: int) -> None:
+        sender, receiver = connection.Sender(), connection.Receiver()
+        try:
+            for step in range(150):
+                func = funcs[(seed + step) % len(funcs)]
+                task = read(receiver, write(sender, Task("k", func, step)))
+                assert task({}) == (step, (seed + step) % len(funcs))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one_connection, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+
+
+# --- the handshake: format, whether the worker keeps blocks, who it is -----------
+
+
+class _Comm:
+    def __init__(self) -> None:
+        self.remote_info: dict = {}
+
+
+class _Stream:
+    def __init__(self) -> None:
+        self.comm = _Comm()
+        self.sent: list[dict] = []
+
+    def send(self, msg: dict) -> None:
+        self.sent.append(msg)
+
+
+class _Scheduler:
+    def __init__(self) -> None:
+        self.stream_comms = {"w": _Stream()}
+        self.stream_handlers: dict = {}
+
+
+class _Worker:
+    def __init__(self) -> None:
+        self.stream_handlers: dict = {}
+        self.sent: list[dict] = []
+
+    def batched_send(self, msg: dict) -> None:
+        self.sent.append(msg)
+
+
+def test_the_handshake_gives_a_table_only_to_a_ready_worker_of_this_format(monkeypatch):
+    monkeypatch.setattr(gpd, "_COMMS_WRAPPED", {_Comm})
+    scheduler = _Scheduler()
+    gpd._accept_code_blocks(scheduler)
+    say = scheduler.stream_handlers[gpd._CODE_BLOCKS_KEY]
+    stream = scheduler.stream_comms["w"]
+    info = stream.comm.remote_info
+    # An older graphpickle (another format): plain payloads.
+    say(worker="w", format=blocks.FORMAT - 1, keeps=True, incarnation="a")
+    assert info == {} and not stream.sent
+    # This format, not keeping blocks (GRAPHPICKLE_NO_CACHE=1 there): a block in every payload.
+    say(worker="w", format=blocks.FORMAT, keeps=False, incarnation="a")
+    assert info == {gpd._CODE_BLOCKS_KEY: blocks.FORMAT} and not stream.sent
+    # Keeping them: the scheduler answers, and counts blocks once the worker is ready.
+    worker = _Worker()
+    notice = gpd._notice(worker) if gpd._COMMS_WRAPPED else None
+    assert notice is not None and notice["keeps"] is True
+    say(worker="w", **{k: v for k, v in notice.items() if k != "op"})
+    assert gpd._SENT_KEY not in info and stream.sent == [
+        {"op": gpd._CODE_BLOCKS_KEY, "incarnation": notice["incarnation"]}
+    ]
+    answer = dict(stream.sent[0])
+    worker.stream_handlers[answer.pop("op")](**answer)
+    (ready,) = worker.sent
+    say(worker="w", **{k: v for k, v in ready.items() if k != "op"})
+    held = info[gpd._SENT_KEY]
+    assert type(held) is connection.Sender and held.incarnation == notice["incarnation"]
+    say(worker="w", **{k: v for k, v in ready.items() if k != "op"})
+    assert info[gpd._SENT_KEY] is held  # the same worker: the same table
+    say(worker="w", **{**{k: v for k, v in ready.items() if k != "op"}, "incarnation": "b"})
+    assert info[gpd._SENT_KEY] is not held  # another process: an empty table
+
+
+def test_an_older_plugins_notice_is_refused_by_format():
+    from graphpickle.integrations._dask_workers import InstallOnWorkers
+
+    worker = _Worker()
+    InstallOnWorkers(lambda: None, {"op": gpd._CODE_BLOCKS_KEY, "format": 3}).setup(worker)
+    assert worker.sent == [{"op": gpd._CODE_BLOCKS_KEY, "format": 3}]
+    scheduler = _Scheduler()
+    gpd._accept_code_blocks(scheduler)
+    scheduler.stream_handlers[gpd._CODE_BLOCKS_KEY](worker="w", format=3)
+    assert scheduler.stream_comms["w"].comm.remote_info == {}
+
+
+def test_the_cache_switch_turns_it_off_on_both_ends(tmp_path):
+    code = """
+    import json, pickle
+    import graphpickle.integrations.dask_distributed as gpd
+    from graphpickle.core import connection
+    gpd.install()
+    class Worker:
+        stream_handlers = {}
+        def batched_send(self, msg):
+            pass
+    notice = gpd._notice(Worker())
+    def make():
+        def add(x):
+            return x + 1
+        return add
+    func = make()
+    sender, receiver = connection.Sender(), connection.Receiver()
+    payloads = []
+    for _ in range(3):
+        session = sender.session()
+        token = gpd._CODE_BLOCKS.set(session)
+        payloads.append(gpd.dumps(func))
+        gpd._CODE_BLOCKS.reset(token)
+        sender.commit(session)
+    connection.RECEIVER.set(receiver)
+    loaded = [pickle.loads(p)(1) for p in payloads]
+    print(json.dumps([notice["keeps"], [b"code_ref" in p for p in payloads],
+                      len(receiver.held), loaded]))
+    """
+    off = json.loads(run_python(code, cwd=tmp_path, env={"GRAPHPICKLE_NO_CACHE": "1"}))
+    assert off == [False, [False, False, False], 0, [2, 2, 2]]
+    on = json.loads(run_python(code, cwd=tmp_path, env={"GRAPHPICKLE_NO_CACHE": ""}))
+    assert on == [True, [False, True, True], 1, [2, 2, 2]]
+
+
+# --- sequences on one connection, changes on both ends, against cloudpickle ------
+
+_SEQUENCE_SENDER = """
+import collections, json, pickle, sys, cloudpickle
+import graphpickle.integrations.dask_distributed as gpd
+from graphpickle.core import connection
+{state}
+sender = connection.Sender()
+rows = []
+for action in json.loads(sys.argv[2]):
+    if action in ACTIONS:
+        exec(ACTIONS[action])
+    session = sender.session()
+    token = gpd._CODE_BLOCKS.set(session)
+    ours = [gpd.dumps(f), gpd.dumps(f)]
+    gpd._CODE_BLOCKS.reset(token)
+    sender.commit(session)
+    rows.append((action, ours, cloudpickle.dumps(f)))
+with open(sys.argv[1], "wb") as out:
+    pickle.dump(rows, out)
+"""
+
+# The worker: one connection, and a change made by each task to what it was given
+# (its function, its globals, its code) before the next task arrives.
+_SEQUENCE_RECEIVER = """
+import json, pickle, sys
+from graphpickle.core import connection
+connection.RECEIVER.set(connection.Receiver())
+with open(sys.argv[1], "rb") as f:
+    rows = pickle.load(f)
+which = int(sys.argv[2])
+CHANGES = {
+    "set a global": "f.__globals__['G'] = ('changed on the worker',)",
+    "new code": "f.__code__ = (lambda d=None: 'worker code').__code__",
+    "new defaults": "f.__defaults__ = ({'x': 'worker'},)",
+    "change a default in place": "f.__defaults__[0]['x'] = 'worker'",
+    "an attribute": "f.tag = 'worker'",
+}
+seen = []
+for action, ours, theirs in rows:
+    row = []
+    for data in (ours if which else [theirs]):
+        try:
+            f = pickle.loads(data)
+            row.append(repr(f()))
+            exec(CHANGES.get(action.partition(" then ")[2], ""))
+        except Exception as exc:
+            row.append(f"raised {type(exc).__name__}")
+    seen.append(row)
+print(json.dumps(seen))
+"""
+
+_WORKER_CHANGES = ["set a global", "new code", "new defaults", "change a default in place",
+                   "an attribute", ""]  # fmt: skip
+
+
+@settings(
+    max_examples=int(os.environ.get("GP_CACHE_EXAMPLES", "12")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(sorted(_ACTIONS)), st.sampled_from(_WORKER_CHANGES)),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_a_sequence_on_one_connection_loads_as_fresh_cloudpickle_payloads(tmp_path_factory, steps):
+    tmp_path = tmp_path_factory.mktemp("sequence")
+    actions = [f"send first then {steps[0][1]}"] + [f"{a} then {w}" for a, w in steps]
+    state = (
+        _STATE
+        + f"\nACTIONS = {{a + ' then ' + w: c for a, c in {_ACTIONS!r}.items() "
+        + (f"for w in {_WORKER_CHANGES!r}}}")
+    )
+    sent = tmp_path / "rows.pkl"
+    run_python(_SEQUENCE_SENDER.format(state=state), str(sent), json.dumps(actions), cwd=tmp_path)
+    ours = json.loads(run_python(_SEQUENCE_RECEIVER, str(sent), "1", cwd=tmp_path))
+    # cloudpickle's, each payload loaded anew (its function and globals are new
+    # in every load; its classes' state applied again)
+    theirs = json.loads(run_python(_SEQUENCE_RECEIVER, str(sent), "0", cwd=tmp_path))
+    assert ours == [[t[0], t[0]] for t in theirs], (actions, ours, theirs)
+
+
+# --- a real cluster -----------------------------------------------------------------
+
+_CLUSTER = """
+import os, sys, time, types
+from distributed import Client, LocalCluster
+from graphpickle.integrations import dask_distributed as gpd
+
+def slow(x):
+    time.sleep(0.01)
+    return x + 1
+
+def held_here():
+    return sum(len(r.held) for r in gpd._receivers.values())
+
+def tables(dask_scheduler):
+    return [(t.incarnation, len(t.held)) for t in (
+        bs.comm.remote_info.get("graphpickle-blocks-held") for bs in dask_scheduler.stream_comms.values())
+        if t is not None]
+
+def die():
+    os._exit(1)
+
+if __name__ == "__main__":
+    # A module only this client has: a task naming it fails to load on the worker.
+    mod = types.ModuleType("clientonly")
+    exec("def double(x):\\n    return 2 * x\\n", mod.__dict__)
+    sys.modules["clientonly"] = mod
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        gpd.install(client)
+        assert client.gather(client.map(slow, range(20), pure=False)) == list(range(1, 21))
+        ((first, held),) = client.run_on_scheduler(tables)
+        assert held >= 1 and all(client.run(held_here).values())
+        # A payload that fails to load carries a new function's first block; the
+        # next tasks name it by its digest and run.
+        def fresh(x, offset=100):
+            return x + offset
+        failing = client.submit(lambda x: (mod.double, fresh)[1](x), 1, pure=False)
+        try:
+            failing.result(60)
+        except ModuleNotFoundError:
+            pass
+        else:
+            raise AssertionError("it loaded")
+        assert client.gather(client.map(lambda x: fresh(x), range(5), pure=False)) == [
+            100, 101, 102, 103, 104]
+        # The worker dies mid-stream; its nanny starts another, which must be sent
+        # every block again (a new connection, an empty table).
+        futures = client.map(slow, range(200), pure=False)
+        while sum(f.done() for f in futures) < 20:
+            time.sleep(0.01)
+        try:
+            client.run(die)
+        except Exception:
+            pass
+        assert client.gather(futures) == list(range(1, 201))
+        client.wait_for_workers(1, timeout=60)
+        ((second, held),) = client.run_on_scheduler(tables)
+        assert second != first and held >= 1, (first, second, held)
+    print("ok")
+"""
+
+
+def test_a_cluster_sends_each_block_once_per_worker_incarnation(tmp_path):
+    pytest.importorskip("dask._task_spec", reason="run specs are dask._task_spec objects")
+    out = run_python(_CLUSTER, cwd=tmp_path, timeout=300)
+    assert out.split()[-1] == "ok"
+
+
+def test_a_write_of_many_blocks_names_none_the_worker_may_have_evicted(monkeypatch):
+    monkeypatch.setattr(connection, "MAX_HELD", 6)
+    funcs = [distinct_code(i) for i in range(20)]
+    sender, receiver = connection.Sender(), connection.Receiver()
+    session = sender.session()
+    token = gpd._CODE_BLOCKS.set(session)
+    try:
+        payloads = [gpd.dumps([func, i]) for i, func in enumerate(funcs)]
+        payloads += [gpd.dumps([func, i]) for i, func in enumerate(funcs)]  # named again
+    finally:
+        gpd._CODE_BLOCKS.reset(token)
+    sender.commit(session)
+    for i, payload in enumerate(payloads):
+        func, x = read(receiver, payload)
+        assert func(x) == (i % 20, i % 20)
