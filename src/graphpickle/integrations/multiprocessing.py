@@ -58,7 +58,8 @@ from typing import IO, Any
 
 from .._cloudpickle_internals import class_tracker_id
 from ..core.pickler import Pickler, _note_load_failure
-from ..core.reducers import Reducer, on_tables_changed
+from ..core.reducers import on_tables_changed
+from . import _main_namespace
 
 __all__ = [
     "SUPPORTED_PYTHONS",
@@ -82,40 +83,12 @@ class MultiprocessingIntegrationError(RuntimeError):
 # --- pickling ------------------------------------------------------------------
 
 
-class _MainGlobals(dict):  # type: ignore[type-arg]
-    """The globals dict a payload's ``__main__`` functions are made with: it
-    travels as "the receiver's ``__main__`` namespace", not as a dict of its own."""
-
-
-def _main_namespace() -> dict[str, Any]:
-    """In the receiver: its ``__main__``'s namespace. Inside :func:`_loads`, the
-    namespace is remembered first, so that what the payload's functions write
-    into it (cloudpickle updates their globals) can be undone where the
-    receiver had a value of its own."""
-    namespace: dict[str, Any] = vars(sys.modules["__main__"])
-    pending = getattr(_loading, "pending", None)
-    if pending is not None and not pending:
-        pending.append((namespace, dict(namespace)))
-    return namespace
-
-
-def _reduce_main_globals(_: _MainGlobals) -> tuple[Any, ...]:
-    return _main_namespace, ()
-
-
-_REDUCERS: dict[type, Reducer] = {_MainGlobals: _reduce_main_globals}
-
-
-def _lookup(cls: type) -> Reducer | None:
-    return _REDUCERS.get(cls)
-
-
 class _ForkingPickler(Pickler):
     """graphpickle's pickler with ``ForkingPickler``'s registered reducers, whose
     ``__main__`` functions travel with the receiver's ``__main__`` as globals."""
 
     def __init__(self, file: IO[bytes], protocol: int | None = None) -> None:
-        super().__init__(file, protocol, reducer_lookup=_lookup)
+        super().__init__(file, protocol, reducer_lookup=_main_namespace.reducer_lookup)
         self.tables: tuple[dict[Any, Any], dict[Any, Any]] = ({}, {})
         self.prepare()
 
@@ -127,9 +100,7 @@ class _ForkingPickler(Pickler):
         if self.tables != (copyreg.dispatch_table, extra):  # (changed since: copied again)
             self.tables = (dict(copyreg.dispatch_table), dict(extra))
             self.dispatch_table = {**copyreg.dispatch_table, **extra}
-        main = sys.modules.get("__main__")
-        if main is not None:
-            self._state.globals_ref[id(vars(main))] = _MainGlobals()
+        _main_namespace.share_main(self)
 
 
 class _Reusable(threading.local):
@@ -191,31 +162,14 @@ def _dump(obj: Any, file: IO[bytes], protocol: int | None = None) -> None:
     _ForkingPickler(file, protocol).dump(obj)
 
 
-_loading = threading.local()
-
-
 def _loads(data: Any, /, **kwargs: Any) -> Any:
-    """``ForkingPickler.loads``: ``pickle.loads``, then the receiver's own values
-    put back where the payload's ``__main__`` functions overwrote them (fork's
-    semantics: the worker's globals are the worker's)."""
-    outer = getattr(_loading, "pending", None)
-    pending: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    _loading.pending = pending
+    """``ForkingPickler.loads``: ``pickle.loads``, its ``__main__`` functions in the
+    receiver's ``__main__`` (fork's semantics: the worker's globals are the worker's)."""
     try:
-        return _pickle.loads(data, **kwargs)
+        return _main_namespace.loads_sharing_main(lambda: _pickle.loads(data, **kwargs))
     except Exception as exc:
         _note_load_failure(exc)
         raise
-    finally:
-        _loading.pending = outer
-        if pending:
-            namespace, before = pending[0]
-            for name, value in before.items():
-                if namespace.get(name, _MISSING) is not value:
-                    namespace[name] = value
-
-
-_MISSING = object()
 
 
 # --- children --------------------------------------------------------------------
