@@ -161,10 +161,11 @@ def test_notebook_cells_use_the_stdlib_pools(kernel: Kernel, tmp_path: Path) -> 
 
     # A task whose module only the kernel has: the cell fails with the missing
     # module's name, and the same pool serves the next cell.
-    (tmp_path / "only_here").mkdir()
-    (tmp_path / "only_here" / "only_here.py").write_text("def double(x):\n    return 2 * x\n")
+    # (Not in the kernel's working directory, which the workers have on sys.path.)
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "only_here.py").write_text("def double(x):\n    return 2 * x\n")
     kernel.ok(f"""
-        sys.path.insert(0, {str(tmp_path / "only_here")!r})
+        sys.path.insert(0, {str(tmp_path / "lib")!r})
         import only_here
         sys.path.pop(0)  # the workers will not find it
         pool = multiprocessing.Pool(2)
