@@ -278,7 +278,7 @@ print("parent", model, calls)
 """
 
 
-@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+@pytest.mark.parametrize("method", ["spawn", "forkserver", "fork"])
 @pytest.mark.parametrize("source", _SOURCES)
 def test_an_initializers_global_is_what_the_tasks_read(tmp_path, source, method):
     proc = _run(source, _ONE_MAIN_PER_WORKER.format(method=method), tmp_path)

@@ -14,11 +14,13 @@ worker's).
 from __future__ import annotations
 
 import io
+import os
 import sys
 import threading
 from collections.abc import Callable
 from typing import IO, Any, TypeVar
 
+from .._cloudpickle_internals import class_tracker_id
 from ..core.pickler import BufferCallback, Pickler
 from ..core.reducers import Reducer
 
@@ -110,3 +112,31 @@ def dumps(obj: Any) -> bytes:
     out = io.BytesIO()
     MainPickler(out).dump(obj)
     return out.getvalue()
+
+
+# --- fork ------------------------------------------------------------------------
+
+# Who asked for the hook below, each asked whether it is still wanted (None: always).
+_fork_wanted: list[Callable[[], bool] | None] = []
+
+
+def track_main_classes_before_forks(wanted: Callable[[], bool] | None = None) -> None:
+    """From now on, before each fork (while ``wanted()``, if given): give each class
+    of ``__main__`` its by-value id. A forked child then loads a payload naming
+    that class as the class it inherited, which its ``__main__`` (shared with the
+    payload's functions) holds, and sends its instances back as the parent's."""
+    if wanted in _fork_wanted:
+        return
+    # (Never unregistered: `wanted` turns it off. Windows has no fork.)
+    if not _fork_wanted and hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_track_main_classes)
+    _fork_wanted.append(wanted)
+
+
+def _track_main_classes() -> None:
+    if not any(wanted is None or wanted() for wanted in _fork_wanted):
+        return
+    main = sys.modules.get("__main__")
+    for value in list(vars(main).values()) if main is not None else ():
+        if isinstance(value, type) and value.__module__ == "__main__":
+            class_tracker_id(value)

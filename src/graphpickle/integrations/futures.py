@@ -260,6 +260,10 @@ class _PoolState:
                 self.worker_context = _process_start.WorkerContext(context, self.reports)
             elif self.start_method == "fork":
                 self.fork_report_fd = self.reports.write_fd
+        if self.start_method == "fork":
+            # A fork worker's __main__ (which its calls' functions share) holds the
+            # parent's classes: they must load as those (see _main_namespace).
+            _main_namespace.track_main_classes_before_forks()
 
     def broken(self, what: str) -> BrokenProcessPool:
         """The error for tasks of a pool that broke, in words, with the worker's own

@@ -56,7 +56,6 @@ import sys
 import threading
 from typing import IO, Any
 
-from .._cloudpickle_internals import class_tracker_id
 from ..core.pickler import Pickler, _note_load_failure
 from ..core.reducers import on_tables_changed
 from . import _main_namespace
@@ -193,18 +192,9 @@ def _get_preparation_data(name: str) -> dict[str, Any]:
     return data
 
 
-def _track_main_classes() -> None:
-    """Before a fork: give each class of ``__main__`` its by-value id, so that the
-    child loads a payload naming that class as the class it inherits."""
-    if not _originals:
-        return
-    main = sys.modules.get("__main__")
-    for value in list(vars(main).values()) if main is not None else ():
-        if isinstance(value, type) and value.__module__ == "__main__":
-            class_tracker_id(value)
-
-
-_at_fork_registered = False
+def _active() -> bool:
+    """Whether the at-fork hook of :func:`install` is wanted (it is never removed)."""
+    return bool(_originals)
 
 
 # --- Pool workers that never lose a task -----------------------------------------
@@ -466,7 +456,7 @@ def install() -> None:
     Raises :class:`MultiprocessingIntegrationError`, having changed nothing, on
     a Python whose ``multiprocessing`` this module does not know. Calling it
     again does nothing more."""
-    global _at_fork_registered, _original_preload
+    global _original_preload
     _check()
     for key, (holder, replacement) in _TARGETS.items():  # nothing below can fail half-way
         if key in _originals:
@@ -478,10 +468,7 @@ def install() -> None:
         # The forkserver imports graphpickle once; its children start with it.
         _original_preload = list(preload)
         preload.append(_PRELOAD)
-    # (Never unregistered: it does nothing once uninstalled. Windows has no fork.)
-    if not _at_fork_registered and hasattr(os, "register_at_fork"):
-        os.register_at_fork(before=_track_main_classes)
-        _at_fork_registered = True
+    _main_namespace.track_main_classes_before_forks(_active)
 
 
 def uninstall() -> None:
