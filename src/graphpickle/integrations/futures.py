@@ -8,6 +8,9 @@ arrays) out of band of the pickle; results come back the same way. The initializ
 travels by value too. Under ``spawn`` and ``forkserver`` the workers do not run the
 main script again, as the standard library's do (``_process_start``): a script needs
 no ``if __name__ == "__main__":`` guard for them, and one read from stdin works.
+The ``__main__`` functions a worker loads share one namespace, the worker's
+``__main__``, as under fork (``_main_namespace``): a global the initializer sets is
+what the tasks read.
 
 Failures reach the caller as clear exceptions, and the pool stays usable:
 
@@ -27,7 +30,8 @@ Failures reach the caller as clear exceptions, and the pool stays usable:
 
 ``InterpreterPoolExecutor`` (Python 3.14+): a drop-in for
 :class:`concurrent.futures.InterpreterPoolExecutor`, whose calls travel to each
-interpreter as graphpickle bytes (``_in_interpreter``). Before 3.14 the name exists
+interpreter as graphpickle bytes (``_in_interpreter``), its ``__main__`` functions
+sharing the interpreter's ``__main__``. Before 3.14 the name exists
 and raises ``RuntimeError`` when called.
 """
 
