@@ -193,3 +193,34 @@ def test_before_314_the_name_says_what_it_needs():
 
     with pytest.raises(RuntimeError, match=r"needs Python 3\.14 or later .* this is 3\.1[123]\."):
         InterpreterPoolExecutor()
+
+
+# An interpreter's __main__ functions share one namespace, the interpreter's
+# __main__: what the initializer sets, and what a task sets, is what later tasks read.
+_ONE_MAIN_PER_INTERPRETER = """
+from graphpickle.integrations.futures import InterpreterPoolExecutor
+
+model = None
+calls = 0
+
+def init(value):
+    global model
+    model = value
+
+def predict(x):
+    global calls
+    calls += 1
+    return model, x, calls
+
+with InterpreterPoolExecutor(1, initializer=init, initargs=("loaded",)) as pool:
+    print(pool.submit(predict, 1).result(120), pool.submit(lambda x: predict(x), 2).result(120))
+print("parent", model, calls)
+"""
+
+
+@needs_314
+@pytest.mark.parametrize("source", ["file", "-c", "stdin"])
+def test_an_initializers_global_is_what_the_tasks_read(tmp_path, source):
+    proc = _run(source, _ONE_MAIN_PER_INTERPRETER, tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert proc.stdout.splitlines() == ["('loaded', 1, 1) ('loaded', 2, 2)", "parent None 0"]

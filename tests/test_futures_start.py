@@ -248,3 +248,42 @@ def test_a_multiprocessing_without_a_name_it_relies_on_is_refused(
     ):
         ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(method))
     assert multiprocessing.active_children() == []
+
+
+# A worker's __main__ functions share one namespace, the worker's __main__, as under
+# fork: what the initializer sets, and what a task sets, is what later tasks read.
+# The parent's values travel only where the worker has none of its own.
+_ONE_MAIN_PER_WORKER = """
+import multiprocessing, os
+from graphpickle.integrations.futures import ProcessPoolExecutor
+
+model = None
+calls = 0
+
+def init(value):
+    global model
+    model = value
+
+def predict(x):
+    global calls
+    calls += 1
+    return model, x, calls, os.getpid()
+
+context = multiprocessing.get_context({method!r})
+with ProcessPoolExecutor(1, mp_context=context, initializer=init, initargs=("loaded",)) as pool:
+    first = pool.submit(predict, 1).result(120)
+    second = pool.submit(lambda x: predict(x), 2).result(120)
+    print(first[:3], second[:3], first[3] == second[3], list(pool.map(predict, [3])))
+print("parent", model, calls)
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver", "fork"])
+@pytest.mark.parametrize("source", _SOURCES)
+def test_an_initializers_global_is_what_the_tasks_read(tmp_path, source, method):
+    proc = _run(source, _ONE_MAIN_PER_WORKER.format(method=method), tmp_path)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    worker = proc.stdout.splitlines()[0].rsplit(" [", 1)[0]
+    assert worker == "('loaded', 1, 1) ('loaded', 2, 2) True", proc.stdout
+    assert "[('loaded', 3, 3, " in proc.stdout
+    assert proc.stdout.splitlines()[1] == "parent None 0"

@@ -18,6 +18,7 @@ import traceback
 from typing import Any
 
 from ..core.pickler import dumps
+from ._main_namespace import loads_sharing_main
 
 # CPython's words for an extension module that refuses subinterpreters
 # (Python/import.c); numpy's, among others, today.
@@ -32,7 +33,8 @@ def call(results: Any, payload: bytes) -> bytes:
     ``do_call`` does.
     """
     try:
-        fn, args, kwargs = pickle.loads(payload)  # the parent's own bytes
+        # The parent's own bytes; its __main__ functions run in this interpreter's.
+        fn, args, kwargs = loads_sharing_main(lambda: pickle.loads(payload))
         return dumps(fn(*args, **kwargs))
     except BaseException as exc:
         refused = _NOT_IN_SUBINTERPRETERS.search(str(exc))

@@ -8,6 +8,9 @@ arrays) out of band of the pickle; results come back the same way. The initializ
 travels by value too. Under ``spawn`` and ``forkserver`` the workers do not run the
 main script again, as the standard library's do (``_process_start``): a script needs
 no ``if __name__ == "__main__":`` guard for them, and one read from stdin works.
+The ``__main__`` functions a worker loads share one namespace, the worker's
+``__main__``, as under fork (``_main_namespace``): a global the initializer sets is
+what the tasks read.
 
 Failures reach the caller as clear exceptions, and the pool stays usable:
 
@@ -27,7 +30,8 @@ Failures reach the caller as clear exceptions, and the pool stays usable:
 
 ``InterpreterPoolExecutor`` (Python 3.14+): a drop-in for
 :class:`concurrent.futures.InterpreterPoolExecutor`, whose calls travel to each
-interpreter as graphpickle bytes (``_in_interpreter``). Before 3.14 the name exists
+interpreter as graphpickle bytes (``_in_interpreter``), its ``__main__`` functions
+sharing the interpreter's ``__main__``. Before 3.14 the name exists
 and raises ``RuntimeError`` when called.
 """
 
@@ -46,7 +50,9 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from .. import wire
-from ..core.pickler import dumps, loads
+from ..core.pickler import loads
+from . import _main_namespace
+from ._main_namespace import MainPickler, loads_sharing_main
 
 __all__ = ["BrokenProcessPool", "InterpreterPoolExecutor", "ProcessPoolExecutor"]
 
@@ -58,15 +64,26 @@ class _RemoteTraceback(Exception):
         return str(self.args[0])
 
 
+def _pack(obj: Any) -> bytes:
+    """A call (or the initializer) for the workers: its ``__main__`` functions run
+    in the worker's ``__main__``, one namespace per worker as under fork."""
+    return wire.pack_bytes(obj, pickler_class=MainPickler)
+
+
+def _unpack(message: bytes) -> Any:
+    """In a worker: a message of :func:`_pack`."""
+    return loads_sharing_main(lambda: wire.unpack_bytes(message))
+
+
 def _run(message: bytes) -> bytes:
     """In a worker: load a call, run it, pack its result or its exception."""
-    call = wire.unpack_bytes(message)
+    call = _unpack(message)
     return _packed_outcome(lambda: call["fn"](*call["args"], **call["kwargs"]))
 
 
 def _run_chunk(message: bytes) -> bytes:
     """In a worker: ``map``'s chunk of calls, one message for the whole chunk."""
-    call = wire.unpack_bytes(message)
+    call = _unpack(message)
     fn = call["fn"]
     return _packed_outcome(lambda: [fn(*args) for args in call["chunk"]])
 
@@ -90,7 +107,7 @@ def _start_worker(state: Any, fork_report_fd: int, initializer: bytes | None) ->
         return
     failure = _NOT_LOADED
     try:
-        function, args = wire.unpack_bytes(initializer)
+        function, args = _unpack(initializer)
         failure = _RAISED
         function(*args)
     except BaseException as exc:
@@ -148,7 +165,7 @@ class ProcessPoolExecutor(_futures.Executor):
         # Workers do not run the main script, so the initializer travels by value
         # like any call (a __main__ function, a lambda): packed here, where an error
         # can name its path.
-        packed = None if initializer is None else wire.pack_bytes((initializer, initargs))
+        packed = None if initializer is None else _pack((initializer, initargs))
 
         def new_pool() -> tuple[_futures.ProcessPoolExecutor, _PoolState]:
             state = _PoolState(context)
@@ -167,7 +184,7 @@ class ProcessPoolExecutor(_futures.Executor):
         self._shutdown = False
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> _futures.Future[Any]:
-        message = wire.pack_bytes({"fn": fn, "args": args, "kwargs": kwargs})
+        message = _pack({"fn": fn, "args": args, "kwargs": kwargs})
         return self._submit(_run, message, _describe(fn))
 
     def map(
@@ -182,7 +199,7 @@ class ProcessPoolExecutor(_futures.Executor):
         end = None if timeout is None else time.monotonic() + timeout
         calls = zip(*iterables, strict=False)
         submitted = [
-            self._submit(_run_chunk, wire.pack_bytes({"fn": fn, "chunk": chunk}), _describe(fn))
+            self._submit(_run_chunk, _pack({"fn": fn, "chunk": chunk}), _describe(fn))
             for chunk in iter(lambda: list(itertools.islice(calls, chunksize)), [])
         ]
 
@@ -247,6 +264,10 @@ class _PoolState:
                 self.worker_context = _process_start.WorkerContext(context, self.reports)
             elif self.start_method == "fork":
                 self.fork_report_fd = self.reports.write_fd
+        if self.start_method == "fork":
+            # A fork worker's __main__ (which its calls' functions share) holds the
+            # parent's classes: they must load as those (see _main_namespace).
+            _main_namespace.track_main_classes_before_forks()
 
     def broken(self, what: str) -> BrokenProcessPool:
         """The error for tasks of a pool that broke, in words, with the worker's own
@@ -322,8 +343,9 @@ def _describe(fn: Any) -> str:
 
 def _pack_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
     """A call for an interpreter, pickled in the caller's thread: an object that
-    cannot be pickled raises here, its path in a note."""
-    return dumps((fn, args, kwargs))
+    cannot be pickled raises here, its path in a note. Its ``__main__`` functions
+    run in the interpreter's ``__main__``, one namespace per interpreter."""
+    return _main_namespace.dumps((fn, args, kwargs))
 
 
 if sys.version_info >= (3, 14):

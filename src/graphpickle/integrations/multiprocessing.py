@@ -56,9 +56,9 @@ import sys
 import threading
 from typing import IO, Any
 
-from .._cloudpickle_internals import class_tracker_id
 from ..core.pickler import Pickler, _note_load_failure
-from ..core.reducers import Reducer, on_tables_changed
+from ..core.reducers import on_tables_changed
+from . import _main_namespace
 
 __all__ = [
     "SUPPORTED_PYTHONS",
@@ -82,40 +82,12 @@ class MultiprocessingIntegrationError(RuntimeError):
 # --- pickling ------------------------------------------------------------------
 
 
-class _MainGlobals(dict):  # type: ignore[type-arg]
-    """The globals dict a payload's ``__main__`` functions are made with: it
-    travels as "the receiver's ``__main__`` namespace", not as a dict of its own."""
-
-
-def _main_namespace() -> dict[str, Any]:
-    """In the receiver: its ``__main__``'s namespace. Inside :func:`_loads`, the
-    namespace is remembered first, so that what the payload's functions write
-    into it (cloudpickle updates their globals) can be undone where the
-    receiver had a value of its own."""
-    namespace: dict[str, Any] = vars(sys.modules["__main__"])
-    pending = getattr(_loading, "pending", None)
-    if pending is not None and not pending:
-        pending.append((namespace, dict(namespace)))
-    return namespace
-
-
-def _reduce_main_globals(_: _MainGlobals) -> tuple[Any, ...]:
-    return _main_namespace, ()
-
-
-_REDUCERS: dict[type, Reducer] = {_MainGlobals: _reduce_main_globals}
-
-
-def _lookup(cls: type) -> Reducer | None:
-    return _REDUCERS.get(cls)
-
-
 class _ForkingPickler(Pickler):
     """graphpickle's pickler with ``ForkingPickler``'s registered reducers, whose
     ``__main__`` functions travel with the receiver's ``__main__`` as globals."""
 
     def __init__(self, file: IO[bytes], protocol: int | None = None) -> None:
-        super().__init__(file, protocol, reducer_lookup=_lookup)
+        super().__init__(file, protocol, reducer_lookup=_main_namespace.reducer_lookup)
         self.tables: tuple[dict[Any, Any], dict[Any, Any]] = ({}, {})
         self.prepare()
 
@@ -127,9 +99,7 @@ class _ForkingPickler(Pickler):
         if self.tables != (copyreg.dispatch_table, extra):  # (changed since: copied again)
             self.tables = (dict(copyreg.dispatch_table), dict(extra))
             self.dispatch_table = {**copyreg.dispatch_table, **extra}
-        main = sys.modules.get("__main__")
-        if main is not None:
-            self._state.globals_ref[id(vars(main))] = _MainGlobals()
+        _main_namespace.share_main(self)
 
 
 class _Reusable(threading.local):
@@ -191,31 +161,14 @@ def _dump(obj: Any, file: IO[bytes], protocol: int | None = None) -> None:
     _ForkingPickler(file, protocol).dump(obj)
 
 
-_loading = threading.local()
-
-
 def _loads(data: Any, /, **kwargs: Any) -> Any:
-    """``ForkingPickler.loads``: ``pickle.loads``, then the receiver's own values
-    put back where the payload's ``__main__`` functions overwrote them (fork's
-    semantics: the worker's globals are the worker's)."""
-    outer = getattr(_loading, "pending", None)
-    pending: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    _loading.pending = pending
+    """``ForkingPickler.loads``: ``pickle.loads``, its ``__main__`` functions in the
+    receiver's ``__main__`` (fork's semantics: the worker's globals are the worker's)."""
     try:
-        return _pickle.loads(data, **kwargs)
+        return _main_namespace.loads_sharing_main(lambda: _pickle.loads(data, **kwargs))
     except Exception as exc:
         _note_load_failure(exc)
         raise
-    finally:
-        _loading.pending = outer
-        if pending:
-            namespace, before = pending[0]
-            for name, value in before.items():
-                if namespace.get(name, _MISSING) is not value:
-                    namespace[name] = value
-
-
-_MISSING = object()
 
 
 # --- children --------------------------------------------------------------------
@@ -239,18 +192,9 @@ def _get_preparation_data(name: str) -> dict[str, Any]:
     return data
 
 
-def _track_main_classes() -> None:
-    """Before a fork: give each class of ``__main__`` its by-value id, so that the
-    child loads a payload naming that class as the class it inherits."""
-    if not _originals:
-        return
-    main = sys.modules.get("__main__")
-    for value in list(vars(main).values()) if main is not None else ():
-        if isinstance(value, type) and value.__module__ == "__main__":
-            class_tracker_id(value)
-
-
-_at_fork_registered = False
+def _active() -> bool:
+    """Whether the at-fork hook of :func:`install` is wanted (it is never removed)."""
+    return bool(_originals)
 
 
 # --- Pool workers that never lose a task -----------------------------------------
@@ -512,7 +456,7 @@ def install() -> None:
     Raises :class:`MultiprocessingIntegrationError`, having changed nothing, on
     a Python whose ``multiprocessing`` this module does not know. Calling it
     again does nothing more."""
-    global _at_fork_registered, _original_preload
+    global _original_preload
     _check()
     for key, (holder, replacement) in _TARGETS.items():  # nothing below can fail half-way
         if key in _originals:
@@ -524,10 +468,7 @@ def install() -> None:
         # The forkserver imports graphpickle once; its children start with it.
         _original_preload = list(preload)
         preload.append(_PRELOAD)
-    # (Never unregistered: it does nothing once uninstalled. Windows has no fork.)
-    if not _at_fork_registered and hasattr(os, "register_at_fork"):
-        os.register_at_fork(before=_track_main_classes)
-        _at_fork_registered = True
+    _main_namespace.track_main_classes_before_forks(_active)
 
 
 def uninstall() -> None:

@@ -197,6 +197,7 @@ def pack(
     compression: str | None = None,
     protocol: int = DEFAULT_PROTOCOL,
     deterministic: bool = False,
+    pickler_class: type[Pickler] = Pickler,
 ) -> list[Frame]:
     """Pickle ``obj`` into a list of frames (see the module's docstring).
 
@@ -204,11 +205,13 @@ def pack(
     (compressed frames excepted), so keep ``obj`` alive while the frames are sent.
     With ``deterministic=True`` the pickle is :mod:`graphpickle.determinism`'s,
     so equal objects give equal messages (the header and signature follow).
+    ``pickler_class``: a subclass of :class:`graphpickle.Pickler` that takes its
+    arguments, made once for this message (an integration's own reducers).
     """
     compress = None if compression is None else _Compressor(compression)
     buffers: list[PickleBuffer] = []
     out = io.BytesIO()
-    pickler = Pickler(
+    pickler = pickler_class(
         out,
         protocol,
         buffer_callback=buffers.append if protocol >= 5 else None,
@@ -273,10 +276,16 @@ def pack_bytes(
     compression: str | None = None,
     protocol: int = DEFAULT_PROTOCOL,
     deterministic: bool = False,
+    pickler_class: type[Pickler] = Pickler,
 ) -> bytes:
     """The message of :func:`pack` as one contiguous ``bytes`` (frames back to back)."""
     frames = pack(
-        obj, key=key, compression=compression, protocol=protocol, deterministic=deterministic
+        obj,
+        key=key,
+        compression=compression,
+        protocol=protocol,
+        deterministic=deterministic,
+        pickler_class=pickler_class,
     )
     return b"".join(frames)
 
