@@ -88,6 +88,7 @@ __all__ = [
     "MEMORY_PER_INPUT_BYTE",
     "TUPLE_WORK",
     "Allowance",
+    "HASHES",
     "Depths",
     "Hashing",
     "TupleWork",
@@ -138,14 +139,14 @@ class TupleWork:
                 total += (self._count_unknown(item, limit) if known is None else known[0]) - 1
             elif objects and id(item) in counts:
                 total += counts[id(item)][0] - 1
-                if total > limit:
-                    raise exceeded(
-                        "tuple_work",
-                        opcode,
-                        offset(),
-                        f"hashing or comparing this tuple would visit more than {limit:,} "
-                        "items (its items share tuples that share tuples)",
-                    )
+        if total > limit:  # (once, after the items: counts only grow)
+            raise exceeded(
+                "tuple_work",
+                opcode,
+                offset(),
+                f"hashing or comparing this tuple would visit more than {limit:,} "
+                "items (its items share tuples that share tuples)",
+            )
         counts[id(value)] = (total, value)
 
     def _count_unknown(self, value: tuple[Any, ...], limit: int) -> int:
@@ -195,6 +196,14 @@ class Hashing:
                 "input (tuples are hashed again each time they are placed)",
             )
 
+    def placed(
+        self, opcode: str, items: Any, counts: dict[int, tuple[int, Any]], offset: Any
+    ) -> None:
+        """Charge what ``opcode`` hashes of ``items``, the objects it takes off the
+        stack in order (above the mark, or its operands): one rule for
+        restricted loading and ``inspect``'s dry run (``HASHES``)."""
+        self.keys(HASHES[opcode](items), counts, opcode, offset)
+
     def keys(self, keys: Any, counts: dict[int, tuple[int, Any]], opcode: str, offset: Any) -> None:
         """Charge hashing each of ``keys`` (the counted ones cost their count)."""
         work = 0
@@ -204,6 +213,30 @@ class Hashing:
                 work += known[0]
         if work:
             self.charge(work, opcode, offset)
+
+
+def _pairs(items: Any) -> Any:
+    return items[::2]
+
+
+def _members(items: Any) -> Any:
+    return items
+
+
+def _key(items: Any) -> Any:
+    return items[:1]
+
+
+#: What each opcode that hashes takes of its items (in the order they were
+#: pushed: above the mark, or SETITEM's key and value): the keys of (key, value)
+#: pairs, or every member.
+HASHES = {
+    "DICT": _pairs,
+    "SETITEMS": _pairs,
+    "SETITEM": _key,
+    "ADDITEMS": _members,
+    "FROZENSET": _members,
+}
 
 
 class Depths:
