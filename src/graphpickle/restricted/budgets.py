@@ -78,6 +78,7 @@ HASHING_FLOOR = 1 << 25
 HASHING_PER_INPUT_BYTE = 32
 
 __all__ = [
+    "HASHES",
     "HASHING_FLOOR",
     "HASHING_PER_INPUT_BYTE",
     "ITEM_BYTES",
@@ -88,7 +89,6 @@ __all__ = [
     "MEMORY_PER_INPUT_BYTE",
     "TUPLE_WORK",
     "Allowance",
-    "HASHES",
     "Depths",
     "Hashing",
     "TupleWork",

@@ -263,11 +263,11 @@ class Arguments:
     tuples and objects met (``work``: what each costs to hash, by id, from
     ``budgets.TupleWork``; a tuple is counted each time it is met)."""
 
-    __slots__ = ("big_ints", "hashing", "lazy", "shared", "strings", "visited")
+    __slots__ = ("big_numbers", "hashing", "lazy", "shared", "strings", "visited")
 
     def __init__(self, *values: Any, work: dict[int, tuple[int, Any]] | None = None) -> None:
         strings: list[str] = []
-        lazy = visited = big_ints = hashing = 0
+        lazy = visited = big_numbers = hashing = 0
         shared = False
         bound = _int_bound()
         seen: set[int] | None = None  # (made at the first container only)
@@ -280,7 +280,7 @@ class Arguments:
                 strings.append(value)
             elif kind is int:
                 if value > bound or value < -bound:
-                    big_ints += 1
+                    big_numbers += 1
             elif kind is tuple or kind is list or kind is dict:
                 if work is not None and kind is tuple:
                     known = work.get(id(value))
@@ -294,6 +294,9 @@ class Arguments:
                     todo.extend(value.values() if kind is dict else value)
                     if kind is dict:
                         todo.extend(value)
+            elif kind is _DECIMAL or kind is _FRACTION:
+                if _past_digits(value, bound):
+                    big_numbers += 1
             elif kind not in _ATOMS:
                 length = lazy_length(value)
                 if length is not None:
@@ -303,7 +306,7 @@ class Arguments:
                     if known is not None:
                         hashing += known[0]
         self.strings, self.lazy, self.visited = strings, lazy, visited
-        self.big_ints, self.hashing, self.shared = big_ints, hashing, shared
+        self.big_numbers, self.hashing, self.shared = big_numbers, hashing, shared
 
 
 def unfolded(values: tuple[Any, ...], cap: int) -> int:
@@ -399,13 +402,16 @@ def digits_problem(
         return None
     found = found or Arguments(args, kwargs)
     limit = budgets.MAX_DIGITS
-    if found.big_ints:
-        return f"given an int of more than {limit:,} digits (converting it takes quadratic time)"
+    if found.big_numbers:
+        return (
+            f"given a number past {limit:,} digits (an int, a Fraction, or a Decimal of that "
+            "many digits or magnitude): converting it costs what its value states"
+        )
     if name in _PARSES_NUMBERS:
         values = (*(args if isinstance(args, tuple) else ()), *(kwargs or {}).values())
         for value in values:
-            if isinstance(value, str | bytes | bytearray) and len(value) > 2 * limit:
-                return f"a number parsed from text of more than {2 * limit:,} characters"
+            if isinstance(value, str | bytes | bytearray) and _long_digits(value, limit):
+                return f"a number parsed from text of more than {limit:,} digits in a row"
     if name == "fractions.Fraction":
         for text in found.strings:
             for exponent in _EXPONENT.findall(text):
@@ -415,27 +421,52 @@ def digits_problem(
 
 
 def number_problem(obj: Any) -> str | None:
-    """After a call: a ``Decimal`` whose exponent or coefficient, or a
-    ``Fraction`` whose numerator or denominator, is past the ``digits`` budget.
-    Each costs what its value states, not its size, wherever it goes next:
-    ``int(Decimal("1e100000000"))`` (or numpy casting an object array holding
-    it to int64) computes ``10**100000000``; so does ``Fraction`` of it."""
-    kind = type(obj)
-    if kind is decimal.Decimal:
-        if not obj.is_finite():
-            return None
-        limit = budgets.MAX_DIGITS
-        # Its magnitude, then its digits (fewer than its text's characters: the
-        # text is short for all but the rare long one, as_tuple is not cheap).
-        if abs(obj.adjusted()) > limit or (
-            len(str(obj)) > limit and len(obj.as_tuple().digits) > limit
-        ):
-            return f"a Decimal past {limit:,} digits or a magnitude of 10**{limit:,}"
-    elif kind is fractions.Fraction:
+    """After a call: a ``Fraction`` whose numerator or denominator is past the
+    ``digits`` budget. Its arguments were within it (``digits_problem``), so
+    it came from the arithmetic ``Fraction(a, b)`` makes of Fractions: refused
+    there, each step of a chain (a Fraction squared again and again) costs at
+    most a product of numbers within the budget. A ``Decimal`` is never
+    refused for what it holds: making one costs its text, and only a
+    conversion of it (``int``, ``Fraction``, a numpy or pandas cast) costs
+    what its exponent states, refused by ``digits_problem``."""
+    if type(obj) is _FRACTION:
         bound = _int_bound()
         if abs(obj.numerator) > bound or obj.denominator > bound:
             return f"a Fraction of more than {budgets.MAX_DIGITS:,} digits"
     return None
+
+
+def _past_digits(number: Any, bound: int) -> bool:
+    """Whether a ``Decimal`` or ``Fraction`` is past the ``digits`` budget
+    (``bound`` is ``10 ** MAX_DIGITS``): a Decimal by its magnitude or its
+    digits, a Fraction by its numerator or denominator."""
+    if type(number) is _FRACTION:
+        return abs(number.numerator) > bound or number.denominator > bound
+    if not number.is_finite():
+        return False
+    limit = budgets.MAX_DIGITS
+    # (its text is short for all but the rare long one: as_tuple is not cheap)
+    return abs(number.adjusted()) > limit or (
+        len(str(number)) > limit and len(number.as_tuple().digits) > limit
+    )
+
+
+def _long_digits(text: str | bytes | bytearray, limit: int) -> bool:
+    """Whether ``text`` holds more than ``limit`` digits in a row (underscores
+    between them allowed, as ``int`` allows them): parsing such a number takes
+    time quadratic in its length. Each number of a ``Fraction``'s "n/d" is
+    counted on its own."""
+    pattern = _DIGIT_RUNS.get((limit, type(text) is str))
+    if pattern is None:
+        source = r"\d(?:_?\d){%d}" % limit
+        pattern = re.compile(source if type(text) is str else source.encode())
+        _DIGIT_RUNS[(limit, type(text) is str)] = pattern
+    return pattern.search(text) is not None
+
+
+_DIGIT_RUNS: dict[tuple[int, bool], Any] = {}
+_DECIMAL = decimal.Decimal
+_FRACTION = fractions.Fraction
 
 
 # What converts numbers: each cost grows with a number's digits or exponent.
