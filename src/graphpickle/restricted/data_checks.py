@@ -458,7 +458,7 @@ def _long_digits(text: str | bytes | bytearray, limit: int) -> bool:
     counted on its own."""
     pattern = _DIGIT_RUNS.get((limit, type(text) is str))
     if pattern is None:
-        source = r"\d(?:_?\d){%d}" % limit
+        source = rf"\d(?:_?\d){{{limit}}}"
         pattern = re.compile(source if type(text) is str else source.encode())
         _DIGIT_RUNS[(limit, type(text) is str)] = pattern
     return pattern.search(text) is not None
