@@ -238,11 +238,7 @@ class _BudgetWalk:
 
 def _put(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
     index = len(walk.memo) if opcode == "MEMOIZE" else int(argument)
-    if index > len(walk.data):
-        raise budgets.exceeded(
-            "memo", opcode, walk.offset,
-            f"it stores memo entry {index:,} in a pickle of {len(walk.data):,} bytes",
-        )  # fmt: skip
+    budgets.check_memo(index, len(walk.data), opcode, walk.offset)
     walk.memo[index] = walk.stack[-1]
 
 

@@ -92,6 +92,7 @@ __all__ = [
     "Depths",
     "Hashing",
     "TupleWork",
+    "check_memo",
     "exceeded",
     "lazy_length",
 ]
@@ -105,6 +106,15 @@ def exceeded(budget: str, opcode: str, offset: int | None, why: str) -> BudgetEx
         opcode=opcode,
         offset=offset,
     )
+
+
+def check_memo(index: int, size: int | None, opcode: str, offset: int | None) -> None:
+    """A memo index past the input's ``size`` is one no pickler writes (each
+    entry takes a byte at least): the C unpickler would allocate up to it."""
+    if size is not None and index > size:
+        raise exceeded(
+            "memo", opcode, offset, f"it stores memo entry {index:,} in a pickle of {size:,} bytes"
+        )
 
 
 class TupleWork:

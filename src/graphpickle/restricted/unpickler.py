@@ -539,16 +539,8 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self.memo[index] = self.stack[-1]
 
     def _memo_budget(self, index: int, opcode: str, offset: int | None) -> None:
-        """A memo index past the input's length is one no pickler writes (each
-        entry takes a byte at least): the C unpickler would allocate up to it."""
         size = len(self._stream.getbuffer()) if hasattr(self._stream, "getbuffer") else None
-        if size is not None and index > size:
-            raise exceeded(
-                "memo",
-                opcode,
-                offset,
-                f"it stores memo entry {index:,} in a pickle of {size:,} bytes",
-            )
+        budgets.check_memo(index, size, opcode, offset)
 
     def load_bytearray8(self) -> None:
         """pickle allocates the declared length first: here it must be in the data."""
