@@ -186,6 +186,11 @@ RESOURCE: dict[str, Callable[[], bytes]] = {
     "shared tuples kept by an empty SETITEMS, as a set member": lambda: _dag_kept_by(
         b"2\x86(u", "member"
     ),
+    # (pickletools reads INT in base 10, the C unpickler in any base: a walk
+    # that stopped there left the rest to the C unpickler unchecked)
+    "shared tuples after an INT only the C unpickler reads": lambda: (
+        _dag_kept_by(b"2\x86", "key").replace(PROTO4, PROTO4 + b"I0x1\n0", 1)
+    ),
     "deques nested 160,000 deep": _nested_deques,
     "BYTEARRAY8 declaring 1 TiB": lambda: b"\x80\x05\x96" + (2**40).to_bytes(8, "little") + b".",
     "BINBYTES8 declaring 64 GiB": lambda: b"\x80\x04\x8e" + (2**36).to_bytes(8, "little") + b"x.",

@@ -54,6 +54,7 @@ class DryRun:
     pickles: int = 0  # pickles read to their STOP
     end: int = 0  # where the last complete pickle ended
     error: str | None = None  # why the C unpickler stopped, if it did before the end
+    refused: bool = False  # a budget refused the bytes before the C unpickler read them
     skipped: str | None = None  # why no dry run was made
     # One stand-in per (label, origin, root) and run: a payload of many calls
     # costs a lookup each, not a new class each.
@@ -188,7 +189,7 @@ class _BudgetWalk:
     each opcode does to them that the budgets see (any other opcode: its stack
     effect, as pickletools states it, of stand-ins)."""
 
-    __slots__ = ("data", "hashing", "memo", "metastack", "offset", "stack", "tuples")
+    __slots__ = ("data", "hashing", "memo", "metastack", "next", "offset", "stack", "tuples")
 
     def __init__(self, data: bytes) -> None:
         self.data = data
@@ -198,25 +199,48 @@ class _BudgetWalk:
         self.tuples = budgets.TupleWork()
         self.hashing = budgets.Hashing(len(data))
         self.offset = 0  # where the opcode being read starts
+        self.next = 0  # where the next opcode starts
 
     def where(self) -> int:
         return self.offset
 
     def run(self) -> None:
-        data, position = self.data, 0
-        while position < len(data):
-            for opcode, argument, at in pickletools.genops(data[position:]):
-                self.offset = position + (at or 0)
-                step = _STEPS.get(opcode.name)
-                if step is not None:
-                    step(self, opcode.name, argument)
-                else:
-                    self.generic(opcode)
-                if opcode.name == "STOP":
-                    position = self.offset + 1
-                    break
+        data = self.data
+        stream = io.BytesIO(data)
+        while stream.tell() < len(data):
+            try:
+                self.read(stream)
+            except ValueError:
+                if not self.skip_text_value(stream):
+                    raise
+
+    def read(self, stream: io.BytesIO) -> None:
+        """Walk the opcodes from the stream's position to a STOP (genops reads
+        positions from the stream: offsets are the data's)."""
+        self.next = stream.tell()
+        for opcode, argument, at in pickletools.genops(stream):
+            self.offset = at or 0
+            step = _STEPS.get(opcode.name)
+            if step is not None:
+                step(self, opcode.name, argument)
             else:
-                return
+                self.generic(opcode)
+            self.next = stream.tell()
+
+    def skip_text_value(self, stream: io.BytesIO) -> bool:
+        """After pickletools refused the opcode at ``self.next``: if it is one
+        that pushes a value written as a line (INT, LONG, FLOAT, STRING,
+        UNICODE), the C unpickler may read what pickletools does not (``I0x1``:
+        it parses ints in any base, and STRING in latin-1): push a stand-in
+        and read on past the line. Anything else stops the C unpickler too
+        (a truncated argument, an unknown opcode, a memo index)."""
+        at = self.next
+        end = self.data.find(b"\n", at + 1)
+        if self.data[at : at + 1] not in _TEXT_VALUES or end < 0:
+            return False
+        self.stack.append(_VALUE)
+        stream.seek(end + 1)
+        return True
 
     def pop_mark(self) -> list[Any]:
         items, self.stack = self.stack, self.metastack.pop()
@@ -318,6 +342,8 @@ def _stop(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
 
 
 _TUPLE_SIZES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+# INT, LONG, FLOAT, STRING, UNICODE: one line, one value pushed.
+_TEXT_VALUES = frozenset({b"I", b"L", b"F", b"S", b"V"})
 _STEPS: dict[str, Any] = {
     **dict.fromkeys(("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"), _put),
     **dict.fromkeys(("GET", "BINGET", "LONG_BINGET"), _get),
@@ -351,7 +377,7 @@ def dry_load(data: bytes) -> DryRun:
         return run
     over = _over_budget(data)
     if over is not None:
-        run.error = over
+        run.error, run.refused = over, True
         return run
     stream = io.BytesIO(data)
     while stream.tell() < len(data):

@@ -854,7 +854,10 @@ class _Scan:
         if loader_names != self.names or dry.pickles != self.pickles:
             self.flag(CODE, "the C unpickler reads this payload differently from a scan: "
                       f"{_difference(self.names, loader_names, self.pickles, dry.pickles)}")  # fmt: skip
-        if (dry.error is None) != (self.error is None):
+        if dry.refused:  # (whether or not a scan reads on: pickle.loads would spend it)
+            self.flag(CODE, f"restricted loading's budgets refuse it before the C unpickler "
+                      f"reads it ({dry.error})")  # fmt: skip
+        elif (dry.error is None) != (self.error is None):
             self.flag(CODE, "the C unpickler and a scan disagree on whether the payload is "
                       f"well formed (loader: {dry.error or 'reads it'}; scan: {self.error or 'reads it'})")  # fmt: skip
 
