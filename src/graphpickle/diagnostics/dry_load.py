@@ -169,8 +169,9 @@ def _over_budget(data: bytes) -> str | None:
     of the stack that keeps each object's identity: every tuple is built, of
     stand-ins for what is not a tuple, and what an opcode leaves in place
     (DUP, BUILD, an empty SETITEMS...) stays the same object, as in the C
-    unpickler. The walk stops where it cannot read on (where the C unpickler
-    stops too)."""
+    unpickler. The walk stops where it cannot read on, as the C unpickler
+    does, except on a value line only pickletools refuses, where it reads on
+    (``_BudgetWalk.skip_text_value``)."""
     walk = _BudgetWalk(data)
     try:
         walk.run()
