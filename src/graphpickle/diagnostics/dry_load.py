@@ -221,11 +221,7 @@ class _BudgetWalk:
         self.next = stream.tell()
         for opcode, argument, at in pickletools.genops(stream):
             self.offset = at or 0
-            step = _STEPS.get(opcode.name)
-            if step is not None:
-                step(self, opcode.name, argument)
-            else:
-                self.generic(opcode)
+            _STEPS.get(opcode.name, _generic)(self, opcode.name, argument)
             self.next = stream.tell()
 
     def skip_text_value(self, stream: io.BytesIO) -> bool:
@@ -247,18 +243,22 @@ class _BudgetWalk:
         items, self.stack = self.stack, self.metastack.pop()
         return items
 
-    def generic(self, opcode: Any) -> None:
-        before = opcode.stack_before
-        if pickletools.markobject in before:
-            self.pop_mark()
-            before = before[: before.index(pickletools.markobject)]
-        for _ in before:
-            self.stack.pop()
-        self.stack.extend(_VALUE for _ in opcode.stack_after)
-
     def build(self, opcode: str, value: tuple[Any, ...]) -> None:
         self.tuples.count(value, opcode, self.where)
         self.stack.append(value)
+
+
+def _generic(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    """Any other opcode: its stack effect (``_EFFECTS``), of stand-ins."""
+    mark, pops, pushes = _EFFECTS[opcode]
+    if mark:
+        walk.pop_mark()
+    if pops:
+        if len(walk.stack) < pops:
+            raise IndexError("stack underflow")
+        del walk.stack[-pops:]
+    if pushes:
+        walk.stack.append(_VALUE)
 
 
 def _put(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
@@ -342,6 +342,19 @@ def _stop(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
     walk.stack, walk.metastack, walk.memo = [], [], {}
 
 
+def _effect(opcode: Any) -> tuple[bool, int, int]:
+    """Whether an opcode pops to a mark, how many items it pops (below the
+    mark, if it has one), and how many it pushes (at most one)."""
+    before = opcode.stack_before
+    mark = pickletools.markobject in before
+    return (
+        mark,
+        before.index(pickletools.markobject) if mark else len(before),
+        len(opcode.stack_after),
+    )
+
+
+_EFFECTS = {opcode.name: _effect(opcode) for opcode in pickletools.opcodes}
 _TUPLE_SIZES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
 # INT, LONG, FLOAT, STRING, UNICODE: one line, one value pushed.
 _TEXT_VALUES = frozenset({b"I", b"L", b"F", b"S", b"V"})
