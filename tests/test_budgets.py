@@ -387,3 +387,23 @@ def _text_op(value: str) -> bytes:
 
 def _global_op(module: str, name: str) -> bytes:
     return _text_op(module) + _text_op(name) + b"\x93"
+
+
+def test_an_object_array_holding_a_number_past_the_budget_is_refused():
+    # numpy and pandas may cast what an object array holds (int64 of this
+    # Decimal computes 10**999999): refused at its BUILD, a documented limit
+    import decimal
+    import pickle
+
+    import numpy as np
+
+    import graphpickle
+    from graphpickle import DATA_ONLY, BudgetExceededError
+
+    honest = np.array([decimal.Decimal("1.5"), 10**4300 - 1], dtype=object)
+    data = pickle.dumps(honest, 5)
+    assert list(graphpickle.loads(data, allowed=DATA_ONLY)) == list(honest)
+    data = pickle.dumps(np.array([decimal.Decimal("1E+999999")], dtype=object), 5)
+    with pytest.raises(BudgetExceededError) as caught:
+        graphpickle.loads(data, allowed=DATA_ONLY)
+    assert (caught.value.budget, caught.value.opcode) == ("digits", "BUILD")

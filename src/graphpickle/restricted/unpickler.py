@@ -620,13 +620,14 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         found = Arguments(state)
         what = f"BUILD on a {type(target).__name__}"
         self._allowance.allocate(allocation("", (), found), "BUILD", self._offset, what)
-        # (numpy and pandas convert what they hold: an object array's Decimal of
-        # 10**999999 cast to int64 computes that power)
-        kind = type(target)
-        name = f"{getattr(kind, '__module__', '')}.{kind.__qualname__}"
-        digits = digits_problem(name, (state,), None, found)
-        if digits is not None:
-            raise exceeded("digits", "BUILD", self._offset(), f"{what} is {digits}")
+        if found.big_numbers:  # (a state is stored, not parsed: only its numbers count)
+            # numpy and pandas convert what they hold: an object array's Decimal
+            # of 10**999999 cast to int64 computes that power
+            kind = type(target)
+            name = f"{getattr(kind, '__module__', '')}.{kind.__qualname__}"
+            digits = digits_problem(name, (state,), None, found)
+            if digits is not None:
+                raise exceeded("digits", "BUILD", self._offset(), f"{what} is {digits}")
         # (What a state sets is stored, not walked: the __setstate__ of what
         # DATA_ONLY allows keeps references, and a dict state hashes its keys.)
         for part in state if isinstance(state, tuple) and len(state) == 2 else (state,):
