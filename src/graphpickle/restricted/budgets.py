@@ -37,10 +37,13 @@ names the budget, the opcode and its byte offset:
 - ``digits``: a number written as text (the INT and LONG opcodes, a
   ``Fraction``'s string or ``Decimal``) may not have more than ``MAX_DIGITS``
   digits or exponent digits, whatever ``sys.set_int_max_str_digits`` says:
-  converting text to an int takes time quadratic in its length. No call makes
-  a ``Decimal`` or ``Fraction`` past it (``int`` of ``Decimal("1e100000000")``
-  computes that power of ten), and no conversion (``int``, ``str``,
-  ``Decimal``..., numpy and pandas names) is given an int past it.
+  converting text to an int takes time quadratic in its length. Holding a
+  number past it is cheap (``Decimal("1E+999999")`` loads); converting one
+  is not: no conversion (``int``, ``str``, ``Decimal``, ``Fraction``..., numpy
+  and pandas names, a numpy or pandas BUILD state) is given an int, a
+  ``Fraction`` or a ``Decimal`` (by digits or exponent) past it (``int`` of
+  ``Decimal("1e100000000")`` computes that power of ten), and the arithmetic
+  of ``Fraction(a, b)`` may not make a Fraction past it.
 
 The limits are module constants, read at each load: assign one to lower or
 raise it for the process.
