@@ -105,6 +105,16 @@ def _shared_list_copied(calls: int = 200_000, items: int = 50_000) -> bytes:
     return head + b"(" + b"h\x00h\x01\x85R" * calls + b"l."
 
 
+def _dag_kept_by(step: bytes, shape: str) -> bytes:
+    # t0 = (); t(i+1) = (t(i), t(i)), 60 times, each made by ``step`` from the top
+    # of the stack alone (no memo: DUP, or an opcode that leaves the tuple where
+    # it is); then a dict key or a set member: a hash of 2**60 steps
+    dag = b")" + step * 60
+    if shape == "key":
+        return PROTO4 + b"}" + dag + b"K\x01s."
+    return PROTO4 + b"\x8f(" + dag + b"\x90."
+
+
 def _long4(n: int) -> bytes:
     data = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
     return b"\x8b" + len(data).to_bytes(4, "little") + data
@@ -170,6 +180,17 @@ def _pandas_cast_of_a_huge_decimal() -> bytes:
 RESOURCE: dict[str, Callable[[], bytes]] = {
     "exponential tuple key": _exponential_tuple_key,
     "exponential tuple in a frozenset": _exponential_frozenset,
+    "shared tuples made by DUP, as a dict key": lambda: _dag_kept_by(b"2\x86", "key"),
+    "shared tuples made by DUP, as a set member": lambda: _dag_kept_by(b"2\x86", "member"),
+    "shared tuples kept by BUILD, as a dict key": lambda: _dag_kept_by(b"2\x86Nb", "key"),
+    "shared tuples kept by an empty SETITEMS, as a set member": lambda: _dag_kept_by(
+        b"2\x86(u", "member"
+    ),
+    # (pickletools reads INT in base 10, the C unpickler in any base: a walk
+    # that stopped there left the rest to the C unpickler unchecked)
+    "shared tuples after an INT only the C unpickler reads": lambda: (
+        _dag_kept_by(b"2\x86", "key").replace(PROTO4, PROTO4 + b"I0x1\n0", 1)
+    ),
     "deques nested 160,000 deep": _nested_deques,
     "BYTEARRAY8 declaring 1 TiB": lambda: b"\x80\x05\x96" + (2**40).to_bytes(8, "little") + b".",
     "BINBYTES8 declaring 64 GiB": lambda: b"\x80\x04\x8e" + (2**36).to_bytes(8, "little") + b"x.",

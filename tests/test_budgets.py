@@ -157,17 +157,26 @@ def test_numbers_within_the_digits_budget_still_load_and_the_budget_is_read_at_e
     for protocol in (2, 5):
         data = pickle.dumps(honest, protocol)
         assert graphpickle.loads(data, allowed=DATA_ONLY) == honest
-    data = pickle.dumps(decimal.Decimal("1e5000"), 5)
+    # a Decimal past the budget is held (making it is cheap); converting it is not
+    assert graphpickle.loads(pickle.dumps(decimal.Decimal("1e5000"), 5), allowed=DATA_ONLY) == (
+        decimal.Decimal("1e5000")
+    )
+    int_class, decimal_class = (
+        b"\x8c\x08builtins\x8c\x03int\x93",
+        b"\x8c\x07decimal\x8c\x07Decimal\x93",
+    )
+    made = decimal_class + b"\x8c\x061e5000\x85R"  # Decimal("1e5000")
+    data = b"\x80\x04" + int_class + made + b"\x85R."  # int(Decimal("1e5000"))
     with pytest.raises(BudgetExceededError, match="digits") as caught:
         graphpickle.loads(data, allowed=DATA_ONLY)
     assert caught.value.budget == "digits" and caught.value.opcode == "REDUCE"
     monkeypatch.setattr(budgets, "MAX_DIGITS", 6000)
-    assert graphpickle.loads(data, allowed=DATA_ONLY) == decimal.Decimal("1e5000")
-    # every call that makes one is checked: NEWOBJ and OBJ as REDUCE
-    decimal_class, text = b"\x8c\x07decimal\x8c\x07Decimal\x93", b"\x8c\x0b1e100000000"
+    assert graphpickle.loads(data, allowed=DATA_ONLY) == 10**5000
+    monkeypatch.undo()
+    # every call that converts one is checked: NEWOBJ and OBJ as REDUCE
     calls = {
-        "NEWOBJ": b"\x80\x04" + decimal_class + text + b"\x85\x81.",
-        "OBJ": b"\x80\x04(" + decimal_class + text + b"o.",
+        "NEWOBJ": b"\x80\x04" + int_class + made + b"\x85\x81.",
+        "OBJ": b"\x80\x04(" + int_class + made + b"o.",
     }
     for opcode, data in calls.items():
         with pytest.raises(BudgetExceededError) as caught:
@@ -302,3 +311,99 @@ def test_arguments_that_share_containers_are_charged_as_walked_whole(monkeypatch
         graphpickle.loads(data, allowed=DATA_ONLY)
     assert caught.value.budget == "memory" and caught.value.opcode == "REDUCE"
     assert f"at byte {caught.value.offset}" in str(caught.value)
+
+
+# Values cheap to hold at the edges of the digits budget: each loads, equal to
+# what pickle gives (only converting or computing with them may be refused).
+_BENIGN_NUMBERS = {
+    "Decimal 1E+999999": "decimal.Decimal('1E+999999')",
+    "Decimal -1E-999999": "decimal.Decimal('-1E-999999')",
+    "Decimal of 4,300 digits, exponent 100,000": "decimal.Decimal('9' * 4300 + 'E+100000')",
+    "large-exponent Decimals as keys and members": (
+        "{decimal.Decimal('1E+999999'): frozenset({decimal.Decimal('-5E-999998')})}"
+    ),
+    "Fraction at the digit limit": "fractions.Fraction(10**4300 - 1, 10**4300 - 3)",
+    "int at the digit limit": "[10**4300 - 1, -(10**4300 - 1)]",
+}
+
+
+@pytest.mark.parametrize("protocol", [0, 2, 5])
+@pytest.mark.parametrize("name", list(_BENIGN_NUMBERS))
+def test_numbers_cheap_to_hold_load_as_pickle_loads_them(name, protocol, tmp_path):
+    import decimal  # noqa: F401  (the samples' source names them)
+    import fractions  # noqa: F401
+    import pickle
+
+    import graphpickle
+    import graphpickle.wire as wire
+    from graphpickle import DATA_ONLY
+
+    data = pickle.dumps(eval(_BENIGN_NUMBERS[name]), protocol)
+    expected = pickle.loads(data)
+    assert graphpickle.loads(data, allowed=DATA_ONLY) == expected
+    path = tmp_path / "sample.pickle"
+    path.write_bytes(data)
+    with open(path, "rb") as file:
+        assert graphpickle.load(file, allowed=DATA_ONLY) == expected
+    assert wire.unpack(wire.pack(expected), allowed=DATA_ONLY) == expected
+    assert graphpickle.inspect(data).verdict == "data"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "int(decimal.Decimal('1E+999999'))",
+        "fractions.Fraction(decimal.Decimal('1E+999999'))",
+        "pandas.Index([decimal.Decimal('1E+999999')], dtype='int64')",
+    ],
+)
+def test_converting_a_large_exponent_decimal_is_refused(source):
+    import decimal
+
+    import graphpickle
+    from graphpickle import DATA_ONLY, BudgetExceededError
+
+    big = decimal.Decimal("1E+999999")
+    head = b"\x80\x04" + _global_op("decimal", "Decimal") + _text_op("1E+999999") + b"\x85R"
+    if source.startswith("int"):
+        data = b"\x80\x04" + _global_op("builtins", "int") + head[2:] + b"\x85R."
+    elif source.startswith("fractions"):
+        data = b"\x80\x04" + _global_op("fractions", "Fraction") + head[2:] + b"\x85R."
+    else:
+        data = (
+            b"\x80\x04" + _global_op("pandas.core.indexes.base", "_new_Index")
+            + _global_op("pandas", "Index") + b"}(" + _text_op("data") + b"]" + head[2:]
+            + b"a" + _text_op("dtype") + _text_op("int64") + b"u\x86R."
+        )  # fmt: skip
+    assert graphpickle.loads(head + b".", allowed=DATA_ONLY) == big
+    with pytest.raises(BudgetExceededError) as caught:
+        graphpickle.loads(data, allowed=DATA_ONLY)
+    assert caught.value.budget == "digits"
+
+
+def _text_op(value: str) -> bytes:
+    return b"\x8c" + bytes([len(value)]) + value.encode()
+
+
+def _global_op(module: str, name: str) -> bytes:
+    return _text_op(module) + _text_op(name) + b"\x93"
+
+
+def test_an_object_array_holding_a_number_past_the_budget_is_refused():
+    # numpy and pandas may cast what an object array holds (int64 of this
+    # Decimal computes 10**999999): refused at its BUILD, a documented limit
+    import decimal
+    import pickle
+
+    import numpy as np
+
+    import graphpickle
+    from graphpickle import DATA_ONLY, BudgetExceededError
+
+    honest = np.array([decimal.Decimal("1.5"), 10**4300 - 1], dtype=object)
+    data = pickle.dumps(honest, 5)
+    assert list(graphpickle.loads(data, allowed=DATA_ONLY)) == list(honest)
+    data = pickle.dumps(np.array([decimal.Decimal("1E+999999")], dtype=object), 5)
+    with pytest.raises(BudgetExceededError) as caught:
+        graphpickle.loads(data, allowed=DATA_ONLY)
+    assert (caught.value.budget, caught.value.opcode) == ("digits", "BUILD")

@@ -25,9 +25,11 @@ import pickletools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from ..core.overrun import refuse_overrun
+from ..errors import BudgetExceededError
+from ..restricted import budgets
 
 __all__ = ["DryRun", "Event", "dry_load"]
 
@@ -52,6 +54,7 @@ class DryRun:
     pickles: int = 0  # pickles read to their STOP
     end: int = 0  # where the last complete pickle ended
     error: str | None = None  # why the C unpickler stopped, if it did before the end
+    refused: bool = False  # a budget refused the bytes before the C unpickler read them
     skipped: str | None = None  # why no dry run was made
     # One stand-in per (label, origin, root) and run: a payload of many calls
     # costs a lookup each, not a new class each.
@@ -137,14 +140,6 @@ class _DryUnpickler(_pickle.Unpickler):
         return _stand_in(self._run, "<persistent id>", "call", "<persistent id>")
 
 
-_PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"})
-_GETS = frozenset({"GET", "BINGET", "LONG_BINGET"})
-_TUPLES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
-# What hashes the items it pops: 1 for (key, value) pairs (the keys, which
-# pop second), 0 for members (every item).
-_HASHED = {"DICT": 1, "SETITEMS": 1, "SETITEM": 1, "ADDITEMS": 0, "FROZENSET": 0}
-
-
 def long_text_number(data: bytes) -> int | None:
     """Where a number written as text (INT, LONG, PUT, GET) has more digits than
     restricted loading's ``digits`` budget, or None. Both readers of ``inspect``
@@ -152,8 +147,6 @@ def long_text_number(data: bytes) -> int | None:
     length once ``sys.set_int_max_str_digits(0)`` lifts CPython's own limit. A
     search of the bytes, before any opcode is read: it may find one inside a
     string too, and then fails closed."""
-    from ..restricted import budgets
-
     found = re.search(rb"[ILpg][-+]?[0-9]{%d}" % (budgets.MAX_DIGITS + 1), data)
     return None if found is None else found.start()
 
@@ -169,82 +162,218 @@ def _over_budget(data: bytes) -> str | None:
       the dry run builds real dicts and sets, which would hash it for hours.
     - Keys and members whose hashing, in all, is past restricted loading's
       ``hashing`` budget: a tuple's hash is not cached, so a key within
-      ``tuple_work`` placed thousands of times is hashed each time (DICT,
-      SETITEM(S), ADDITEMS and FROZENSET are charged whatever they fill).
+      ``tuple_work`` placed thousands of times is hashed each time.
 
-    A walk of the opcodes with the stack they build, each item as the count
-    of what its hash visits; it stops where the walk cannot read on (where the
-    C unpickler stops too)."""
-    from ..restricted import budgets
-
-    mark = object()
-    stack: list[Any] = []
-    memo: dict[int, Any] = {}
-    position = 0
-    hashing = budgets.HASHING_FLOOR + budgets.HASHING_PER_INPUT_BYTE * len(data)
+    The tuple and hashing charges are restricted loading's own
+    (``budgets.TupleWork.count``, ``budgets.Hashing.placed``), made on a model
+    of the stack that keeps each object's identity: every tuple is built, of
+    stand-ins for what is not a tuple, and what an opcode leaves in place
+    (DUP, BUILD, an empty SETITEMS...) stays the same object, as in the C
+    unpickler. The walk stops where it cannot read on, as the C unpickler
+    does, except on a value line only pickletools refuses, where it reads on
+    (``_BudgetWalk.skip_text_value``)."""
+    walk = _BudgetWalk(data)
     try:
-        while position < len(data):
-            for opcode, argument, at in pickletools.genops(data[position:]):
-                name = opcode.name
-                where = position + (at or 0)
-                if name in _PUTS:
-                    index = len(memo) if name == "MEMOIZE" else int(cast(int, argument))
-                    if index > len(data):
-                        return (
-                            f"BudgetExceededError: {name} at byte {where} stores memo entry "
-                            f"{index:,} in a pickle of {len(data):,} bytes (budget 'memo')"
-                        )
-                    memo[index] = stack[-1]
-                    continue
-                if name in _GETS:
-                    stack.append(memo.get(int(cast(int, argument)), 1))
-                    continue
-                before, after = opcode.stack_before, opcode.stack_after
-                items: list[Any] = []
-                if pickletools.markobject in before:
-                    while stack and stack[-1] is not mark:
-                        items.append(stack.pop())
-                    if stack:
-                        stack.pop()
-                    below = before.index(pickletools.markobject)
-                else:
-                    below = len(before)
-                for _ in range(below):
-                    items.append(stack.pop())
-                keys = _HASHED.get(name)
-                if keys is not None:  # (items are popped in reverse: keys are odd for pairs)
-                    hashing -= sum(
-                        item for item in items[keys :: 2 if keys else 1] if item is not mark
-                    )
-                    if hashing < 0:
-                        return (
-                            f"BudgetExceededError: {name} at byte {where}: hashing the keys and "
-                            f"members of this pickle would visit more than "
-                            f"{budgets.HASHING_FLOOR:,} items plus "
-                            f"{budgets.HASHING_PER_INPUT_BYTE} per byte of input (budget 'hashing')"
-                        )
-                if name == "TUPLE" or name in _TUPLES:
-                    work = 1 + sum(items)
-                    if work > budgets.TUPLE_WORK:
-                        return (
-                            f"BudgetExceededError: {name} at byte {where} builds a tuple whose "
-                            f"hash would visit more than {budgets.TUPLE_WORK:,} items "
-                            "(budget 'tuple_work')"
-                        )
-                    stack.append(work)
-                    continue
-                for value in after:
-                    stack.append(mark if value is pickletools.markobject else 1)
-                if name == "STOP":
-                    position = where + 1
-                    stack.clear()
-                    memo.clear()
-                    break
-            else:
-                break
-    except (ValueError, TypeError, IndexError):
+        walk.run()
+    except BudgetExceededError as exc:
+        return f"BudgetExceededError: {exc}"
+    except (ValueError, TypeError, IndexError, KeyError):
         pass  # bad data: the dry run says how the C unpickler fails on it
     return None
+
+
+_VALUE = object()  # what the walk holds for anything but a tuple
+
+
+class _BudgetWalk:
+    """The stack and memo of ``_over_budget``'s walk; ``_STEPS`` holds what
+    each opcode does to them that the budgets see (any other opcode: its stack
+    effect, as pickletools states it, of stand-ins)."""
+
+    __slots__ = ("data", "hashing", "memo", "metastack", "next", "offset", "stack", "tuples")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.stack: list[Any] = []
+        self.metastack: list[list[Any]] = []
+        self.memo: dict[int, Any] = {}
+        self.tuples = budgets.TupleWork()
+        self.hashing = budgets.Hashing(len(data))
+        self.offset = 0  # where the opcode being read starts
+        self.next = 0  # where the next opcode starts
+
+    def where(self) -> int:
+        return self.offset
+
+    def run(self) -> None:
+        data = self.data
+        stream = io.BytesIO(data)
+        while stream.tell() < len(data):
+            try:
+                self.read(stream)
+            except ValueError:
+                if not self.skip_text_value(stream):
+                    raise
+
+    def read(self, stream: io.BytesIO) -> None:
+        """Walk the opcodes from the stream's position to a STOP (genops reads
+        positions from the stream: offsets are the data's)."""
+        self.next = stream.tell()
+        for opcode, argument, at in pickletools.genops(stream):
+            self.offset = at or 0
+            _STEPS.get(opcode.name, _generic)(self, opcode.name, argument)
+            self.next = stream.tell()
+
+    def skip_text_value(self, stream: io.BytesIO) -> bool:
+        """After pickletools refused the opcode at ``self.next``: if it is one
+        that pushes a value written as a line (INT, LONG, FLOAT, STRING,
+        UNICODE), the C unpickler may read what pickletools does not (``I0x1``:
+        it parses ints in any base, and STRING in latin-1): push a stand-in
+        and read on past the line. Anything else stops the C unpickler too
+        (a truncated argument, an unknown opcode, a memo index)."""
+        at = self.next
+        end = self.data.find(b"\n", at + 1)
+        if self.data[at : at + 1] not in _TEXT_VALUES or end < 0:
+            return False
+        self.stack.append(_VALUE)
+        stream.seek(end + 1)
+        return True
+
+    def pop_mark(self) -> list[Any]:
+        items, self.stack = self.stack, self.metastack.pop()
+        return items
+
+    def build(self, opcode: str, value: tuple[Any, ...]) -> None:
+        self.tuples.count(value, opcode, self.where)
+        self.stack.append(value)
+
+
+def _generic(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    """Any other opcode: its stack effect (``_EFFECTS``), of stand-ins."""
+    mark, pops, pushes = _EFFECTS[opcode]
+    if mark:
+        walk.pop_mark()
+    if pops:
+        if len(walk.stack) < pops:
+            raise IndexError("stack underflow")
+        del walk.stack[-pops:]
+    if pushes:
+        walk.stack.append(_VALUE)
+
+
+def _put(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    index = len(walk.memo) if opcode == "MEMOIZE" else int(argument)
+    budgets.check_memo(index, len(walk.data), opcode, walk.offset)
+    walk.memo[index] = walk.stack[-1]
+
+
+def _get(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    walk.stack.append(walk.memo[int(argument)])
+
+
+def _mark(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    walk.metastack.append(walk.stack)
+    walk.stack = []
+
+
+def _pop(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    if walk.stack:
+        walk.stack.pop()
+    else:
+        walk.pop_mark()
+
+
+def _pop_mark(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    walk.pop_mark()
+
+
+def _dup(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    walk.stack.append(walk.stack[-1])
+
+
+def _empty_tuple(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    walk.stack.append(())
+
+
+def _tuple(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    walk.build(opcode, tuple(walk.pop_mark()))
+
+
+def _small_tuple(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    count = _TUPLE_SIZES[opcode]
+    if len(walk.stack) < count:
+        raise IndexError("stack underflow")
+    items = tuple(walk.stack[-count:])
+    del walk.stack[-count:]
+    walk.build(opcode, items)
+
+
+def _made_from_marked(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    """DICT and FROZENSET: a new container of the items above the mark."""
+    walk.hashing.placed(opcode, walk.pop_mark(), walk.tuples.counts, walk.where)
+    walk.stack.append(_VALUE)
+
+
+def _fills_marked(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    """SETITEMS, APPENDS, ADDITEMS: the object below the mark stays."""
+    items = walk.pop_mark()
+    if not walk.stack:
+        raise IndexError("no object below the mark")
+    if opcode in budgets.HASHES:
+        walk.hashing.placed(opcode, items, walk.tuples.counts, walk.where)
+
+
+def _fills(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    """SETITEM, APPEND, BUILD: pop the operands; the target stays."""
+    count = 2 if opcode == "SETITEM" else 1
+    if len(walk.stack) <= count:
+        raise IndexError("stack underflow")
+    items = walk.stack[-count:]
+    del walk.stack[-count:]
+    if opcode in budgets.HASHES:
+        walk.hashing.placed(opcode, items, walk.tuples.counts, walk.where)
+
+
+def _keeps(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    """READONLY_BUFFER, FRAME, PROTO: the stack stays as it is."""
+
+
+def _stop(walk: _BudgetWalk, opcode: str, argument: Any) -> None:
+    walk.stack, walk.metastack, walk.memo = [], [], {}
+
+
+def _effect(opcode: Any) -> tuple[bool, int, int]:
+    """Whether an opcode pops to a mark, how many items it pops (below the
+    mark, if it has one), and how many it pushes (at most one)."""
+    before = opcode.stack_before
+    mark = pickletools.markobject in before
+    return (
+        mark,
+        before.index(pickletools.markobject) if mark else len(before),
+        len(opcode.stack_after),
+    )
+
+
+_EFFECTS = {opcode.name: _effect(opcode) for opcode in pickletools.opcodes}
+_TUPLE_SIZES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+# INT, LONG, FLOAT, STRING, UNICODE: one line, one value pushed.
+_TEXT_VALUES = frozenset({b"I", b"L", b"F", b"S", b"V"})
+_STEPS: dict[str, Any] = {
+    **dict.fromkeys(("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"), _put),
+    **dict.fromkeys(("GET", "BINGET", "LONG_BINGET"), _get),
+    **dict.fromkeys(("TUPLE1", "TUPLE2", "TUPLE3"), _small_tuple),
+    **dict.fromkeys(("DICT", "FROZENSET"), _made_from_marked),
+    **dict.fromkeys(("SETITEMS", "APPENDS", "ADDITEMS"), _fills_marked),
+    **dict.fromkeys(("SETITEM", "APPEND", "BUILD"), _fills),
+    **dict.fromkeys(("READONLY_BUFFER", "FRAME", "PROTO"), _keeps),
+    "MARK": _mark,
+    "POP": _pop,
+    "POP_MARK": _pop_mark,
+    "DUP": _dup,
+    "EMPTY_TUPLE": _empty_tuple,
+    "TUPLE": _tuple,
+    "STOP": _stop,
+}
 
 
 def _endless_buffers() -> Iterator[bytearray]:
@@ -262,7 +391,7 @@ def dry_load(data: bytes) -> DryRun:
         return run
     over = _over_budget(data)
     if over is not None:
-        run.error = over
+        run.error, run.refused = over, True
         return run
     stream = io.BytesIO(data)
     while stream.tell() < len(data):

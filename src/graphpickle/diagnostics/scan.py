@@ -861,7 +861,10 @@ class _Scan:
         self.compare_events(dry)
         self.compare_guarded_calls(dry)
         self.compare_names(dry)
-        if (dry.error is None) != (self.error is None):
+        if dry.refused:  # (whether or not a scan reads on: pickle.loads would spend it)
+            self.flag(CODE, f"restricted loading's budgets refuse it before the C unpickler "
+                      f"reads it ({dry.error})")  # fmt: skip
+        elif (dry.error is None) != (self.error is None):
             self.flag(CODE, "the C unpickler and a scan disagree on whether the payload is "
                       f"well formed (loader: {dry.error or 'reads it'}; scan: {self.error or 'reads it'})")  # fmt: skip
 

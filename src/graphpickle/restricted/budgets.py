@@ -37,10 +37,13 @@ names the budget, the opcode and its byte offset:
 - ``digits``: a number written as text (the INT and LONG opcodes, a
   ``Fraction``'s string or ``Decimal``) may not have more than ``MAX_DIGITS``
   digits or exponent digits, whatever ``sys.set_int_max_str_digits`` says:
-  converting text to an int takes time quadratic in its length. No call makes
-  a ``Decimal`` or ``Fraction`` past it (``int`` of ``Decimal("1e100000000")``
-  computes that power of ten), and no conversion (``int``, ``str``,
-  ``Decimal``..., numpy and pandas names) is given an int past it.
+  converting text to an int takes time quadratic in its length. Holding a
+  number past it is cheap (``Decimal("1E+999999")`` loads); converting one
+  is not: no conversion (``int``, ``str``, ``Decimal``, ``Fraction``..., numpy
+  and pandas names, a numpy or pandas BUILD state) is given an int, a
+  ``Fraction`` or a ``Decimal`` (by digits or exponent) past it (``int`` of
+  ``Decimal("1e100000000")`` computes that power of ten), and the arithmetic
+  of ``Fraction(a, b)`` may not make a Fraction past it.
 
 The limits are module constants, read at each load: assign one to lower or
 raise it for the process.
@@ -78,6 +81,7 @@ HASHING_FLOOR = 1 << 25
 HASHING_PER_INPUT_BYTE = 32
 
 __all__ = [
+    "HASHES",
     "HASHING_FLOOR",
     "HASHING_PER_INPUT_BYTE",
     "ITEM_BYTES",
@@ -91,6 +95,7 @@ __all__ = [
     "Depths",
     "Hashing",
     "TupleWork",
+    "check_memo",
     "exceeded",
     "lazy_length",
 ]
@@ -104,6 +109,15 @@ def exceeded(budget: str, opcode: str, offset: int | None, why: str) -> BudgetEx
         opcode=opcode,
         offset=offset,
     )
+
+
+def check_memo(index: int, size: int | None, opcode: str, offset: int | None) -> None:
+    """A memo index past the input's ``size`` is one no pickler writes (each
+    entry takes a byte at least): the C unpickler would allocate up to it."""
+    if size is not None and index > size:
+        raise exceeded(
+            "memo", opcode, offset, f"it stores memo entry {index:,} in a pickle of {size:,} bytes"
+        )
 
 
 class TupleWork:
@@ -138,14 +152,14 @@ class TupleWork:
                 total += (self._count_unknown(item, limit) if known is None else known[0]) - 1
             elif objects and id(item) in counts:
                 total += counts[id(item)][0] - 1
-                if total > limit:
-                    raise exceeded(
-                        "tuple_work",
-                        opcode,
-                        offset(),
-                        f"hashing or comparing this tuple would visit more than {limit:,} "
-                        "items (its items share tuples that share tuples)",
-                    )
+        if total > limit:  # (once, after the items: counts only grow)
+            raise exceeded(
+                "tuple_work",
+                opcode,
+                offset(),
+                f"hashing or comparing this tuple would visit more than {limit:,} "
+                "items (its items share tuples that share tuples)",
+            )
         counts[id(value)] = (total, value)
 
     def _count_unknown(self, value: tuple[Any, ...], limit: int) -> int:
@@ -195,6 +209,14 @@ class Hashing:
                 "input (tuples are hashed again each time they are placed)",
             )
 
+    def placed(
+        self, opcode: str, items: Any, counts: dict[int, tuple[int, Any]], offset: Any
+    ) -> None:
+        """Charge what ``opcode`` hashes of ``items``, the objects it takes off the
+        stack in order (above the mark, or its operands): one rule for
+        restricted loading and ``inspect``'s dry run (``HASHES``)."""
+        self.keys(HASHES[opcode](items), counts, opcode, offset)
+
     def keys(self, keys: Any, counts: dict[int, tuple[int, Any]], opcode: str, offset: Any) -> None:
         """Charge hashing each of ``keys`` (the counted ones cost their count)."""
         work = 0
@@ -204,6 +226,30 @@ class Hashing:
                 work += known[0]
         if work:
             self.charge(work, opcode, offset)
+
+
+def _pairs(items: Any) -> Any:
+    return items[::2]
+
+
+def _members(items: Any) -> Any:
+    return items
+
+
+def _key(items: Any) -> Any:
+    return items[:1]
+
+
+#: What each opcode that hashes takes of its items (in the order they were
+#: pushed: above the mark, or SETITEM's key and value): the keys of (key, value)
+#: pairs, or every member.
+HASHES = {
+    "DICT": _pairs,
+    "SETITEMS": _pairs,
+    "SETITEM": _key,
+    "ADDITEMS": _members,
+    "FROZENSET": _members,
+}
 
 
 class Depths:

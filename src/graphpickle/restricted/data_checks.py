@@ -174,7 +174,7 @@ def check_state(obj: Any, state: Any, found: Arguments | None = None) -> str | N
     if module.startswith("numpy"):
         import numpy as np
 
-        if isinstance(obj, np.dtype) and not _dtype_state(state, obj.kind in "mM", np):
+        if isinstance(obj, np.dtype) and not _dtype_state(state, obj.kind, np):
             return (
                 "a numpy dtype given a state of another shape than numpy writes (numpy would crash)"
             )
@@ -205,53 +205,88 @@ def _array_state_problem(state: Any) -> str | None:
     return None
 
 
-def _dtype_state(state: Any, datetime: bool, np: Any) -> bool:
+def _dtype_state(state: Any, kind: str, np: Any) -> bool:
     """(version, endian, subarray, names, fields, itemsize, alignment, flags[,
     metadata]), as numpy writes it: version 3 without metadata, 4 with it (a
-    datetime dtype's is (metadata, (unit, num, den, events)))."""
+    datetime dtype's is (metadata, (unit, num, den, events))). Each part has
+    its check (``_DTYPE_PARTS``); the metadata's depends on the dtype's kind
+    (``_DTYPE_METADATA``)."""
     if not isinstance(state, tuple) or len(state) not in (8, 9) or state[0] != len(state) - 5:
         return False
-    _, endian, subarray, names, fields, *numbers = state[:8]
-    if not (isinstance(endian, str) and endian in ("<", ">", "|", "=")):
-        return False
-    if not all(type(number) is int for number in numbers):
-        return False
-    if subarray is not None and not (
+    metadata = state[8] if len(state) == 9 else None
+    check_metadata = _DTYPE_METADATA.get(kind, _plain_metadata)
+    return all(check(state, np) for check in _DTYPE_PARTS) and check_metadata(metadata)
+
+
+def _endian(state: Any, np: Any) -> bool:
+    return isinstance(state[1], str) and state[1] in ("<", ">", "|", "=")
+
+
+def _subarray(state: Any, np: Any) -> bool:
+    """None, or (a dtype, a shape of ints)."""
+    subarray = state[2]
+    return subarray is None or (
         isinstance(subarray, tuple)
         and len(subarray) == 2
         and isinstance(subarray[0], np.dtype)
-        and isinstance(subarray[1], tuple)
-        and all(type(n) is int for n in subarray[1])
-    ):
-        return False
-    if (names is None) != (fields is None):
-        return False
-    if names is not None and not (
+        and _ints(subarray[1])
+    )
+
+
+def _names_and_fields(state: Any, np: Any) -> bool:
+    """Both None, or names (strs) and the fields they name: (dtype, offset[, title])."""
+    names, fields = state[3], state[4]
+    if names is None or fields is None:
+        return names is fields
+    return (
         isinstance(names, tuple)
         and all(type(name) is str for name in names)
         and isinstance(fields, dict)
         and set(fields) == set(names)
-        and all(
-            isinstance(field, tuple)
-            and len(field) in (2, 3)
-            and isinstance(field[0], np.dtype)
-            and type(field[1]) is int
-            for field in fields.values()
-        )
-    ):
-        return False
-    metadata = state[8] if len(state) == 9 else None
-    if not datetime:
-        return metadata is None or isinstance(metadata, dict)
+        and all(_field(field, np) for field in fields.values())
+    )
+
+
+def _field(field: Any, np: Any) -> bool:
+    return (
+        isinstance(field, tuple)
+        and len(field) in (2, 3)
+        and isinstance(field[0], np.dtype)
+        and type(field[1]) is int
+    )
+
+
+def _sizes(state: Any, np: Any) -> bool:
+    """itemsize, alignment and flags: ints."""
+    return _ints(state[5:8])
+
+
+def _ints(values: Any) -> bool:
+    return isinstance(values, tuple) and all(type(n) is int for n in values)
+
+
+def _plain_metadata(metadata: Any) -> bool:
+    return metadata is None or isinstance(metadata, dict)
+
+
+def _datetime_metadata(metadata: Any) -> bool:
+    """(metadata or None, (unit: bytes, num, den, events: ints))."""
     return (
         isinstance(metadata, tuple)
         and len(metadata) == 2
-        and (metadata[0] is None or isinstance(metadata[0], dict))
+        and _plain_metadata(metadata[0])
         and isinstance(metadata[1], tuple)
         and len(metadata[1]) == 4
         and isinstance(metadata[1][0], bytes)
-        and all(type(number) is int for number in metadata[1][1:])
+        and _ints(metadata[1][1:])
     )
+
+
+#: The checks of a dtype state's parts, in order.
+_DTYPE_PARTS = (_endian, _subarray, _names_and_fields, _sizes)
+#: The metadata's check by dtype kind (numpy's ``dtype.kind``): datetimes and
+#: timedeltas carry their unit; any other kind, a dict or None.
+_DTYPE_METADATA = {"M": _datetime_metadata, "m": _datetime_metadata}
 
 
 class Arguments:
@@ -259,19 +294,27 @@ class Arguments:
     through their tuples, lists and dicts (iteratively, each container once: a
     payload can nest and share them): the strings, the total length of the lazy
     sequences (``budgets.lazy_length``), how many items were visited, how many
-    ints are past the ``digits`` budget, and the ``hashing`` work of the
+    numbers are past the ``digits`` budget, and the ``hashing`` work of the
     tuples and objects met (``work``: what each costs to hash, by id, from
-    ``budgets.TupleWork``; a tuple is counted each time it is met)."""
+    ``budgets.TupleWork``; a tuple is counted each time it is met).
 
-    __slots__ = ("big_ints", "hashing", "lazy", "shared", "strings", "visited")
+    The walk reads strings and ints inline (most items are), and finds what it
+    does with any other kind in ``_VISITS`` (atoms: nothing; other objects:
+    ``_object``)."""
+
+    __slots__ = ("big_numbers", "hashing", "lazy", "seen", "shared", "strings", "todo",
+                 "visited", "work")  # fmt: skip
 
     def __init__(self, *values: Any, work: dict[int, tuple[int, Any]] | None = None) -> None:
         strings: list[str] = []
-        lazy = visited = big_ints = hashing = 0
-        shared = False
+        self.strings, self.work = strings, work
+        self.lazy = self.big_numbers = self.hashing = 0
+        self.shared = False
+        self.seen: set[int] = set()
         bound = _int_bound()
-        seen: set[int] | None = None  # (made at the first container only)
-        todo = list(values)
+        self.todo = todo = list(values)
+        visited = big_ints = 0
+        visits = _VISITS
         while todo:
             value = todo.pop()
             visited += 1
@@ -281,29 +324,50 @@ class Arguments:
             elif kind is int:
                 if value > bound or value < -bound:
                     big_ints += 1
-            elif kind is tuple or kind is list or kind is dict:
-                if work is not None and kind is tuple:
-                    known = work.get(id(value))
-                    hashing += len(value) if known is None else known[0]
-                if seen is None:
-                    seen = set()
-                if id(value) in seen:
-                    shared = True
-                else:
-                    seen.add(id(value))
-                    todo.extend(value.values() if kind is dict else value)
-                    if kind is dict:
-                        todo.extend(value)
-            elif kind not in _ATOMS:
-                length = lazy_length(value)
-                if length is not None:
-                    lazy += length
-                if work is not None:
-                    known = work.get(id(value))
-                    if known is not None:
-                        hashing += known[0]
-        self.strings, self.lazy, self.visited = strings, lazy, visited
-        self.big_ints, self.hashing, self.shared = big_ints, hashing, shared
+            else:
+                visits.get(kind, Arguments._object)(self, value)
+        self.visited = visited
+        self.big_numbers += big_ints
+
+    def _container(self, value: Any) -> None:
+        """A tuple, list or dict: its items are walked, once."""
+        kind = type(value)
+        if kind is tuple and self.work is not None:
+            known = self.work.get(id(value))
+            self.hashing += len(value) if known is None else known[0]
+        if id(value) in self.seen:
+            self.shared = True
+            return
+        self.seen.add(id(value))
+        if kind is dict:
+            self.todo.extend(value.values())
+        self.todo.extend(value)
+
+    def _number(self, value: Any) -> None:
+        """A Decimal or Fraction: past the ``digits`` budget?"""
+        if _past_digits(value, _int_bound()):
+            self.big_numbers += 1
+
+    def _atom(self, value: Any) -> None:
+        """A float, bool, None, bytes or complex: nothing to note."""
+
+    def _object(self, value: Any) -> None:
+        """Anything else: a lazy sequence's length, and what hashing it costs."""
+        length = lazy_length(value)
+        if length is not None:
+            self.lazy += length
+        if self.work is not None:
+            known = self.work.get(id(value))
+            if known is not None:
+                self.hashing += known[0]
+
+
+#: What the walk of ``Arguments`` does with each kind (not str or int).
+_VISITS: dict[type, Any] = {
+    **dict.fromkeys((tuple, list, dict), Arguments._container),
+    **dict.fromkeys((decimal.Decimal, fractions.Fraction), Arguments._number),
+    **dict.fromkeys((float, bool, type(None), bytes, complex), Arguments._atom),
+}
 
 
 def unfolded(values: tuple[Any, ...], cap: int) -> int:
@@ -357,9 +421,6 @@ def _int_bound() -> int:
     return _BOUND[1]
 
 
-_ATOMS = frozenset({int, float, bool, type(None), bytes, complex})
-
-
 def check_call(
     name: str, args: Any, kwargs: Any = None, found: Arguments | None = None
 ) -> str | None:
@@ -399,13 +460,16 @@ def digits_problem(
         return None
     found = found or Arguments(args, kwargs)
     limit = budgets.MAX_DIGITS
-    if found.big_ints:
-        return f"given an int of more than {limit:,} digits (converting it takes quadratic time)"
+    if found.big_numbers:
+        return (
+            f"given a number past {limit:,} digits (an int, a Fraction, or a Decimal of that "
+            "many digits or magnitude): converting it costs what its value states"
+        )
     if name in _PARSES_NUMBERS:
         values = (*(args if isinstance(args, tuple) else ()), *(kwargs or {}).values())
         for value in values:
-            if isinstance(value, str | bytes | bytearray) and len(value) > 2 * limit:
-                return f"a number parsed from text of more than {2 * limit:,} characters"
+            if isinstance(value, str | bytes | bytearray) and _long_digits(value, limit):
+                return f"a number parsed from text of more than {limit:,} digits in a row"
     if name == "fractions.Fraction":
         for text in found.strings:
             for exponent in _EXPONENT.findall(text):
@@ -415,27 +479,52 @@ def digits_problem(
 
 
 def number_problem(obj: Any) -> str | None:
-    """After a call: a ``Decimal`` whose exponent or coefficient, or a
-    ``Fraction`` whose numerator or denominator, is past the ``digits`` budget.
-    Each costs what its value states, not its size, wherever it goes next:
-    ``int(Decimal("1e100000000"))`` (or numpy casting an object array holding
-    it to int64) computes ``10**100000000``; so does ``Fraction`` of it."""
-    kind = type(obj)
-    if kind is decimal.Decimal:
-        if not obj.is_finite():
-            return None
-        limit = budgets.MAX_DIGITS
-        # Its magnitude, then its digits (fewer than its text's characters: the
-        # text is short for all but the rare long one, as_tuple is not cheap).
-        if abs(obj.adjusted()) > limit or (
-            len(str(obj)) > limit and len(obj.as_tuple().digits) > limit
-        ):
-            return f"a Decimal past {limit:,} digits or a magnitude of 10**{limit:,}"
-    elif kind is fractions.Fraction:
+    """After a call: a ``Fraction`` whose numerator or denominator is past the
+    ``digits`` budget. Its arguments were within it (``digits_problem``), so
+    it came from the arithmetic ``Fraction(a, b)`` makes of Fractions: refused
+    there, each step of a chain (a Fraction squared again and again) costs at
+    most a product of numbers within the budget. A ``Decimal`` is never
+    refused for what it holds: making one costs its text, and only a
+    conversion of it (``int``, ``Fraction``, a numpy or pandas cast) costs
+    what its exponent states, refused by ``digits_problem``."""
+    if type(obj) is _FRACTION:
         bound = _int_bound()
         if abs(obj.numerator) > bound or obj.denominator > bound:
             return f"a Fraction of more than {budgets.MAX_DIGITS:,} digits"
     return None
+
+
+def _past_digits(number: Any, bound: int) -> bool:
+    """Whether a ``Decimal`` or ``Fraction`` is past the ``digits`` budget
+    (``bound`` is ``10 ** MAX_DIGITS``): a Decimal by its magnitude or its
+    digits, a Fraction by its numerator or denominator."""
+    if type(number) is _FRACTION:
+        return abs(number.numerator) > bound or number.denominator > bound
+    if not number.is_finite():
+        return False
+    limit = budgets.MAX_DIGITS
+    # (its text is short for all but the rare long one: as_tuple is not cheap)
+    return abs(number.adjusted()) > limit or (
+        len(str(number)) > limit and len(number.as_tuple().digits) > limit
+    )
+
+
+def _long_digits(text: str | bytes | bytearray, limit: int) -> bool:
+    """Whether ``text`` holds more than ``limit`` digits in a row (underscores
+    between them allowed, as ``int`` allows them): parsing such a number takes
+    time quadratic in its length. Each number of a ``Fraction``'s "n/d" is
+    counted on its own."""
+    pattern = _DIGIT_RUNS.get((limit, type(text) is str))
+    if pattern is None:
+        source = rf"\d(?:_?\d){{{limit}}}"
+        pattern = re.compile(source if type(text) is str else source.encode())
+        _DIGIT_RUNS[(limit, type(text) is str)] = pattern
+    return pattern.search(text) is not None
+
+
+_DIGIT_RUNS: dict[tuple[int, bool], Any] = {}
+_DECIMAL = decimal.Decimal
+_FRACTION = fractions.Fraction
 
 
 # What converts numbers: each cost grows with a number's digits or exponent.

@@ -475,19 +475,20 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self._holds(self.stack[-1], self.stack[-1], "LIST")
 
     def load_dict(self) -> None:
-        self._hash_keys(self.stack[::2], "DICT")  # (the items above the mark)
+        self._hash_keys("DICT", self.stack)  # (the items above the mark)
         super().load_dict()
         built = self.stack[-1]
         self._holds(built, [*built, *built.values()], "DICT")
 
     def load_frozenset(self) -> None:
-        self._hash_keys(self.stack, "FROZENSET")
+        self._hash_keys("FROZENSET", self.stack)
         super().load_frozenset()
         self._holds(self.stack[-1], self.stack[-1], "FROZENSET")
 
-    def _hash_keys(self, keys: Any, opcode: str) -> None:
-        """Before keys or members are hashed: the ``hashing`` budget."""
-        self._hashing.keys(keys, self._tuple_work.counts, opcode, self._offset)
+    def _hash_keys(self, opcode: str, items: Any) -> None:
+        """Before ``opcode`` hashes keys or members of ``items`` (what it takes
+        off the stack, in order): the ``hashing`` budget (``budgets.HASHES``)."""
+        self._hashing.placed(opcode, items, self._tuple_work.counts, self._offset)
 
     def load_int(self) -> None:
         self._load_number(_PythonUnpickler.load_int, "INT")
@@ -538,16 +539,8 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         self.memo[index] = self.stack[-1]
 
     def _memo_budget(self, index: int, opcode: str, offset: int | None) -> None:
-        """A memo index past the input's length is one no pickler writes (each
-        entry takes a byte at least): the C unpickler would allocate up to it."""
         size = len(self._stream.getbuffer()) if hasattr(self._stream, "getbuffer") else None
-        if size is not None and index > size:
-            raise exceeded(
-                "memo",
-                opcode,
-                offset,
-                f"it stores memo entry {index:,} in a pickle of {size:,} bytes",
-            )
+        budgets.check_memo(index, size, opcode, offset)
 
     def load_bytearray8(self) -> None:
         """pickle allocates the declared length first: here it must be in the data."""
@@ -627,11 +620,19 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         found = Arguments(state)
         what = f"BUILD on a {type(target).__name__}"
         self._allowance.allocate(allocation("", (), found), "BUILD", self._offset, what)
+        if found.big_numbers:  # (a state is stored, not parsed: only its numbers count)
+            # numpy and pandas convert what they hold: an object array's Decimal
+            # of 10**999999 cast to int64 computes that power
+            kind = type(target)
+            name = f"{getattr(kind, '__module__', '')}.{kind.__qualname__}"
+            digits = digits_problem(name, (state,), None, found)
+            if digits is not None:
+                raise exceeded("digits", "BUILD", self._offset(), f"{what} is {digits}")
         # (What a state sets is stored, not walked: the __setstate__ of what
         # DATA_ONLY allows keeps references, and a dict state hashes its keys.)
         for part in state if isinstance(state, tuple) and len(state) == 2 else (state,):
             if isinstance(part, dict):
-                self._hash_keys(part, "BUILD")
+                self._hashing.keys(part, self._tuple_work.counts, "BUILD", self._offset)
         problem = check_state(target, state, found)
         if problem is not None:
             _refuse(f"BUILD on a {type(target).__qualname__}", problem, _describe(target))
@@ -658,14 +659,14 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
     def load_setitem(self) -> None:
         target, key, value = self._below(3), self._below(2), self._below(1)
         self._check_target(target, "SETITEM")
-        self._hash_keys((key,), "SETITEM")
+        self._hash_keys("SETITEM", (key, value))
         self._holds(target, (key, value), "SETITEM")
         super().load_setitem()  # (obj[key] = value: __setitem__ comes from the type)
 
     def load_setitems(self) -> None:
         target = self._top_before_mark()
         self._check_target(target, "SETITEMS")
-        self._hash_keys(self.stack[::2], "SETITEMS")  # (the items above the mark)
+        self._hash_keys("SETITEMS", self.stack)  # (the items above the mark)
         self._holds(target, self.stack, "SETITEMS")
         super().load_setitems()
 
@@ -696,7 +697,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         target = self._top_before_mark()
         self._check_target(target, "ADDITEMS")
         items = self.pop_mark()
-        self._hash_keys(items, "ADDITEMS")
+        self._hash_keys("ADDITEMS", items)
         self._holds(target, items, "ADDITEMS")
         if isinstance(target, set):
             set.update(target, items)
