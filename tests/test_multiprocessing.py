@@ -323,3 +323,71 @@ def test_a_thread_pool_still_works():
             assert pool.apply_async(abs, (-2,)).get(30) == 2
     finally:
         gpmp.uninstall()
+
+
+_CODE_ONCE = r"""
+import json, multiprocessing as mp, sys
+import graphpickle.integrations.multiprocessing as gpmp
+from multiprocessing.reduction import ForkingPickler
+
+gpmp.install()
+
+def task(x):
+    return "first", x
+
+seen = []
+
+def codes(_):
+    seen.append(sys._getframe().f_code)  # (kept: ids of live objects differ)
+    return len({id(code) for code in seen})
+
+if __name__ == "__main__":
+    out = {}
+    messages = [bytes(ForkingPickler.dumps((1, i, task, (i,), {}))) for i in range(3)]
+    out["blocks"] = [b"graphpickle.core.blocks" in m for m in messages]
+    with mp.get_context(sys.argv[1]).Pool(1) as pool:
+        out["first"] = pool.map(task, range(2))
+        # Each message makes a new function around the code object the worker keeps.
+        out["code_kept"] = pool.map(codes, range(4), chunksize=1)[-1] == 1
+
+        def task(x):  # redefined: new code
+            return "second", x
+
+        out["redefined"] = pool.map(task, range(2))
+        task.__defaults__ = ()
+        task.__code__ = (lambda x=7: ("third", x)).__code__
+        task.__defaults__ = (7,)
+        out["code_and_defaults_changed"] = pool.apply(task)
+    print(json.dumps(out), flush=True)
+"""
+
+
+@pytest.mark.parametrize("no_cache", [False, True])
+@pytest.mark.parametrize("method", _METHODS)
+def test_a_function_code_travels_as_a_block_and_changes_reach_the_worker(
+    tmp_path, method, no_cache
+):
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRAPHPICKLE_NO_CACHE")}
+    if no_cache:
+        env["GRAPHPICKLE_NO_CACHE"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-c", _CODE_ONCE, method],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    # Its code travels as a block, which the worker turns into a code object
+    # once (each time with GRAPHPICKLE_NO_CACHE=1).
+    assert out["blocks"] == [True] * 3
+    assert out["first"] == [["first", 0], ["first", 1]]
+    assert out["code_kept"] is not no_cache
+    # A changed function reaches a worker that has the old one (fork would give
+    # a worker the version of its start; the function mapped is sent anew).
+    assert out["redefined"] == [["second", 0], ["second", 1]]
+    assert out["code_and_defaults_changed"] == ["third", 7]

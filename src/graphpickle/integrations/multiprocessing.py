@@ -54,6 +54,7 @@ import pickle
 import pickletools
 import sys
 import threading
+from contextvars import ContextVar
 from typing import IO, Any
 
 from ..core.pickler import Pickler, _note_load_failure
@@ -82,14 +83,33 @@ class MultiprocessingIntegrationError(RuntimeError):
 # --- pickling ------------------------------------------------------------------
 
 
+#: True while this integration pickles: a remembered by-value function travels
+#: as a code block (graphpickle.core.blocks), whose code object each receiver
+#: makes once and keeps. Every receiver loads blocks: a child of this process
+#: installs this module before it loads anything else, and a message of this
+#: integration already needs graphpickle to load (``_main_namespace``).
+_CODE_BLOCKS: ContextVar[bool] = ContextVar("graphpickle_mp_code_blocks", default=False)
+
+
 class _ForkingPickler(Pickler):
     """graphpickle's pickler with ``ForkingPickler``'s registered reducers, whose
     ``__main__`` functions travel with the receiver's ``__main__`` as globals."""
 
     def __init__(self, file: IO[bytes], protocol: int | None = None) -> None:
-        super().__init__(file, protocol, reducer_lookup=_main_namespace.reducer_lookup)
+        super().__init__(
+            file, protocol, reducer_lookup=_main_namespace.reducer_lookup, code_blocks=_CODE_BLOCKS
+        )
         self.tables: tuple[dict[Any, Any], dict[Any, Any]] = ({}, {})
         self.prepare()
+
+    def dump(self, obj: Any) -> None:
+        # (Set here, in the thread that dumps: Pool's task handler is a thread
+        # of its own, and a new thread starts with an empty context.)
+        token = _CODE_BLOCKS.set(True)
+        try:
+            super().dump(obj)
+        finally:
+            _CODE_BLOCKS.reset(token)
 
     def prepare(self) -> None:
         """Before each dump: ForkingPickler's table (copyreg's, then what
