@@ -218,8 +218,8 @@ def test_actor_methods_that_name_their_actor_class() -> None:
             return 4
 
         def g(self) -> int:
-            assert Named.f() == 4  # type: ignore[attr-defined]
-            return Named.X  # type: ignore[attr-defined,no-any-return]
+            assert Named.f() == 4
+            return Named.X
 
     named = Named.remote()  # type: ignore[attr-defined]
     assert ray.get(named.g.remote()) == 3
