@@ -224,6 +224,29 @@ def test_bound_methods():
     assert roundtrip(bound_by_hand)() == 3
 
 
+def test_a_method_bound_to_a_class_still_being_built():
+    # Ray's actor classes: the methods' closures reach the actor's metadata, which
+    # holds the class's bound methods, so a bound classmethod is pickled while its
+    # class is: getattr(cls, "f") would run on load before cls has an "f".
+    holder = {}
+
+    class Built:
+        @classmethod
+        def f(cls):
+            return holder["f"]
+
+        def g(self):
+            return holder["g"]
+
+    holder["f"] = Built.f
+    holder["g"] = Built().g
+    loaded = roundtrip(Built)
+    assert loaded.f().__self__ is loaded and loaded.f().__func__ is loaded.f.__func__
+    assert type(loaded().g().__self__) is loaded
+    # Bound to an importable class (or its instance), the reduction stays pickle's.
+    assert graphpickle.dumps(dict.fromkeys) == pickle.dumps(dict.fromkeys, protocol=5)
+
+
 T_IMPORTABLE = typing.TypeVar("T_IMPORTABLE")
 
 

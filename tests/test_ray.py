@@ -201,6 +201,30 @@ def test_actors_take_locally_defined_objects() -> None:
     assert ray.get(keeper.all.remote()) == [Item(str(i)) for i in range(20)]
 
 
+def test_actor_methods_that_name_their_actor_class() -> None:
+    # Ray's test_actor.py::test_actor_class_attributes: the class's methods name the
+    # actor class (a closure), whose metadata holds the class's bound methods, so
+    # the worker rebuilt the class from a payload that looked "f" up on it too early.
+    class Base:
+        BASE = 2
+
+    @ray.remote
+    class Named(Base):
+        X = 3
+
+        @classmethod
+        def f(cls) -> int:
+            assert Named.BASE == 2
+            return 4
+
+        def g(self) -> int:
+            assert Named.f() == 4
+            return Named.X
+
+    named = Named.remote()  # type: ignore[attr-defined]
+    assert ray.get(named.g.remote()) == 3
+
+
 def test_register_serializer_is_used_and_deregistering_it_applies() -> None:
     class Guarded:
         def __init__(self, value: int) -> None:

@@ -565,14 +565,19 @@ def _reduce_module(state: PicklerState, module: types.ModuleType) -> Any:
 
 def _reduce_method(state: PicklerState, method: types.MethodType) -> Any:
     # The standard reduction, getattr(owner, name), is kept whenever it finds this
-    # very function again; a function bound by hand, or a name-mangled private
-    # method, goes as MethodType(func, owner) instead.
+    # very function again on an owner the receiver imports; a function bound by
+    # hand, a name-mangled private method, or an owner whose class goes by value
+    # goes as MethodType(func, owner) instead. For the last: the method may be
+    # reached while its class is being rebuilt (Ray's actor metadata holds the
+    # class's bound methods, and the methods' closures hold that metadata), when
+    # getattr would find nothing, or another copy of the function.
     func = method.__func__
+    owner = method.__self__
     try:
-        found_again = getattr(method.__self__, func.__name__).__func__ is func
+        found_again = getattr(owner, func.__name__).__func__ is func
     except Exception:
         found_again = False
-    if found_again:
+    if found_again and class_reason(owner if isinstance(owner, type) else type(owner)) is None:
         return NotImplemented
     return cp.reduce_method_by_value(method)
 
