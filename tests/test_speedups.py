@@ -175,7 +175,7 @@ def test_each_module_object_of_the_core_extension_has_tables_of_its_own(tmp_path
             calls.append(obj)
             return NotImplemented
 
-        copy.set_by_reference_policy(set(), handler, None, None, None)
+        copy.set_by_reference_policy([set()], handler, None, None, None)
         copy.remember_by_reference(json.dumps)
         in_copy = copy.Dispatch({types.FunctionType: handler}, lambda t: None, None)
         in_used = used.Dispatch({types.FunctionType: handler}, lambda t: None, None)

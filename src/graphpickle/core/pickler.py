@@ -200,7 +200,11 @@ def _dump_failed(pickler: Pickler, obj: Any, exc: Exception) -> NoReturn:
     pickler.clear_memo()
     error = pickling_error(pickler, obj, exc)  # (which pickles parts of obj again)
     # The blocks this dump (and that search) carried for a connection were not sent.
-    _connection.dump_failed(pickler._state.blocks)
+    # (A subclass whose __init__ never called ours has no state: CPython's own
+    # test_bad_init expects pickle's PicklingError from it.)
+    state = getattr(pickler, "_state", None)
+    if state is not None:
+        _connection.dump_failed(state.blocks)
     if error is exc:
         raise exc  # its own type and traceback, with notes saying where
     raise error from exc
