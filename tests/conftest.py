@@ -50,6 +50,30 @@ def run_python(
     return proc.stdout
 
 
+def run_main_from(
+    source: str, code: str, cwd: Path, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """``code`` as ``__main__`` of a fresh interpreter, from a file, ``-c`` or
+    stdin (the three ways a script reaches a process pool's parent)."""
+    code = textwrap.dedent(code)
+    command = {
+        "file": [sys.executable, "script.py"],
+        "-c": [sys.executable, "-c", code],
+        "stdin": [sys.executable, "-"],
+    }[source]
+    (cwd / "script.py").write_text(code)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        command,
+        cwd=cwd,
+        env=env,
+        input=code if source == "stdin" else None,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 @pytest.fixture
 def receiver(tmp_path: Path):
     """``receiver(payload, check)``: load ``payload`` in a fresh interpreter run

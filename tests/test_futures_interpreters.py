@@ -7,37 +7,14 @@ scripts/test`` run them; on 3.11-3.13 the name says it needs 3.14.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import textwrap
 
 import pytest
+from conftest import run_main_from
 
 needs_314 = pytest.mark.skipif(
     sys.version_info < (3, 14), reason="concurrent.futures.InterpreterPoolExecutor is new in 3.14"
 )
-
-
-def _run(source: str, code: str, cwd, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """``code`` as ``__main__`` of a fresh interpreter: from a file, ``-c`` or stdin."""
-    code = textwrap.dedent(code)
-    command = {
-        "file": [sys.executable, "script.py"],
-        "-c": [sys.executable, "-c", code],
-        "stdin": [sys.executable, "-"],
-    }[source]
-    (cwd / "script.py").write_text(code)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run(
-        command,
-        cwd=cwd,
-        env=env,
-        input=code if source == "stdin" else None,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 # No __main__ guard, and a line that shows whether the script runs again in an
@@ -105,7 +82,7 @@ print("done")
 @needs_314
 @pytest.mark.parametrize("source", ["file", "-c", "stdin"])
 def test_lambdas_closures_and_main_code_run_in_interpreters(tmp_path, source):
-    proc = _run(source, _CALLS, tmp_path)
+    proc = run_main_from(source, _CALLS, tmp_path)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert proc.stdout.splitlines() == [
         "BODY",
@@ -137,7 +114,7 @@ def test_the_standard_executor_cannot_share_them(tmp_path):
         except Exception as exc:
             print(type(exc).__name__)
     """
-    proc = _run("stdin", code, tmp_path)
+    proc = run_main_from("stdin", code, tmp_path)
     assert proc.stdout.split() == ["NotShareableError"], (proc.stdout, proc.stderr)
 
 
@@ -154,7 +131,7 @@ def test_a_module_that_refuses_subinterpreters_is_named(tmp_path):
             print(*exc.__notes__, sep="\\n")
         print(pool.submit(len, [1, 2, 3]).result(120))
     """
-    proc = _run("stdin", code, tmp_path)
+    proc = run_main_from("stdin", code, tmp_path)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert proc.stdout.splitlines()[-2:] == [
         "graphpickle: numpy cannot be imported in a subinterpreter (its extension module "
@@ -182,7 +159,7 @@ def test_an_initializer_that_raises_breaks_the_pool_as_the_stock_one(tmp_path):
         except BrokenInterpreterPool as exc:
             print(type(exc).__name__)
     """
-    proc = _run("stdin", code, tmp_path)
+    proc = run_main_from("stdin", code, tmp_path)
     assert proc.stdout.split() == ["BrokenInterpreterPool"], (proc.stdout, proc.stderr)
     assert "NoConfig: no config" in proc.stderr  # logged, as the stock executor does
 
@@ -221,6 +198,6 @@ print("parent", model, calls)
 @needs_314
 @pytest.mark.parametrize("source", ["file", "-c", "stdin"])
 def test_an_initializers_global_is_what_the_tasks_read(tmp_path, source):
-    proc = _run(source, _ONE_MAIN_PER_INTERPRETER, tmp_path)
+    proc = run_main_from(source, _ONE_MAIN_PER_INTERPRETER, tmp_path)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert proc.stdout.splitlines() == ["('loaded', 1, 1) ('loaded', 2, 2)", "parent None 0"]

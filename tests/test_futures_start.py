@@ -8,12 +8,8 @@ runs them where forkserver is the standard library's default.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
+from conftest import run_main_from
 
 
 def _futures_example() -> str:
@@ -40,27 +36,6 @@ def test_the_futures_example_runs_as_a_script(tmp_path, method):
     assert "__name__" not in code  # the point: workers do not import the script
     out = run_python(_with_start_method(code, method), cwd=tmp_path, timeout=300)
     assert out.split() == ["101", "78900"]
-
-
-def _run(source: str, code: str, cwd, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """``code`` as ``__main__`` of a fresh interpreter: from a file, ``-c`` or stdin."""
-    code = textwrap.dedent(code)
-    command = {
-        "file": [sys.executable, "script.py"],
-        "-c": [sys.executable, "-c", code],
-        "stdin": [sys.executable, "-"],
-    }[source]
-    (cwd / "script.py").write_text(code)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run(
-        command,
-        cwd=cwd,
-        env=env,
-        input=code if source == "stdin" else None,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 # No __main__ guard: a worker that ran the script again would start a pool of its
@@ -105,7 +80,7 @@ _SOURCES = ["file", "-c", "stdin"]
 @pytest.mark.parametrize("method", ["spawn", "forkserver", None])
 @pytest.mark.parametrize("source", _SOURCES)
 def test_workers_do_not_run_the_main_script(tmp_path, source, method):
-    proc = _run(source, _UNGUARDED.format(method=repr(method) if method else ""), tmp_path)
+    proc = run_main_from(source, _UNGUARDED.format(method=repr(method) if method else ""), tmp_path)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert proc.stdout.split() == ["BODY", "101", "90", "True", "5", "True", "INIT", "3", "done"]
 
@@ -140,7 +115,7 @@ with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("{method}")) 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_a_worker_that_fails_at_start_names_its_error(tmp_path, method):
-    proc = _run("stdin", _FAILS_BEFORE_START.format(method=method), tmp_path)
+    proc = run_main_from("stdin", _FAILS_BEFORE_START.format(method=method), tmp_path)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     out = dict(line.split(": ", 1) for line in proc.stdout.splitlines())
     assert out["ERROR"] == "a worker process failed to start, so builtins.abs could not run"
@@ -281,7 +256,7 @@ print("parent", model, calls)
 @pytest.mark.parametrize("method", ["spawn", "forkserver", "fork"])
 @pytest.mark.parametrize("source", _SOURCES)
 def test_an_initializers_global_is_what_the_tasks_read(tmp_path, source, method):
-    proc = _run(source, _ONE_MAIN_PER_WORKER.format(method=method), tmp_path)
+    proc = run_main_from(source, _ONE_MAIN_PER_WORKER.format(method=method), tmp_path)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     worker = proc.stdout.splitlines()[0].rsplit(" [", 1)[0]
     assert worker == "('loaded', 1, 1) ('loaded', 2, 2) True", proc.stdout
