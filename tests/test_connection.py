@@ -124,7 +124,8 @@ def _gone_module(monkeypatch):
 
 
 def test_the_blocks_of_a_payload_that_fails_to_load_are_kept(monkeypatch):
-    from dask._task_spec import Task
+    # (a task that fails when it runs: dask 2024.8, the floor, has tuple run specs)
+    Task = pytest.importorskip("dask._task_spec", reason="needs dask._task_spec").Task
 
     module = _gone_module(monkeypatch)
     func = local_function()
@@ -159,7 +160,8 @@ def test_recover_ignores_bytes_that_are_not_a_code_once_block():
 
 
 def test_an_evicted_block_fails_one_task_and_the_sender_never_names_one(monkeypatch):
-    from dask._task_spec import Task
+    # (a task that fails when it runs: dask 2024.8, the floor, has tuple run specs)
+    Task = pytest.importorskip("dask._task_spec", reason="needs dask._task_spec").Task
 
     monkeypatch.setattr(connection, "MAX_HELD", 4)
     funcs = [distinct_code(i) for i in range(10)]
@@ -239,8 +241,6 @@ def test_a_digest_names_only_what_this_connection_sent():
 
 
 def test_connections_in_threads_are_independent():
-    from dask._task_spec import Task
-
     funcs = [distinct_code(i) for i in range(6)]
     errors: list[BaseException] = []
 
@@ -249,8 +249,8 @@ def test_connections_in_threads_are_independent():
         try:
             for step in range(150):
                 func = funcs[(seed + step) % len(funcs)]
-                task = read(receiver, write(sender, Task("k", func, step)))
-                assert task({}) == (step, (seed + step) % len(funcs))
+                loaded, x = read(receiver, write(sender, [func, step]))
+                assert loaded(x) == (step, (seed + step) % len(funcs))
         except BaseException as exc:
             errors.append(exc)
 
