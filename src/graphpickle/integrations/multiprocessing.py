@@ -54,8 +54,9 @@ import pickle
 import pickletools
 import sys
 import threading
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from ..core.pickler import Pickler, _note_load_failure
 from ..core.reducers import on_tables_changed
@@ -255,6 +256,29 @@ class _Proxy:
         return getattr(self._queue, name)
 
 
+#: What a message's bytes say it is: a Pool task's (job, chunk), or a call's work_id.
+_Item = TypeVar("_Item")
+
+
+def _load_or_fail_alone(
+    data: bytes,
+    item_of: Callable[[bytes], _Item | None],
+    note: Callable[[_Item], str],
+    failing: Callable[[_Item, Exception], Any],
+) -> Any:
+    """``data`` loaded; or, where it cannot be and ``item_of`` reads which task,
+    result or call it is from the bytes, ``failing(item, exc)``: that one item
+    fails with the error (noted), and the reader keeps serving."""
+    try:
+        return _loads(data)
+    except Exception as exc:
+        item = item_of(data)
+        if item is None:
+            raise
+        exc.add_note(note(item))
+        return failing(item, exc)
+
+
 class _GuardedQueue(_Proxy):
     """A Pool worker's view of its task queue: a task it cannot load becomes a
     task that raises why (the stock worker dies on it and the task is lost)."""
@@ -263,17 +287,15 @@ class _GuardedQueue(_Proxy):
         queue = self._queue
         with queue._rlock:
             data = queue._reader.recv_bytes()
-        try:
-            return _loads(data)
-        except Exception as exc:
-            ids = _task_ids(data)
-            if ids is None:
-                raise
-            exc.add_note(
+        return _load_or_fail_alone(
+            data,
+            _task_ids,
+            lambda ids: (
                 f"graphpickle: pool worker {os.getpid()} could not load this task "
                 f"(job {ids[0]}, chunk {ids[1]}); it keeps serving"
-            )
-            return (*ids, _raise, (exc,), {})
+            ),
+            lambda ids, exc: (*ids, _raise, (exc,), {}),
+        )
 
 
 class _ReportingQueue(_Proxy):
@@ -308,15 +330,12 @@ class _GuardedResults:
         self._reader = reader
 
     def __call__(self) -> Any:
-        data = self._reader.recv_bytes()
-        try:
-            return _loads(data)
-        except Exception as exc:
-            ids = _task_ids(data)
-            if ids is None:
-                raise
-            exc.add_note(f"graphpickle: the parent could not load the result of job {ids[0]}")
-            return (*ids, (False, exc))
+        return _load_or_fail_alone(
+            self._reader.recv_bytes(),
+            _task_ids,
+            lambda ids: f"graphpickle: the parent could not load the result of job {ids[0]}",
+            lambda ids, exc: (*ids, (False, exc)),
+        )
 
 
 def _setup_queues(self: Any) -> None:
@@ -354,17 +373,15 @@ class _GuardedCallQueue(_Proxy):
         with queue._rlock:
             data = queue._recv_bytes()
         queue._sem.release()
-        try:
-            return _loads(data)
-        except Exception as exc:
-            work_id = _call_id(data)
-            if work_id is None:
-                raise
-            exc.add_note(
+        return _load_or_fail_alone(
+            data,
+            _call_id,
+            lambda _: (
                 f"graphpickle: executor worker {os.getpid()} could not load this call; "
                 "it keeps serving"
-            )
-            return _executor._CallItem(work_id, _raise, (exc,), {})
+            ),
+            lambda work_id, exc: _executor._CallItem(work_id, _raise, (exc,), {}),
+        )
 
 
 def _executor_worker(call_queue: Any, *args: Any, **kwargs: Any) -> Any:
