@@ -753,10 +753,15 @@ remembered_function(DispatchObject *self, PyObject *func)
         goto done;
     }
     self->touched = 1;
-    PyObject *base = base_globals(self->st, self->state, ((PyFunctionObject *)func)->func_globals);
     PyObject *block = PyTuple_GET_ITEM(entry, ENTRY_BLOCK); /* None, or (make_function, flat) */
-    int wanted = base == NULL || block == Py_None ? 0 : blocks_wanted(self);
-    if (wanted > 0 && PyTuple_CheckExact(block) && PyTuple_GET_SIZE(block) == 2
+    int wanted = block == Py_None ? 0 : blocks_wanted(self);
+    if (wanted != 0 && wanted != 1) {
+        /* A connection's session (2): the function handler writes its function
+         * block, or its digest (reducers._held_reduction); or an error (-1). */
+        goto done;
+    }
+    PyObject *base = base_globals(self->st, self->state, ((PyFunctionObject *)func)->func_globals);
+    if (wanted == 1 && base != NULL && PyTuple_CheckExact(block) && PyTuple_GET_SIZE(block) == 2
         && PyTuple_CheckExact(PyTuple_GET_ITEM(block, 1))) {
         /* (make_function, (code, base_globals, closure, *flat)), as reducers._block_reduction */
         PyObject *head = PyTuple_Pack(3, PyTuple_GET_ITEM(parts, PARTS_CODE), base,
@@ -829,6 +834,11 @@ remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
         return remembered_function(self, obj);
     }
     if (handler == st->module_handler) {
+        int wanted = blocks_wanted(self);
+        if (wanted != 0 && wanted != 1) { /* a connection's session: blocks.subimport (Python) */
+            PyErr_Clear();
+            return NULL;
+        }
         return module_by_reference(st, obj);
     }
     if (handler == st->class_handler) {
@@ -2546,7 +2556,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 21) < 0 /* VERSION: native.py */
+        || add_version(module, 22) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {
