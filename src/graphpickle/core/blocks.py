@@ -287,7 +287,8 @@ def _function(held: tuple[Any, ...], parts: tuple[Any, ...]) -> Any:
     code, layout, name, qualname, module, doc, _ = held
     if len(parts) != 3 + len(_SENT_SLOTS):
         raise UnpicklingError(
-            f"a function block's payload gives {3 + len(_SENT_SLOTS)} values, not {len(parts)}"
+            f"a function block's call takes {3 + len(_SENT_SLOTS)} values after the block, "
+            f"not {len(parts)}"
         )
     base_globals, closure, attributes, annotations, kwdefaults, defaults = parts[:6]
     slot_closure, submodules, slot_globals = parts[6:]
