@@ -818,6 +818,9 @@ if _speedups is not None:
         _speedups.set_remembered(
             _reduce_code, _builtin_type_reductions, _codes, _functions, vars(_captures), _MISSING
         )
+        # On a connection: a remembered function's block (once checked), and
+        # modules named by blocks.subimport, as the handlers answer.
+        _speedups.set_session_reductions(_block_reduction, _blocks.subimport)
 
 _global_reducers: dict[type, Reducer] = {}
 _global_reducers_lock = threading.Lock()
