@@ -203,10 +203,7 @@ class HeldGlobals(dict[str, Any]):
     share it (memoized), as cloudpickle's share its dict."""
 
     __slots__ = ("sent_as",)
-
-    def __init__(self, items: tuple[tuple[str, Any], ...]) -> None:
-        super().__init__(items)
-        self.sent_as: tuple[Any, ...] | None = None
+    sent_as: tuple[Any, ...] | None  # (set by whoever makes one: no __init__ to run)
 
 
 def held_items(base: Any) -> tuple[tuple[str, Any], ...] | None:

@@ -460,8 +460,10 @@ def _block_reduction(state: PicklerState, func: types.FunctionType, entry: tuple
 
 
 # Function blocks made, by id of the flat state they were made from:
-# (flat, code, items, block). The C hook leaves session dumps to Python.
-_function_blocks: dict[int, tuple[Any, types.CodeType, Any, bytes]] = {}
+# (flat, code, items, block, what a payload sends of flat, the module's
+# values its items were read from or None). The C hook hands session dumps
+# of remembered functions to _block_reduction, once their snapshot is checked.
+_function_blocks: dict[int, tuple[Any, ...]] = {}
 
 
 def _held_reduction(
@@ -475,34 +477,55 @@ def _held_reduction(
     """``function_once(block, ...)`` or ``function_ref(digest, ...)``, what a
     remembered function's payload carries besides its function block
     (blocks.sent_slots); ``None`` where no block can hold its immutable parts."""
+    made = _function_blocks.get(id(flat))
+    if made is not None and (made[0] is not flat or made[1] is not code):
+        made = None
     base = state.globals_ref.get(id(module_globals))
     if base is None:  # this payload's first function of that module
-        items = _blocks.held_items(_module_items(module_globals))
+        values = _base_values(module_globals)
+        if made is not None and made[5] is not None and same_objects(made[5], values):
+            items = made[2]
+        else:
+            items = _blocks.held_items(_module_items(module_globals))
+            made = None
         if items is None:
             return None
         base = state.globals_ref[id(module_globals)] = _blocks.HeldGlobals(items)
+        base.sent_as = None
     else:  # (an exact dict written by an earlier reduction travels as it is)
+        values = None
         items = _blocks.held_items(base)
         if items is None:
             return None
-    made = _function_blocks.get(id(flat))
-    if made is not None and made[0] is flat and made[1] is code and made[2] == items:
-        block = made[3]
-    else:
+        if made is not None and made[2] != items:
+            made = None
+    if made is None:
         code_block = _code_block(code)
         block = None if code_block is None else _blocks.function_block(code_block, flat, items)
         if block is None:
             return None
         if len(_function_blocks) >= _MAX_REMEMBERED:
             _function_blocks.clear()
-        _function_blocks[id(flat)] = (flat, code, items, block)
-    digest, carried = session.carries(block)
-    named = block if carried else digest
+        made = _function_blocks[id(flat)] = (
+            flat, code, items, block, _blocks.sent_slots(flat), values,
+        )  # fmt: skip
+    digest, carried = session.carries(made[3])
+    named = made[3] if carried else digest
     make = _blocks.function_once if carried else _blocks.function_ref
     if type(base) is _blocks.HeldGlobals and base.sent_as is None:
         # Made from the first block that names it, before that block's call.
         base.sent_as = (make, (named,))
-    return (make, (named, base, closure, *_blocks.sent_slots(flat)))
+    return (make, (named, base, closure, *made[4]))
+
+
+_BASE_NAMES = ("__package__", "__name__", "__path__", "__file__")  # cloudpickle's
+
+
+def _base_values(module_globals: dict[str, Any]) -> tuple[Any, ...]:
+    """What base globals are made of in a module's globals (_MISSING where none)."""
+    get = module_globals.get
+    return (get("__package__", _MISSING), get("__name__", _MISSING),
+            get("__path__", _MISSING), get("__file__", _MISSING))  # fmt: skip
 
 
 def _code_block(code: types.CodeType) -> bytes | None:
@@ -559,11 +582,7 @@ def _module_base_globals(state: PicklerState, module_globals: dict[str, Any]) ->
 
 def _module_items(module_globals: dict[str, Any]) -> dict[str, Any]:
     """What cloudpickle's base globals hold of a module's globals."""
-    return {
-        name: module_globals[name]
-        for name in ("__package__", "__name__", "__path__", "__file__")
-        if name in module_globals
-    }
+    return {name: module_globals[name] for name in _BASE_NAMES if name in module_globals}
 
 
 # Classes of `types` that are not importable by name (every code reduction names
