@@ -654,7 +654,9 @@ recursive = outer()
 
 @pytest.mark.parametrize("order", [(0, 1, 2), (2, 0, 1), (1, 2, 0)])
 def test_functions_of_one_module_share_one_globals_dict_per_payload(order):
-    setter, getter, recursive = (_module_function(_SHARING, n) for n in ("setter", "getter", "recursive"))
+    setter, getter, recursive = (
+        _module_function(_SHARING, n) for n in ("setter", "getter", "recursive")
+    )
     # (one module namespace for all three)
     getter = types.FunctionType(getter.__code__, setter.__globals__, "getter")
     recursive = setter.__globals__["recursive"]
@@ -737,7 +739,12 @@ def test_a_function_digest_names_only_a_function_block_this_connection_sent():
         pickle.loads(pickle.dumps([_FunctionOnce(ours), _CodeOnce(code)], protocol=5))
         held = {type(v): name for name, (v, _) in mine.held.items()}
         assert held[tuple] == hashlib.blake2b(ours, digest_size=16).digest()
-        forged = [hashlib.blake2b(theirs, digest_size=16).digest(), b"\x00" * 16, held[types.CodeType], "x"]
+        forged = [
+            hashlib.blake2b(theirs, digest_size=16).digest(),
+            b"\x00" * 16,
+            held[types.CodeType],
+            "x",
+        ]
         for digest in forged:
             with pytest.raises(UnpicklingError, match="holds no function block"):
                 blocks.function_ref(digest)
@@ -756,23 +763,26 @@ def test_a_function_digest_names_only_a_function_block_this_connection_sent():
         connection.RECEIVER.reset(token)
 
 
+_ONE = marshal.dumps(compile("1", "<x>", "eval"))
+
+
 @pytest.mark.parametrize(
-    ("block", "match"),
+    ("parts", "match"),
     [
-        (b"\x00garbage", "corrupted"),
-        (marshal.dumps((1, 2)), "another shape"),
-        (marshal.dumps((b"", 0, "f", "f", None, None, ())), "corrupted|not code|holds"),
-        (marshal.dumps((marshal.dumps(compile("1", "<x>", "eval")), 9, "f", "f", None, None, ())), "another kind"),
-        (marshal.dumps((marshal.dumps(compile("1", "<x>", "eval")), 0, "f", "f", None, None,
-                        (("__path__", "x"),))), "another kind"),
-        (marshal.dumps((marshal.dumps(compile("1", "<x>", "eval")), 0, "f", "f", None, None,
-                        (("__name__", "x"), ("__name__", "y")))), "another kind"),
-        (marshal.dumps((marshal.dumps(compile("1", "<x>", "eval")), 0, "f", "f", 1, None, ())), "another kind"),
-        (marshal.dumps((marshal.dumps((1,)), 0, "f", "f", None, None, ())), "not code"),
+        ((1, 2), "another shape"),
+        ((b"", 0, "f", "f", None, None, ()), "corrupted|not code"),
+        ((_ONE, 9, "f", "f", None, None, ()), "another kind"),  # no such layout
+        ((_ONE, 0, "f", "f", None, None, (("__path__", "x"),)), "another kind"),
+        ((_ONE, 0, "f", "f", None, None, (("__name__", "x"), ("__name__", "y"))), "another kind"),
+        ((_ONE, 0, "f", "f", 1, None, ()), "another kind"),  # a module that is not a str
+        ((_ONE, 0, "f", "f", None, None, (("__file__", ["x"]),)), "another kind"),
+        ((marshal.dumps((1,)), 0, "f", "f", None, None, ()), "not code"),
+        (b"\x00garbage", "corrupted"),  # (not marshal bytes)
         ("text", "bytes, not str"),
     ],
 )
-def test_a_function_block_that_is_not_one_is_refused(block, match):
+def test_a_function_block_that_is_not_one_is_refused(parts, match):
+    block = parts if isinstance(parts, (bytes, str)) else marshal.dumps(parts)
     receiver = connection.Receiver()
     token = connection.RECEIVER.set(receiver)
     try:

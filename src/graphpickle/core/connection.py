@@ -178,14 +178,14 @@ class Receiver:
         found = self.held.get(name) if type(name) is bytes else None
         if found is None or type(found[0]) is not CodeType:
             raise UnpicklingError(_miss(name))
-        return found[0]  # type: ignore[no-any-return]
+        return found[0]
 
     def function(self, name: bytes) -> tuple[Any, ...]:
         """The parts of the function block this connection sent under ``name``."""
         found = self.held.get(name) if type(name) is bytes else None
         if found is None or type(found[0]) is not tuple:
             raise UnpicklingError(_miss(name, "function"))
-        return found[0]  # type: ignore[no-any-return]
+        return found[0]
 
 
 def _miss(name: Any, kind: str = "code") -> str:
@@ -226,9 +226,7 @@ def received(block: bytes, value: Any) -> None:
 
 # The calls whose first argument is a block (a function block's call pushes a
 # MARK first: it has more arguments than TUPLE3 takes).
-_ONCE = frozenset(
-    ("graphpickle.core.blocks", name) for name in ("code_once", "function_once")
-)
+_ONCE = frozenset(("graphpickle.core.blocks", name) for name in ("code_once", "function_once"))
 _STRINGS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"})
 _BYTES = frozenset({"SHORT_BINBYTES", "BINBYTES", "BINBYTES8"})
 
