@@ -199,12 +199,16 @@ def test_a_flood_of_blocks_stays_within_the_bounds(monkeypatch):
     token = connection.RECEIVER.set(receiver)
     try:
         for i in range(2000):
-            code = compile(f"x = {i}" + " + 1" * (i % 300), "<flood>", "exec")
-            pickle.loads(pickle.dumps(_CodeOnce(marshal.dumps(code)), protocol=5))
+            code = marshal.dumps(compile(f"x = {i}" + " + 1" * (i % 300), "<flood>", "exec"))
+            # code blocks and function blocks, in one table
+            block = marshal.dumps((code, 0, "f", "f", None, None, ())) if i % 2 else code
+            once = _FunctionOnce(block) if i % 2 else _CodeOnce(block)
+            pickle.loads(pickle.dumps(once, protocol=5))
             assert len(receiver.held) <= 50 and receiver.held_bytes <= 20_000
     finally:
         connection.RECEIVER.reset(token)
     assert receiver.held_bytes == sum(size for _, size in receiver.held.values())
+    assert {type(value) for value, _ in receiver.held.values()} == {tuple, types.CodeType}
 
 
 def test_a_digest_names_only_what_this_connection_sent():
