@@ -864,3 +864,15 @@ def test_main_functions_round_trip_to_a_fresh_interpreter_on_one_connection(tmp_
     assert seen == [
         [1, 2, 2, 10 * (step + 2), "bump", "scaled", "__main__", names] for step in range(3)
     ]
+
+
+def test_inspect_counts_a_function_block_as_one_function_by_value():
+    from graphpickle.diagnostics import inspect
+
+    func = _module_function("def inc(x):\n    return x + 1\n", "inc")
+    sender = connection.Sender()
+    for payload in (write(sender, func), write(sender, func)):
+        report = inspect(payload, trust=("graphpickle",))
+        assert report.verdict == "code"
+        # (its base-globals dict, made by the same call given the block alone, is no function)
+        assert [made.kind for made in report.by_value] == ["function"]
