@@ -28,9 +28,10 @@
  * change only in a critical section on it. The module still declares that it
  * needs the GIL (Py_MOD_GIL_USED), because two things are safe only under it:
  * set_remembered, set_by_reference_policy and set_session_reductions replace
- * what the hook reads without a lock, and the hook reads a function's and a class's fields
- * (__module__, __qualname__, globals, closure, __dict__) in place, which another
- * thread may assign, freeing the old value, between the read and its use. On a
+ * what the hook reads without a lock, and the hook reads a function's and a
+ * class's fields (__module__, __qualname__, globals, closure, __dict__) in
+ * place, which another thread may assign, freeing the old value, between the
+ * read and its use. On a
  * free-threaded interpreter without the GIL, `_native.load` does not import it.
  */
 
