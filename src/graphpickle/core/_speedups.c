@@ -31,8 +31,8 @@
  * what the hook reads without a lock, and the hook reads a function's and a
  * class's fields (__module__, __qualname__, globals, closure, __dict__) in
  * place, which another thread may assign, freeing the old value, between the
- * read and its use. On a
- * free-threaded interpreter without the GIL, `_native.load` does not import it.
+ * read and its use. On a free-threaded interpreter without the GIL,
+ * `_native.load` does not import it.
  */
 
 #define PY_SSIZE_T_CLEAN
