@@ -876,3 +876,35 @@ def test_inspect_counts_a_function_block_as_one_function_by_value():
         assert report.verdict == "code"
         # (its base-globals dict, made by the same call given the block alone, is no function)
         assert [made.kind for made in report.by_value] == ["function"]
+
+
+_BOTH_HOOKS = """
+import math, sys
+import graphpickle.integrations.dask_distributed as gpd
+from graphpickle.core import connection
+from graphpickle.core.native import speedups
+def floor_inc(x, *args):
+    return math.floor(x) + 1
+def make():
+    return lambda x: (floor_inc(x), math.pi)
+lam = make()
+sender = connection.Sender()
+payloads = []
+for _ in range(3):
+    session = sender.session()
+    token = gpd._CODE_BLOCKS.set(session)
+    payloads.append(gpd.dumps([floor_inc, lam, math, floor_inc]))
+    gpd._CODE_BLOCKS.reset(token)
+    sender.commit(session)
+print(speedups is not None, ",".join(p.hex() for p in payloads))
+"""
+
+
+@pytest.mark.skipif(blocks._speedups is None, reason="the C module is not built")
+def test_the_c_hook_and_the_python_hook_write_the_same_bytes(tmp_path):
+    c = run_python(_BOTH_HOOKS, cwd=tmp_path, env={"GRAPHPICKLE_NO_SPEEDUPS": ""}).split()
+    python = run_python(_BOTH_HOOKS, cwd=tmp_path, env={"GRAPHPICKLE_NO_SPEEDUPS": "1"}).split()
+    assert (c[0], python[0]) == ("True", "False")
+    assert c[1] == python[1]
+    payloads = [bytes.fromhex(p) for p in c[1].split(",")]
+    assert "function_ref" in _calls(payloads[-1]) and "subimport" in _calls(payloads[-1])
