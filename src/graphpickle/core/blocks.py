@@ -58,6 +58,7 @@ receiver that said it loads them.
 from __future__ import annotations
 
 import marshal
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -296,9 +297,11 @@ def _function(held: tuple[Any, ...], parts: tuple[Any, ...]) -> Any:
 
 
 def subimport(name: str) -> types.ModuleType:
-    """cloudpickle's ``subimport``, under a shorter name (payloads on a
-    connection name graphpickle.core.blocks already)."""
-    return cp.subimport(name)  # type: ignore[no-any-return]
+    """What cloudpickle's ``subimport`` does, under a name a payload on a
+    connection already holds (graphpickle.core.blocks): the module imported
+    by name, as ``__import__`` leaves it in ``sys.modules``."""
+    __import__(name)
+    return sys.modules[name]
 
 
 def function_once(block: bytes, *parts: Any) -> Any:
