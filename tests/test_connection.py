@@ -201,7 +201,7 @@ def test_a_flood_of_blocks_stays_within_the_bounds(monkeypatch):
         for i in range(2000):
             code = marshal.dumps(compile(f"x = {i}" + " + 1" * (i % 300), "<flood>", "exec"))
             # code blocks and function blocks, in one table
-            block = marshal.dumps((code, 0, "f", "f", None, None, ())) if i % 2 else code
+            block = marshal.dumps((code, 0, b"f", b"f", None, None, ())) if i % 2 else code
             once = _FunctionOnce(block) if i % 2 else _CodeOnce(block)
             pickle.loads(pickle.dumps(once, protocol=5))
             assert len(receiver.held) <= 50 and receiver.held_bytes <= 20_000
@@ -755,7 +755,7 @@ def test_a_function_digest_names_only_a_function_block_this_connection_sent():
         with pytest.raises(UnpicklingError, match="holds no code block"):
             blocks.code_ref(held[tuple])  # a function block is not code
         # A block whose bytes were changed is held under its own digest, never the original's.
-        tampered = ours.replace(b"ours", b"evil")
+        tampered = ours.replace(b"ours", b"evil")  # (in the code's constants)
         assert tampered != ours
         pickle.loads(pickle.dumps(_FunctionOnce(tampered), protocol=5))
         parts = (None, {}, {}, None, None, None, [], {})  # (closure, attributes, slots)
@@ -774,13 +774,15 @@ _ONE = marshal.dumps(compile("1", "<x>", "eval"))
     ("parts", "match"),
     [
         ((1, 2), "another shape"),
-        ((b"", 0, "f", "f", None, None, ()), "corrupted|not code"),
-        ((_ONE, 9, "f", "f", None, None, ()), "another kind"),  # no such layout
-        ((_ONE, 0, "f", "f", None, None, (("__path__", "x"),)), "another kind"),
-        ((_ONE, 0, "f", "f", None, None, (("__name__", "x"), ("__name__", "y"))), "another kind"),
-        ((_ONE, 0, "f", "f", 1, None, ()), "another kind"),  # a module that is not a str
-        ((_ONE, 0, "f", "f", None, None, (("__file__", ["x"]),)), "another kind"),
-        ((marshal.dumps((1,)), 0, "f", "f", None, None, ()), "not code"),
+        ((b"", 0, b"f", b"f", None, None, ()), "corrupted|not code"),
+        ((_ONE, 9, b"f", b"f", None, None, ()), "another kind"),  # no such layout
+        ((_ONE, 0, "f", "f", None, None, ()), "another kind"),  # (names travel as UTF-8)
+        ((_ONE, 0, b"f", b"f", None, None, ((b"__path__", b"x"),)), "another kind"),
+        ((_ONE, 0, b"f", b"f", None, None, ((b"__name__", b"x"),) * 2), "another kind"),
+        ((_ONE, 0, b"f", b"f", 1, None, ()), "another kind"),  # a module that is not a str
+        ((_ONE, 0, b"f", b"f", None, None, ((b"__file__", (b"x",)),)), "another kind"),
+        ((_ONE, 0, b"\xff", b"f", None, None, ()), "corrupted"),  # not UTF-8
+        ((marshal.dumps((1,)), 0, b"f", b"f", None, None, ()), "not code"),
         (b"\x00garbage", "corrupted"),  # (not marshal bytes)
         ("text", "bytes, not str"),
     ],
@@ -908,3 +910,35 @@ def test_the_c_hook_and_the_python_hook_write_the_same_bytes(tmp_path):
     assert c[1] == python[1]
     payloads = [bytes.fromhex(p) for p in c[1].split(",")]
     assert "function_ref" in _calls(payloads[-1]) and "subimport" in _calls(payloads[-1])
+
+
+def test_a_function_makes_the_same_block_each_time_one_is_made():
+    from graphpickle.core import reducers
+
+    point = _module_function(
+        "from dataclasses import dataclass\n"
+        "@dataclass\n"
+        "class Point:\n"
+        "    x: int\n"
+        "    y: float\n"
+        "point = Point(1, 2.0)\n",
+        "point",
+    )
+    sender, receiver = connection.Sender(), connection.Receiver()
+    payloads = [write(sender, point) for _ in range(3)]
+    reducers._function_blocks.clear()  # (made again from nothing)
+    payloads.append(write(sender, point))
+    assert "function_once" in _calls(payloads[0])
+    assert ["function_once" in _calls(p) for p in payloads[1:]] == [False] * 3
+    assert all(read(receiver, p) == point for p in payloads)
+
+
+def test_a_function_block_depends_on_values_only():
+    code = marshal.dumps(compile("1", "<x>", "eval"))
+    slots = ["f", "Point.__init__", {}, None, None, "__main__", None, None, [], {}]
+    interned = sys.intern("Point.__init__")
+    built = "".join(["Point.", "__init__"])  # equal, not interned
+    kept = [built, built]  # (and referenced more than once)
+    a = blocks.function_block(code, (0, {}, *slots[:1], interned, *slots[2:]), (("__name__", "x"),))
+    b = blocks.function_block(code, (0, {}, *slots[:1], kept[0], *slots[2:]), (("__name__", "x"),))
+    assert a == b

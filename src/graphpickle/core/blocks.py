@@ -232,7 +232,29 @@ def function_block(
         return None
     if any(value is not None and type(value) is not str for value in held[2:]):
         return None
-    return marshal.dumps((code_block, flat[0], *held, items))
+    # marshal's bytes of a str depend on whether it is interned, and (version 3+)
+    # on reference counts: the same function would give other bytes, and so
+    # another block, each time one is made. Bytes in a version 2 marshal
+    # depend on their value only.
+    text = tuple(_utf8(value) for value in held)
+    pairs = tuple((_utf8(key), _utf8(value)) for key, value in items)
+    return marshal.dumps((code_block, flat[0], *text, pairs), 2)
+
+
+def _utf8(text: str | None) -> bytes | None:
+    return None if text is None else text.encode("utf-8", "surrogatepass")
+
+
+def _text(data: Any) -> str | None:
+    """A str (or None) a function block holds, or a clear error."""
+    if data is None:
+        return None
+    if type(data) is not bytes:
+        raise UnpicklingError("a graphpickle function block holds values of another kind: refused")
+    try:
+        return data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise UnpicklingError(f"a graphpickle function block is corrupted ({exc})") from exc
 
 
 def sent_slots(flat: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -258,25 +280,21 @@ def _read_function_block(block: Any) -> tuple[Any, ...]:
         raise UnpicklingError(f"a graphpickle function block is corrupted ({exc})") from exc
     if type(parts) is not tuple or len(parts) != 7:
         raise UnpicklingError("a graphpickle function block of another shape: refused")
-    code_block, layout, name, qualname, module, doc, items = parts
+    code_block, layout, name, qualname, module, doc, pairs = parts
     if not (
         type(layout) is int
         and 0 <= layout < len(_LAYOUTS)
-        and type(name) is str
-        and type(qualname) is str
-        and all(value is None or type(value) is str for value in (module, doc))
-        and type(items) is tuple
-        and all(
-            type(item) is tuple
-            and len(item) == 2
-            and item[0] in _HELD_ITEMS
-            and (item[1] is None or type(item[1]) is str)
-            for item in items
-        )
-        and len({item[0] for item in items}) == len(items)
+        and type(name) is bytes
+        and type(qualname) is bytes
+        and type(pairs) is tuple
+        and all(type(pair) is tuple and len(pair) == 2 for pair in pairs)
     ):
         raise UnpicklingError("a graphpickle function block holds values of another kind: refused")
-    return (load_code(code_block), layout, name, qualname, module, doc, dict(items))
+    items = {_text(key): _text(value) for key, value in pairs}
+    if len(items) != len(pairs) or not items.keys() <= _HELD_ITEMS:
+        raise UnpicklingError("a graphpickle function block holds values of another kind: refused")
+    text = (_text(name), _text(qualname), _text(module), _text(doc))
+    return (load_code(code_block), layout, *text, items)
 
 
 def _function(held: tuple[Any, ...], parts: tuple[Any, ...]) -> Any:
