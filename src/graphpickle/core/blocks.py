@@ -42,10 +42,9 @@ There, a remembered function travels as a **function block** instead: the
 ``marshal`` bytes of ``(code block, layout, __name__, __qualname__,
 __module__, __doc__, base-globals items)`` (the strings as UTF-8 bytes, in
 a version 2 marshal: the same values always give the same block), the
-immutable parts of
-cloudpickle's reduction (exact ``str``/``None`` values only, the items
-``__package__``, ``__name__`` and ``__file__``; anything else keeps the form
-above). It travels once, as :func:`function_once`, then as its digest,
+immutable parts of cloudpickle's reduction (exact ``str``/``None`` values
+only, the items ``__package__``, ``__name__`` and ``__file__``; anything else
+keeps the form above). It travels once, as :func:`function_once`, then as its digest,
 :func:`function_ref`; each payload still carries everything mutable
 (attributes, annotations, defaults, closure, submodules, the globals the code
 reads), so a receiver sees each change as a fresh load would. The base-globals
