@@ -295,7 +295,8 @@ def _read_function_block(block: Any) -> tuple[Any, ...]:
     if len(items) != len(pairs) or not items.keys() <= _HELD_ITEMS:
         raise UnpicklingError("a graphpickle function block holds values of another kind: refused")
     text = (_text(name), _text(qualname), _text(module), _text(doc))
-    return (load_code(code_block), layout, *text, items)
+    # (held across payloads: the items as a tuple, each payload's dict made from it)
+    return (load_code(code_block), layout, *text, tuple(items.items()))
 
 
 def _function(held: tuple[Any, ...], parts: tuple[Any, ...]) -> Any:
