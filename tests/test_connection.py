@@ -72,17 +72,17 @@ def test_a_block_goes_once_per_connection_then_its_digest():
     func = local_function()
     sender, receiver = connection.Sender(), connection.Receiver()
     first, again, third = (write(sender, [func, i]) for i in range(3))
-    assert b"code_once" in first and b"code_ref" not in first
-    assert b"code_ref" in again and b"code_once" not in again and b"code_ref" in third
+    assert b"function_once" in first and b"function_ref" not in first
+    assert b"function_ref" in again and b"function_once" not in again and b"function_ref" in third
     assert len(again) < len(first) - 50
     assert [f(x) for f, x in (read(receiver, p) for p in (first, again, third))] == [1, 2, 3]
     # Another connection holds nothing of this one's: a clear error, naming the digest.
-    digest = connection.digest(blocks.code_block(func.__code__))
+    (digest,) = receiver.held
     with pytest.raises(UnpicklingError, match=digest.hex()) as caught:
         read(connection.Receiver(), again)
     assert "GRAPHPICKLE_NO_CACHE=1" in str(caught.value)
     # A new connection's sender starts empty: its first write carries the block.
-    assert b"code_once" in write(connection.Sender(), [func, 0])
+    assert b"function_once" in write(connection.Sender(), [func, 0])
 
 
 def test_a_block_counts_as_sent_only_once_its_write_returned():
@@ -95,9 +95,9 @@ def test_a_block_counts_as_sent_only_once_its_write_returned():
         named = gpd.dumps(func)  # the same write: named, the block is before it
     finally:
         gpd._CODE_BLOCKS.reset(token)
-    assert b"code_once" in carried and b"code_ref" in named
+    assert b"function_once" in carried and b"function_ref" in named
     # The write raised (no commit): the next write carries the block again.
-    assert b"code_once" in write(sender, func)
+    assert b"function_once" in write(sender, func)
 
 
 def test_a_failed_dumps_takes_back_what_it_carried():
@@ -112,8 +112,8 @@ def test_a_failed_dumps_takes_back_what_it_carried():
     finally:
         gpd._CODE_BLOCKS.reset(token)
     sender.commit(session)
-    assert b"code_once" in after
-    assert b"code_ref" in write(sender, func)
+    assert b"function_once" in after
+    assert b"function_ref" in write(sender, func)
 
 
 def _gone_module(monkeypatch):
@@ -133,14 +133,14 @@ def test_the_blocks_of_a_payload_that_fails_to_load_are_kept(monkeypatch):
     # Loading stops at the missing module, before the block: the block is
     # recovered from the payload's bytes.
     failing = [write(sender, [module.double, func]), write(sender, Task("k", module.double, func))]
-    assert all(b"code_once" in p for p in failing[:1]) and b"code_once" not in failing[1]
+    assert all(b"function_once" in p for p in failing[:1]) and b"function_once" not in failing[1]
     monkeypatch.delitem(sys.modules, "gone_for_blocks")
     with pytest.raises(ModuleNotFoundError):
         read(receiver, failing[0])
     with pytest.raises(ModuleNotFoundError):  # a task: it fails when it runs
         read(receiver, failing[1])({})
     named = write(sender, [func, 5])
-    assert b"code_ref" in named
+    assert b"function_ref" in named
     loaded, x = read(receiver, named)
     assert loaded(x) == 6
 
@@ -175,9 +175,9 @@ def test_an_evicted_block_fails_one_task_and_the_sender_never_names_one(monkeypa
             assert len(receiver.held) <= 4 and len(sender.held) <= 2
     # Evicted under a sender that does not know it: that task fails, clearly.
     named = write(sender, Task("k", funcs[-1], 1))
-    assert b"code_ref" in named
+    assert b"function_ref" in named
     receiver.held.clear()
-    with pytest.raises(UnpicklingError, match=r"holds no code block [0-9a-f]{32}"):
+    with pytest.raises(UnpicklingError, match=r"holds no function block [0-9a-f]{32}"):
         read(receiver, named)({})
     assert read(receiver, write(connection.Sender(), Task("k", funcs[0], 1)))({}) == (1, 0)
 
@@ -199,12 +199,16 @@ def test_a_flood_of_blocks_stays_within_the_bounds(monkeypatch):
     token = connection.RECEIVER.set(receiver)
     try:
         for i in range(2000):
-            code = compile(f"x = {i}" + " + 1" * (i % 300), "<flood>", "exec")
-            pickle.loads(pickle.dumps(_CodeOnce(marshal.dumps(code)), protocol=5))
+            code = marshal.dumps(compile(f"x = {i}" + " + 1" * (i % 300), "<flood>", "exec"))
+            # code blocks and function blocks, in one table
+            block = marshal.dumps((code, 0, b"f", b"f", None, None, ())) if i % 2 else code
+            once = _FunctionOnce(block) if i % 2 else _CodeOnce(block)
+            pickle.loads(pickle.dumps(once, protocol=5))
             assert len(receiver.held) <= 50 and receiver.held_bytes <= 20_000
     finally:
         connection.RECEIVER.reset(token)
     assert receiver.held_bytes == sum(size for _, size in receiver.held.values())
+    assert {type(value) for value, _ in receiver.held.values()} == {tuple, types.CodeType}
 
 
 def test_a_digest_names_only_what_this_connection_sent():
@@ -365,7 +369,7 @@ def test_the_cache_switch_turns_it_off_on_both_ends(tmp_path):
         sender.commit(session)
     connection.RECEIVER.set(receiver)
     loaded = [pickle.loads(p)(1) for p in payloads]
-    print(json.dumps([notice["keeps"], [b"code_ref" in p for p in payloads],
+    print(json.dumps([notice["keeps"], [b"function_ref" in p for p in payloads],
                       len(receiver.held), loaded]))
     """
     off = json.loads(run_python(code, cwd=tmp_path, env={"GRAPHPICKLE_NO_CACHE": "1"}))
@@ -543,3 +547,403 @@ def test_a_write_of_many_blocks_names_none_the_worker_may_have_evicted(monkeypat
     for i, payload in enumerate(payloads):
         func, x = read(receiver, payload)
         assert func(x) == (i % 20, i % 20)
+
+
+# --- function blocks: a function's immutable parts once per connection ----------
+
+
+def _module_function(source: str, name: str, **module: object):
+    """``name`` from ``source`` run in a namespace that looks like a module of
+    its own (by value: ``__main__``, unless ``module`` says otherwise)."""
+    namespace: dict = {"__name__": "__main__", "__package__": None, **module}
+    namespace.setdefault("__file__", "/home/someone/notebooks/a-rather-long-path/analysis.py")
+    exec(source, namespace)
+    return namespace[name]
+
+
+def _calls(payload: bytes) -> set[str]:
+    """The globals a payload names."""
+    import pickletools
+
+    strings: list = []
+    named = set()
+    for opcode, arg, _ in pickletools.genops(payload):
+        if "UNICODE" in opcode.name:
+            strings.append(arg)
+        elif opcode.name == "BINGET":
+            strings.append(None)
+        elif opcode.name == "STACK_GLOBAL":
+            named.add(str(strings[-1]))
+    return named
+
+
+def test_a_function_block_goes_once_then_only_what_can_change():
+    func = _module_function("def inc(x, *args):\n    return x + 1\n", "inc")
+    sender, receiver = connection.Sender(), connection.Receiver()
+    first, again = write(sender, [func, 1]), write(sender, [func, 2])
+    assert {"function_once"} <= _calls(first) and "function_ref" not in _calls(first)
+    assert {"function_ref"} <= _calls(again)
+    assert not {"function_once", "make_function", "code_ref", "code_once"} & _calls(again)
+    # Neither the module's path nor the function's names travel again.
+    assert b"a-rather-long-path" in first and b"a-rather-long-path" not in again
+    assert b"inc" not in again
+    for payload, x in ((first, 1), (again, 2)):
+        loaded, y = read(receiver, payload)
+        assert (loaded(y), loaded.__name__, loaded.__qualname__, loaded.__module__) == (
+            x + 1, "inc", "inc", "__main__",
+        )  # fmt: skip
+        assert loaded.__globals__["__file__"].endswith("analysis.py")
+    (digest,) = [n for n, (v, _) in receiver.held.items() if type(v) is tuple]
+    assert digest in again
+
+
+def test_a_task_sent_again_is_at_most_one_and_a_half_times_its_importable_twin():
+    pytest.importorskip("dask._task_spec", reason="the rows are dask._task_spec tasks")
+    from graphpickle.cli import bench, workloads
+
+    main = workloads.main_definitions()
+    for message in workloads.BY_VALUE_MESSAGES[:3]:
+        ours = bench.message_payload(bench.BLOCKS, message.build(main))
+        twin = bench.message_payload(bench.BLOCKS, message.baseline())
+        assert len(ours) <= 1.5 * len(twin), (message.name, len(ours), len(twin))
+
+
+def test_what_a_function_block_does_not_hold_travels_in_every_payload():
+    source = (
+        "G = 'global'\n"
+        "def make(cell):\n"
+        "    def f(x: int = 1, *, k='k') -> str:\n"
+        "        return (x, k, cell, G)\n"
+        "    return f\n"
+        "f = make('cell')\n"
+    )
+    func = _module_function(source, "f")
+    sender, receiver = connection.Sender(), connection.Receiver()
+    changes = [
+        lambda: None,
+        lambda: setattr(func, "__defaults__", (2,)),
+        lambda: setattr(func, "__kwdefaults__", {"k": "new k"}),
+        lambda: func.__annotations__.update(x=float),
+        lambda: setattr(func, "tag", "an attribute"),
+        lambda: setattr(func.__closure__[0], "cell_contents", "new cell"),
+        lambda: func.__globals__.update(G="new global"),
+    ]
+    held = []
+    for change in changes:
+        change()
+        payload = write(sender, func)
+        loaded = read(receiver, payload)
+        held.append(sum(type(v) is tuple for v, _ in receiver.held.values()))
+        fresh = pickle.loads(gpd.dumps(func))  # (no connection: cloudpickle's form)
+        assert loaded() == func() == fresh(), change
+        # (3.14+: a function with an __annotate__ travels with it, as cloudpickle's)
+        assert loaded.__annotations__ == fresh.__annotations__
+        assert loaded.__kwdefaults__ == func.__kwdefaults__ == fresh.__kwdefaults__
+        assert loaded.__dict__ == func.__dict__ == fresh.__dict__
+    # None of those changes needed a new block: the first write carried them (3.14+:
+    # the function's __annotate__ is one too).
+    assert held == [held[0]] * len(changes) and held[0] >= 1
+    assert "function_ref" in _calls(payload) and "function_once" not in _calls(payload)
+
+
+_SHARING = """
+G = 'module'
+def setter(value):
+    global G
+    G = value
+def getter():
+    return G
+def outer():
+    def recursive(n):  # (its closure holds itself: never remembered, cloudpickle's form)
+        return G if n < 1 else recursive(n - 1)
+    return recursive
+recursive = outer()
+"""
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (2, 0, 1), (1, 2, 0)])
+def test_functions_of_one_module_share_one_globals_dict_per_payload(order):
+    setter, getter, recursive = (
+        _module_function(_SHARING, n) for n in ("setter", "getter", "recursive")
+    )
+    # (one module namespace for all three)
+    getter = types.FunctionType(getter.__code__, setter.__globals__, "getter")
+    recursive = setter.__globals__["recursive"]
+    funcs = (setter, getter, recursive)
+    sender, receiver = connection.Sender(), connection.Receiver()
+    loads = []
+    for _ in range(3):
+        loaded = read(receiver, write(sender, [funcs[i] for i in order]))
+        loads.append(dict(zip(order, loaded, strict=True)))
+    for s, g, r in ((x[0], x[1], x[2]) for x in loads):
+        assert s.__globals__ is g.__globals__ is r.__globals__
+        assert g() == r(2) == "module"
+        s("written by the setter")
+        assert g() == r(2) == "written by the setter"
+    # Each payload made its own dict, and the sender's was never written.
+    assert len({id(x[0].__globals__) for x in loads}) == 3 and setter.__globals__["G"] == "module"
+
+
+def test_a_renamed_function_gets_a_new_block():
+    func = _module_function("def f():\n    'doc'\n    return 1\n", "f")
+    sender, receiver = connection.Sender(), connection.Receiver()
+    read(receiver, write(sender, func))
+    for change, attribute, value in [
+        (lambda: setattr(func, "__name__", "renamed"), "__name__", "renamed"),
+        (lambda: setattr(func, "__qualname__", "Outer.renamed"), "__qualname__", "Outer.renamed"),
+        (lambda: setattr(func, "__doc__", "new doc"), "__doc__", "new doc"),
+        (lambda: setattr(func, "__module__", "elsewhere"), "__module__", "elsewhere"),
+    ]:
+        change()
+        payload = write(sender, func)
+        assert "function_once" in _calls(payload), attribute
+        assert getattr(read(receiver, payload), attribute) == value
+        assert "function_ref" in _calls(write(sender, func))
+
+
+def test_a_package_function_keeps_the_flat_form():
+    func = _module_function(
+        "f = lambda x: x + 1\n", "f", __name__="somepackage", __package__="somepackage",
+        __path__=["/somewhere/somepackage"],
+    )  # fmt: skip
+    sender, receiver = connection.Sender(), connection.Receiver()
+    payloads = [write(sender, func) for _ in range(2)]
+    assert "make_function" in _calls(payloads[1]) and "code_ref" in _calls(payloads[1])
+    assert not {"function_once", "function_ref"} & _calls(payloads[0] + payloads[1])
+    for payload in payloads:
+        loaded = read(receiver, payload)
+        assert loaded(1) == 2 and loaded.__globals__["__path__"] == ["/somewhere/somepackage"]
+        assert loaded.__globals__["__path__"] is not func.__globals__["__path__"]
+
+
+class _FunctionOnce:
+    """Pickles as blocks.function_once(block) alone, as any sender may write."""
+
+    def __init__(self, block: bytes) -> None:
+        self.block = block
+
+    def __reduce__(self):
+        return (blocks.function_once, (self.block,))
+
+
+def _held_block(func) -> bytes:
+    """The function block a connection's first payload of ``func`` carries."""
+    receiver = connection.Receiver()
+    payload = write(connection.Sender(), func)
+    token = connection.RECEIVER.set(receiver)
+    try:
+        (block,) = connection.carried_by(payload)
+    finally:
+        connection.RECEIVER.reset(token)
+    return block
+
+
+def test_a_function_digest_names_only_a_function_block_this_connection_sent():
+    ours = _held_block(_module_function("def f():\n    return 'ours'\n", "f"))
+    theirs = _held_block(_module_function("def f():\n    return 'theirs'\n", "f"))
+    code = marshal.dumps(compile("1", "<x>", "eval"))
+    mine = connection.Receiver()
+    token = connection.RECEIVER.set(mine)
+    try:
+        pickle.loads(pickle.dumps([_FunctionOnce(ours), _CodeOnce(code)], protocol=5))
+        held = {type(v): name for name, (v, _) in mine.held.items()}
+        assert held[tuple] == hashlib.blake2b(ours, digest_size=16).digest()
+        forged = [
+            hashlib.blake2b(theirs, digest_size=16).digest(),
+            b"\x00" * 16,
+            held[types.CodeType],
+            "x",
+        ]
+        for digest in forged:
+            with pytest.raises(UnpicklingError, match="holds no function block"):
+                blocks.function_ref(digest)
+        with pytest.raises(UnpicklingError, match="holds no code block"):
+            blocks.code_ref(held[tuple])  # a function block is not code
+        # A block whose bytes were changed is held under its own digest, never the original's.
+        tampered = ours.replace(b"ours", b"evil")  # (in the code's constants)
+        assert tampered != ours
+        pickle.loads(pickle.dumps(_FunctionOnce(tampered), protocol=5))
+        parts = (None, {}, {}, None, None, None, [], {})  # (closure, attributes, slots)
+        made = blocks.function_ref(held[tuple], {}, *parts)
+        assert made() == "ours"
+        evil = blocks.function_ref(hashlib.blake2b(tampered, digest_size=16).digest(), {}, *parts)
+        assert evil() == "evil"
+    finally:
+        connection.RECEIVER.reset(token)
+
+
+_ONE = marshal.dumps(compile("1", "<x>", "eval"))
+
+
+@pytest.mark.parametrize(
+    ("parts", "match"),
+    [
+        ((1, 2), "another shape"),
+        ((b"", 0, b"f", b"f", None, None, ()), "corrupted|not code"),
+        ((_ONE, 9, b"f", b"f", None, None, ()), "another kind"),  # no such layout
+        ((_ONE, 0, "f", "f", None, None, ()), "another kind"),  # (names travel as UTF-8)
+        ((_ONE, 0, b"f", b"f", None, None, ((b"__path__", b"x"),)), "another kind"),
+        ((_ONE, 0, b"f", b"f", None, None, ((b"__name__", b"x"),) * 2), "another kind"),
+        ((_ONE, 0, b"f", b"f", 1, None, ()), "another kind"),  # a module that is not a str
+        ((_ONE, 0, b"f", b"f", None, None, ((b"__file__", (b"x",)),)), "another kind"),
+        ((_ONE, 0, b"\xff", b"f", None, None, ()), "corrupted"),  # not UTF-8
+        ((marshal.dumps((1,)), 0, b"f", b"f", None, None, ()), "not code"),
+        (b"\x00garbage", "corrupted"),  # (not marshal bytes)
+        ("text", "bytes, not str"),
+    ],
+)
+def test_a_function_block_that_is_not_one_is_refused(parts, match):
+    block = parts if isinstance(parts, (bytes, str)) else marshal.dumps(parts)
+    receiver = connection.Receiver()
+    token = connection.RECEIVER.set(receiver)
+    try:
+        with pytest.raises(UnpicklingError, match=match):
+            blocks.function_once(block)
+        blocks.recover(pickle.dumps(_FunctionOnce(block), protocol=5))
+    finally:
+        connection.RECEIVER.reset(token)
+    assert not receiver.held
+
+
+def test_a_function_block_is_recovered_from_a_payload_that_failed_to_load(monkeypatch):
+    module = _gone_module(monkeypatch)
+    func = _module_function("def f(x=3):\n    return x\n", "f")
+    sender, receiver = connection.Sender(), connection.Receiver()
+    failing = write(sender, [module.double, func])  # the block comes after the failure
+    assert "function_once" in _calls(failing)
+    monkeypatch.delitem(sys.modules, "gone_for_blocks")
+    with pytest.raises(ModuleNotFoundError):
+        read(receiver, failing)
+    assert [type(v) for v, _ in receiver.held.values()] == [tuple]
+    named = write(sender, [func, func])
+    assert "function_ref" in _calls(named)
+    assert [f() for f in read(receiver, named)] == [3, 3]
+
+
+_MAIN_SENDER = """
+import json, pickle, sys
+import graphpickle.integrations.dask_distributed as gpd
+from graphpickle.core import connection
+G = 0
+def bump():
+    global G
+    G += 1
+    return G
+def peek():
+    return G
+def scaled(x, factor=2):
+    return x * factor
+sender = connection.Sender()
+payloads = []
+for step in range(3):
+    scaled.__defaults__ = (step + 2,)
+    session = sender.session()
+    token = gpd._CODE_BLOCKS.set(session)
+    payloads.append(gpd.dumps([bump, peek, scaled]))
+    gpd._CODE_BLOCKS.reset(token)
+    sender.commit(session)
+with open(sys.argv[1], "wb") as out:
+    pickle.dump(payloads, out)
+"""
+
+_MAIN_RECEIVER = """
+import json, pickle, sys
+from graphpickle.core import connection
+connection.RECEIVER.set(connection.Receiver())
+with open(sys.argv[1], "rb") as f:
+    payloads = pickle.load(f)
+seen = []
+for data in payloads:
+    bump, peek, scaled = pickle.loads(data)
+    seen.append([bump(), bump(), peek(), scaled(10), bump.__name__, scaled.__qualname__,
+                 bump.__module__, sorted(k for k in bump.__globals__ if k != "__builtins__")])
+print(json.dumps(seen))
+"""
+
+
+def test_main_functions_round_trip_to_a_fresh_interpreter_on_one_connection(tmp_path):
+    sent = tmp_path / "payloads.pkl"
+    run_python(_MAIN_SENDER, str(sent), cwd=tmp_path)
+    payloads = pickle.loads(sent.read_bytes())
+    assert ["function_ref" in _calls(p) for p in payloads] == [False, True, True]
+    seen = json.loads(run_python(_MAIN_RECEIVER, str(sent), cwd=tmp_path))
+    names = ["G", "__file__", "__name__", "__package__"]
+    assert seen == [
+        [1, 2, 2, 10 * (step + 2), "bump", "scaled", "__main__", names] for step in range(3)
+    ]
+
+
+def test_inspect_counts_a_function_block_as_one_function_by_value():
+    from graphpickle.diagnostics import inspect
+
+    func = _module_function("def inc(x):\n    return x + 1\n", "inc")
+    sender = connection.Sender()
+    for payload in (write(sender, func), write(sender, func)):
+        report = inspect(payload, trust=("graphpickle",))
+        assert report.verdict == "code"
+        # (its base-globals dict, made by the same call given the block alone, is no function)
+        assert [made.kind for made in report.by_value] == ["function"]
+
+
+_BOTH_HOOKS = """
+import math, sys
+import graphpickle.integrations.dask_distributed as gpd
+from graphpickle.core import connection
+from graphpickle.core.native import speedups
+def floor_inc(x, *args):
+    return math.floor(x) + 1
+def make():
+    return lambda x: (floor_inc(x), math.pi)
+lam = make()
+sender = connection.Sender()
+payloads = []
+for _ in range(3):
+    session = sender.session()
+    token = gpd._CODE_BLOCKS.set(session)
+    payloads.append(gpd.dumps([floor_inc, lam, math, floor_inc]))
+    gpd._CODE_BLOCKS.reset(token)
+    sender.commit(session)
+print(speedups is not None, ",".join(p.hex() for p in payloads))
+"""
+
+
+@pytest.mark.skipif(blocks._speedups is None, reason="the C module is not built")
+def test_the_c_hook_and_the_python_hook_write_the_same_bytes(tmp_path):
+    c = run_python(_BOTH_HOOKS, cwd=tmp_path, env={"GRAPHPICKLE_NO_SPEEDUPS": ""}).split()
+    python = run_python(_BOTH_HOOKS, cwd=tmp_path, env={"GRAPHPICKLE_NO_SPEEDUPS": "1"}).split()
+    assert (c[0], python[0]) == ("True", "False")
+    assert c[1] == python[1]
+    payloads = [bytes.fromhex(p) for p in c[1].split(",")]
+    assert "function_ref" in _calls(payloads[-1]) and "subimport" in _calls(payloads[-1])
+
+
+def test_a_function_makes_the_same_block_each_time_one_is_made():
+    from graphpickle.core import reducers
+
+    point = _module_function(
+        "from dataclasses import dataclass\n"
+        "@dataclass\n"
+        "class Point:\n"
+        "    x: int\n"
+        "    y: float\n"
+        "point = Point(1, 2.0)\n",
+        "point",
+    )
+    sender, receiver = connection.Sender(), connection.Receiver()
+    payloads = [write(sender, point) for _ in range(3)]
+    reducers._function_blocks.clear()  # (made again from nothing)
+    payloads.append(write(sender, point))
+    assert "function_once" in _calls(payloads[0])
+    assert ["function_once" in _calls(p) for p in payloads[1:]] == [False] * 3
+    assert all(read(receiver, p) == point for p in payloads)
+
+
+def test_a_function_block_depends_on_values_only():
+    code = marshal.dumps(compile("1", "<x>", "eval"))
+    slots = ["f", "Point.__init__", {}, None, None, "__main__", None, None, [], {}]
+    interned = sys.intern("Point.__init__")
+    built = "".join(["Point.", "__init__"])  # equal, not interned
+    kept = [built, built]  # (and referenced more than once)
+    a = blocks.function_block(code, (0, {}, *slots[:1], interned, *slots[2:]), (("__name__", "x"),))
+    b = blocks.function_block(code, (0, {}, *slots[:1], kept[0], *slots[2:]), (("__name__", "x"),))
+    assert a == b

@@ -27,11 +27,12 @@
  * is read as a new reference (dict_get_ref), and the Dumper's pool and counter
  * change only in a critical section on it. The module still declares that it
  * needs the GIL (Py_MOD_GIL_USED), because two things are safe only under it:
- * set_remembered and set_by_reference_policy replace tables that the hook reads
- * without a lock, and the hook reads a function's and a class's fields
- * (__module__, __qualname__, globals, closure, __dict__) in place, which another
- * thread may assign, freeing the old value, between the read and its use. On a
- * free-threaded interpreter without the GIL, `_native.load` does not import it.
+ * set_remembered, set_by_reference_policy and set_session_reductions replace
+ * what the hook reads without a lock, and the hook reads a function's and a
+ * class's fields (__module__, __qualname__, globals, closure, __dict__) in
+ * place, which another thread may assign, freeing the old value, between the
+ * read and its use. On a free-threaded interpreter without the GIL,
+ * `_native.load` does not import it.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -115,6 +116,12 @@ typedef struct {
     /* blocks.make_function's: cloudpickle's __builtins__, the slot layouts, the
      * Python function (anything unusual goes to it) */
     PyObject *function_builtins, *function_layouts, *make_function_slow;
+    /* On a connection (a dump whose `blocks` holds a session), set by
+     * set_session_reductions: reducers._block_reduction(state, func, entry),
+     * called for a remembered function once its snapshot is checked (it
+     * writes the function block or its digest), and blocks.subimport, which
+     * names modules there instead of cloudpickle's subimport. */
+    PyObject *session_reduction, *session_subimport;
     /* sys.modules's keys and values, flat (modules_items), as `modules_dict`
      * held them at `modules_stamp`: its version tag (3.11), or the count of
      * events of the dicts watched as sys.modules (3.12+: `modules_watcher`, or
@@ -137,6 +144,7 @@ typedef struct {
     DO(function_handler) DO(class_handler) DO(module_handler) DO(subimport)                       \
     DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
     DO(function_builtins) DO(function_layouts) DO(make_function_slow)                             \
+    DO(session_reduction) DO(session_subimport)                                                   \
     DO(missing_marker) DO(modules_dict) DO(modules_items)
 
 static inline SpeedupsState *
@@ -753,10 +761,20 @@ remembered_function(DispatchObject *self, PyObject *func)
         goto done;
     }
     self->touched = 1;
-    PyObject *base = base_globals(self->st, self->state, ((PyFunctionObject *)func)->func_globals);
     PyObject *block = PyTuple_GET_ITEM(entry, ENTRY_BLOCK); /* None, or (make_function, flat) */
-    int wanted = base == NULL || block == Py_None ? 0 : blocks_wanted(self);
-    if (wanted > 0 && PyTuple_CheckExact(block) && PyTuple_GET_SIZE(block) == 2
+    int wanted = block == Py_None ? 0 : blocks_wanted(self);
+    if (wanted == 2 && st->session_reduction != NULL) {
+        /* A connection's session: reducers._block_reduction writes the
+         * function block, or its digest. */
+        PyObject *call_args[3] = {self->state, func, entry};
+        result = PyObject_Vectorcall(st->session_reduction, call_args, 3, NULL);
+        goto done;
+    }
+    if (wanted != 0 && wanted != 1) {
+        goto done; /* (an error: the handler runs) */
+    }
+    PyObject *base = base_globals(self->st, self->state, ((PyFunctionObject *)func)->func_globals);
+    if (wanted == 1 && base != NULL && PyTuple_CheckExact(block) && PyTuple_GET_SIZE(block) == 2
         && PyTuple_CheckExact(PyTuple_GET_ITEM(block, 1))) {
         /* (make_function, (code, base_globals, closure, *flat)), as reducers._block_reduction */
         PyObject *head = PyTuple_Pack(3, PyTuple_GET_ITEM(parts, PARTS_CODE), base,
@@ -796,9 +814,10 @@ done:
 /* reducers._reduce_module's answer for a module it writes by reference (its
  * name is not registered by value, nor under a registered package, and is that
  * of the module sys.modules holds under it: policy.module_reason, in that
- * order), or NULL (no exception set) to ask it. */
+ * order), or NULL (no exception set) to ask it. `subimport` names it:
+ * cloudpickle's, or blocks.subimport on a connection. */
 static PyObject *
-module_by_reference(SpeedupsState *st, PyObject *module)
+module_by_reference(SpeedupsState *st, PyObject *module, PyObject *subimport)
 {
     if (st->subimport == NULL || !PyModule_CheckExact(module)) {
         return NULL;
@@ -811,7 +830,7 @@ module_by_reference(SpeedupsState *st, PyObject *module)
         && registered_by_value(st, name) == 0) {
         PyObject *modules = sys_modules(st);
         if (modules != NULL && PyDict_GetItemWithError(modules, name) == module) {
-            result = Py_BuildValue("(O(O))", st->subimport, name);
+            result = Py_BuildValue("(O(O))", subimport, name);
         }
     }
     Py_XDECREF(name);
@@ -829,7 +848,12 @@ remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
         return remembered_function(self, obj);
     }
     if (handler == st->module_handler) {
-        return module_by_reference(st, obj);
+        int wanted = blocks_wanted(self);
+        if (wanted < 0 || (wanted == 2 && st->session_subimport == NULL)) {
+            PyErr_Clear(); /* the handler runs, and answers */
+            return NULL;
+        }
+        return module_by_reference(st, obj, wanted == 2 ? st->session_subimport : st->subimport);
     }
     if (handler == st->class_handler) {
         if (st->builtin_types == NULL || !is_plain_class(obj)) { /* a metaclass may hash in Python */
@@ -2006,6 +2030,21 @@ bytearray8_overruns_py(PyObject *module, PyObject *data)
     return overruns < 0 ? NULL : PyBool_FromLong(overruns);
 }
 
+/* set_session_reductions(block_reduction, subimport): what a dump on a
+ * connection answers with (see SpeedupsState). */
+static PyObject *
+set_session_reductions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    SpeedupsState *st = module_state(module);
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_session_reductions(block_reduction, subimport)");
+        return NULL;
+    }
+    Py_XSETREF(st->session_reduction, Py_NewRef(args[0]));
+    Py_XSETREF(st->session_subimport, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
 /* set_remembered(code_handler, builtin_types, codes, functions, captures_globals,
  * missing): the tables above. */
 static PyObject *
@@ -2442,6 +2481,9 @@ add_layout(PyObject *module, const char *name, const char **fields, Py_ssize_t n
 static PyMethodDef speedups_methods[] = {
     {"function_snapshot", (PyCFunction)(void (*)(void))function_snapshot, METH_FASTCALL,
      PyDoc_STR("function_snapshot(func, names, missing): what its by-value reduction reads.")},
+    {"set_session_reductions", (PyCFunction)(void (*)(void))set_session_reductions, METH_FASTCALL,
+     PyDoc_STR("set_session_reductions(block_reduction, subimport): what a dump on a connection "
+               "answers with.")},
     {"set_function_layouts", (PyCFunction)(void (*)(void))set_function_layouts, METH_FASTCALL,
      PyDoc_STR("set_function_layouts(builtins, layouts, slow): what make_function needs.")},
     {"make_function", (PyCFunction)(void (*)(void))make_function, METH_FASTCALL,
@@ -2546,7 +2588,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 21) < 0 /* VERSION: native.py */
+        || add_version(module, 22) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {

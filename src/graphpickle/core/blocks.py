@@ -38,6 +38,20 @@ travels once per connection, as :func:`code_once`, and then as its digest,
 :func:`code_ref`: the receiver hands back the code object it made from the
 block that very connection sent.
 
+There, a remembered function travels as a **function block** instead: the
+``marshal`` bytes of ``(code block, layout, __name__, __qualname__,
+__module__, __doc__, base-globals items)`` (the strings as UTF-8 bytes, in
+a version 2 marshal: the same values always give the same block), the
+immutable parts of cloudpickle's reduction (exact ``str``/``None`` values
+only, the items ``__package__``, ``__name__`` and ``__file__``; anything else
+keeps the form above). It travels once, as :func:`function_once`, then as its digest,
+:func:`function_ref`; each payload still carries everything mutable
+(attributes, annotations, defaults, closure, submodules, the globals the code
+reads), so a receiver sees each change as a fresh load would. The base-globals
+dict is still one fresh dict per module and payload, shared by that module's
+functions in the payload: :func:`function_once` / :func:`function_ref` given only
+the block make it from the block's items (the pickler memoizes it).
+
 A payload with blocks needs graphpickle to load: it is written only for a
 receiver that said it loads them.
 """
@@ -45,6 +59,7 @@ receiver that said it loads them.
 from __future__ import annotations
 
 import marshal
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -56,13 +71,14 @@ from . import connection as _connection
 from .native import speedups as _speedups
 
 __all__ = [
-    "FORMAT", "code_block", "code_once", "code_ref", "flat_state", "load_code", "make_class",
-    "make_function",
+    "FORMAT", "HeldGlobals", "code_block", "code_once", "code_ref", "flat_state", "function_block",
+    "function_once", "function_ref", "held_items", "load_code", "make_class", "make_function",
+    "sent_slots", "subimport",
 ]  # fmt: skip
 
 #: The version of the layouts below, and of code blocks once per connection;
 #: both ends must have the same.
-FORMAT = 4
+FORMAT = 5
 
 #: The largest code block sent or read: bigger code travels as cloudpickle's
 #: reduction. A receiver keeps up to _MAX_KEPT code objects, or blocks of up to
@@ -157,12 +173,174 @@ def code_ref(digest: bytes) -> types.CodeType:
 def recover(data: Any) -> None:
     """A payload failed to load: the receiving connection holds the blocks it
     carried all the same (later payloads may name them), each checked as
-    :func:`load_code` checks it."""
+    :func:`load_code` or :func:`function_once` checks it."""
     for block in _connection.carried_by(data):
-        try:
-            _connection.received(block, load_code(block))
-        except UnpicklingError:
-            continue
+        for read in (load_code, _read_function_block):  # (a block is one or the other)
+            try:
+                _connection.received(block, read(block))
+            except UnpicklingError:
+                continue
+            break
+
+
+# --- function blocks ----------------------------------------------------------
+
+# The slots a function block holds, by position in _SLOTS (__name__,
+# __qualname__, __module__, __doc__: exact str, or None but for the names);
+# the others travel in every payload, in _SLOTS order.
+_HELD_SLOTS = (0, 1, 5, 6)
+_SENT_SLOTS = (2, 3, 4, 7, 8, 9)
+# The base-globals items a function block may hold (cloudpickle's but
+# __path__, a package's list); each an exact str or None.
+_HELD_ITEMS = frozenset({"__package__", "__name__", "__file__"})
+# A function block is a code block and a few names.
+_MAX_FUNCTION_BLOCK = MAX_BLOCK + 64 * 1024
+
+
+class HeldGlobals(dict[str, Any]):
+    """On the sender, one payload's base-globals dict of a module whose items
+    function blocks hold: it pickles as :func:`function_once` or
+    :func:`function_ref` of the first function block that names it in the
+    payload (``sent_as``), and the functions of that module in the payload
+    share it (memoized), as cloudpickle's share its dict."""
+
+    __slots__ = ("sent_as",)
+    sent_as: tuple[Any, ...] | None  # (set by whoever makes one: no __init__ to run)
+
+
+def held_items(base: Any) -> tuple[tuple[str, Any], ...] | None:
+    """The items of a base-globals dict as a function block holds them, or
+    ``None`` if one cannot be held (a ``__path__``, a value not an exact str
+    or None): such functions keep the form of :func:`make_function`."""
+    if type(base) is not dict and type(base) is not HeldGlobals:
+        return None
+    items = tuple(base.items())
+    for key, value in items:
+        if key not in _HELD_ITEMS or (value is not None and type(value) is not str):
+            return None
+    return items
+
+
+def function_block(
+    code_block: bytes, flat: tuple[Any, ...], items: tuple[tuple[str, Any], ...]
+) -> bytes | None:
+    """The function block of a function whose code block is ``code_block``,
+    whose flat state (:func:`flat_state`) is ``flat`` and whose base globals
+    hold ``items``; ``None`` if a slot it holds is not an exact str (or None)."""
+    slots = flat[2:]
+    held = tuple(slots[i] for i in _HELD_SLOTS)
+    if type(held[0]) is not str or type(held[1]) is not str:
+        return None
+    if any(value is not None and type(value) is not str for value in held[2:]):
+        return None
+    # marshal's bytes of a str depend on whether it is interned, and (version 3+)
+    # on reference counts: the same function would give other bytes, and so
+    # another block, each time one is made. Bytes in a version 2 marshal
+    # depend on their value only.
+    text = tuple(_utf8(value) for value in held)
+    pairs = tuple((_utf8(key), _utf8(value)) for key, value in items)
+    return marshal.dumps((code_block, flat[0], *text, pairs), 2)
+
+
+def _utf8(text: str | None) -> bytes | None:
+    return None if text is None else text.encode("utf-8", "surrogatepass")
+
+
+def _text(data: Any) -> str | None:
+    """A str (or None) a function block holds, or a clear error."""
+    if data is None:
+        return None
+    if type(data) is not bytes:
+        raise UnpicklingError("a graphpickle function block holds values of another kind: refused")
+    try:
+        return data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise UnpicklingError(f"a graphpickle function block is corrupted ({exc})") from exc
+
+
+def sent_slots(flat: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What a payload of a function block carries of its flat state: the
+    attributes, then the slots it does not hold."""
+    slots = flat[2:]
+    return (flat[1], *(slots[i] for i in _SENT_SLOTS))
+
+
+def _read_function_block(block: Any) -> tuple[Any, ...]:
+    """``(code, layout, name, qualname, module, doc, items)`` of a function
+    block, each checked; a clear error for anything else."""
+    if type(block) is not bytes:
+        raise UnpicklingError(f"a graphpickle function block is bytes, not {type(block).__name__}")
+    if len(block) > _MAX_FUNCTION_BLOCK:
+        raise UnpicklingError(
+            f"a graphpickle function block of {len(block)} bytes: over "
+            f"{_MAX_FUNCTION_BLOCK}, refused"
+        )
+    try:
+        parts = marshal.loads(block)
+    except (EOFError, ValueError, TypeError) as exc:
+        raise UnpicklingError(f"a graphpickle function block is corrupted ({exc})") from exc
+    if type(parts) is not tuple or len(parts) != 7:
+        raise UnpicklingError("a graphpickle function block of another shape: refused")
+    code_block, layout, name, qualname, module, doc, pairs = parts
+    if not (
+        type(layout) is int
+        and 0 <= layout < len(_LAYOUTS)
+        and type(name) is bytes
+        and type(qualname) is bytes
+        and type(pairs) is tuple
+        and all(type(pair) is tuple and len(pair) == 2 for pair in pairs)
+    ):
+        raise UnpicklingError("a graphpickle function block holds values of another kind: refused")
+    items = {_text(key): _text(value) for key, value in pairs}
+    if len(items) != len(pairs) or not items.keys() <= _HELD_ITEMS:
+        raise UnpicklingError("a graphpickle function block holds values of another kind: refused")
+    text = (_text(name), _text(qualname), _text(module), _text(doc))
+    # (held across payloads: the items as a tuple, each payload's dict made from it)
+    return (load_code(code_block), layout, *text, tuple(items.items()))
+
+
+def _function(held: tuple[Any, ...], parts: tuple[Any, ...]) -> Any:
+    if not parts:
+        return dict(held[6])
+    code, layout, name, qualname, module, doc, _ = held
+    if len(parts) != 3 + len(_SENT_SLOTS):
+        raise UnpicklingError(
+            f"a function block's call takes {3 + len(_SENT_SLOTS)} values after the block, "
+            f"not {len(parts)}"
+        )
+    base_globals, closure, attributes, annotations, kwdefaults, defaults = parts[:6]
+    slot_closure, submodules, slot_globals = parts[6:]
+    return make_function(
+        code, base_globals, closure, layout, attributes, name, qualname, annotations,
+        kwdefaults, defaults, module, doc, slot_closure, submodules, slot_globals,
+    )  # fmt: skip
+
+
+def subimport(name: str) -> types.ModuleType:
+    """What cloudpickle's ``subimport`` does, under a name a payload on a
+    connection already holds (graphpickle.core.blocks): the module imported
+    by name, as ``__import__`` leaves it in ``sys.modules``."""
+    __import__(name)
+    return sys.modules[name]
+
+
+def function_once(block: bytes, *parts: Any) -> Any:
+    """``function_once(block, base_globals, closure, attributes, *sent)``: the
+    function cloudpickle's receiver makes (:func:`make_function`) from a
+    function block and what a payload carries besides (:func:`sent_slots`).
+    ``function_once(block)`` alone: a new base-globals dict of the block's
+    items (one per module and payload: the payload memoizes it; one name for
+    both keeps payloads short). Either way the receiving connection holds the
+    block under its digest, for :func:`function_ref` in its later payloads."""
+    held = _read_function_block(block)
+    _connection.received(block, held)
+    return _function(held, parts)
+
+
+def function_ref(digest: bytes, *parts: Any) -> Any:
+    """:func:`function_once` of the block the receiving connection sent under
+    ``digest``; a clear error if it holds none."""
+    return _function(_connection.receiving_function(digest), parts)
 
 
 def _keep(block: bytes, code: types.CodeType) -> None:

@@ -5,7 +5,9 @@ same code. Between two graphpickle processes joined by one connection (the dask
 scheduler and one worker: ``integrations/dask_distributed.py``), the block
 travels once, as ``blocks.code_once(block)``; after that a payload names it by
 its digest, ``blocks.code_ref(digest)``, and the receiver hands back the code
-object it made from the block that connection sent.
+object it made from the block that connection sent. A function block
+(``blocks.function_once``/``function_ref``: a code block and the immutable
+parts of a function) travels and is held the same way, in the same table.
 
 - **The sender** (:class:`Sender`, one per connection) counts a block as held by
   the receiver only once the write that carried it returned: each write is a
@@ -150,12 +152,13 @@ class Receiver:
     __slots__ = ("_lock", "held", "held_bytes")
 
     def __init__(self) -> None:
-        self.held: OrderedDict[bytes, tuple[CodeType, int]] = OrderedDict()
+        # (a code block's code object, or a function block's parts: a tuple)
+        self.held: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()
         self.held_bytes = 0
         self._lock = threading.Lock()
 
-    def keep(self, block: bytes, code: CodeType) -> None:
-        """Hold ``code``, made from ``block``, under the block's digest (the
+    def keep(self, block: bytes, value: Any) -> None:
+        """Hold ``value``, made from ``block``, under the block's digest (the
         newest; the oldest blocks go beyond the bounds)."""
         name = hashlib.blake2b(block, digest_size=DIGEST_SIZE).digest()
         with self._lock:
@@ -167,21 +170,28 @@ class Receiver:
             ):
                 _, (_, size) = self.held.popitem(last=False)
                 self.held_bytes -= size
-            self.held[name] = (code, len(block))
+            self.held[name] = (value, len(block))
             self.held_bytes += len(block)
 
     def code(self, name: bytes) -> CodeType:
         """The code object this connection sent under ``name``."""
         found = self.held.get(name) if type(name) is bytes else None
-        if found is None:
+        if found is None or type(found[0]) is not CodeType:
             raise UnpicklingError(_miss(name))
         return found[0]
 
+    def function(self, name: bytes) -> tuple[Any, ...]:
+        """The parts of the function block this connection sent under ``name``."""
+        found = self.held.get(name) if type(name) is bytes else None
+        if found is None or type(found[0]) is not tuple:
+            raise UnpicklingError(_miss(name, "function"))
+        return found[0]
 
-def _miss(name: Any) -> str:
+
+def _miss(name: Any, kind: str = "code") -> str:
     shown = name.hex() if type(name) is bytes else repr(name)
     return (
-        f"graphpickle: this worker holds no code block {shown} from this connection "
+        f"graphpickle: this worker holds no {kind} block {shown} from this connection "
         "(evicted, or sent on another connection): this task fails, the worker goes on. "
         "Submit the task again; if it keeps failing, set GRAPHPICKLE_NO_CACHE=1 on the "
         "scheduler and the workers to send code in every task"
@@ -196,21 +206,33 @@ def receiving_held(name: bytes) -> CodeType:
     return receiver.code(name)
 
 
-def received(block: bytes, code: CodeType) -> None:
-    """``blocks.code_once`` made ``code`` from ``block``: the current
-    connection holds it (if a connection is receiving, and caching is on)."""
+def receiving_function(name: bytes) -> tuple[Any, ...]:
+    """``blocks.function_ref``'s answer: the current connection's function
+    block for ``name``."""
+    receiver = RECEIVER.get()
+    if receiver is None:
+        raise UnpicklingError(_miss(name, "function"))
+    return receiver.function(name)
+
+
+def received(block: bytes, value: Any) -> None:
+    """``blocks.code_once`` (or ``function_once``) made ``value`` from
+    ``block``: the current connection holds it (if a connection is receiving,
+    and caching is on)."""
     receiver = RECEIVER.get()
     if receiver is not None and CACHING:
-        receiver.keep(block, code)
+        receiver.keep(block, value)
 
 
-_ONCE = ("graphpickle.core.blocks", "code_once")
+# The calls whose first argument is a block (a function block's call pushes a
+# MARK first: it has more arguments than TUPLE3 takes).
+_ONCE = frozenset(("graphpickle.core.blocks", name) for name in ("code_once", "function_once"))
 _STRINGS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"})
 _BYTES = frozenset({"SHORT_BINBYTES", "BINBYTES", "BINBYTES8"})
 
 
 def carried_by(data: Any) -> list[bytes]:
-    """The bytes of each ``code_once`` call a payload of the current connection
+    """The bytes of each ``code_once`` (or ``function_once``) call a payload of the current connection
     makes (read from its opcodes: ``blocks.recover`` holds them when the payload
     failed to load); none if no connection is receiving, or caching is off."""
     if RECEIVER.get() is None or not CACHING:
@@ -225,7 +247,7 @@ def carried_by(data: Any) -> list[bytes]:
             if name == "MEMOIZE":
                 memo.append(recent[-1])
                 continue
-            if name == "FRAME":
+            if name in ("FRAME", "MARK"):
                 continue
             pushed: Any = None
             if name in _STRINGS:
@@ -234,7 +256,7 @@ def carried_by(data: Any) -> list[bytes]:
                 pushed = memo[arg] if 0 <= arg < len(memo) else None
             elif name == "STACK_GLOBAL":
                 pushed = tuple(recent)
-            elif name in _BYTES and recent[-1] == _ONCE:
+            elif name in _BYTES and recent[-1] in _ONCE:
                 found.append(arg)
             recent = [recent[-1], pushed]
     except Exception:

@@ -13,11 +13,12 @@ import types
 from .. import _native
 
 #: The VERSION of ``_speedups.c`` this package's Python files expect.
-VERSION = 21
+VERSION = 22
 NAMES = (
     "Dispatch", "Dumper", "Loader", "Sink", "bytearray8_overruns", "function_snapshot",
     "make_function", "modules_items", "remember_by_reference", "same_modules", "same_objects",
-    "set_by_reference_policy", "set_function_layouts", "set_remembered", "ENTRY_FIELDS",
+    "set_by_reference_policy", "set_function_layouts", "set_remembered", "set_session_reductions",
+    "ENTRY_FIELDS",
     "PARTS_FIELDS", "SNAPSHOT_FIELDS",
 )  # fmt: skip
 

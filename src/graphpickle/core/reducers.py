@@ -169,6 +169,7 @@ def forget_by_value() -> None:
     """Drop every remembered by-value reduction."""
     _functions.clear()
     _codes.clear()
+    _function_blocks.clear()
 
 
 def _remember(func: types.FunctionType, entry: tuple[Any, ...]) -> None:
@@ -444,12 +445,105 @@ def _session(state: PicklerState) -> _connection.Session | None:
 
 def _block_reduction(state: PicklerState, func: types.FunctionType, entry: tuple[Any, ...]) -> Any:
     """cloudpickle's reduction of a remembered function, flat, for
-    blocks.make_function (the C hook makes the same)."""
+    blocks.make_function (the C hook makes the same), or on a connection
+    (a session) as its function block, once, then its digest."""
     make, flat = entry[_BLOCK]
     _, code, closure, _, _ = entry[_PARTS]
+    session = _session(state)
+    if session is not None:
+        held = _held_reduction(state, session, func.__globals__, code, closure, flat)
+        if held is not None:
+            return held
     # The payload's globals dict for the function's module, which the other
     # functions of that module in the same payload share (as in cloudpickle's).
     return (make, (code, _base_globals(state, func), closure, *flat))
+
+
+# Function blocks made, by id of the flat state they were made from:
+# (flat, code, items, block, what a payload sends of flat, the module's
+# values its items were read from or None). The C hook hands session dumps
+# of remembered functions to _block_reduction, once their snapshot is checked.
+_function_blocks: dict[int, tuple[Any, ...]] = {}
+
+
+def _held_reduction(
+    state: PicklerState,
+    session: _connection.Session,
+    module_globals: dict[str, Any],
+    code: types.CodeType,
+    closure: Any,
+    flat: tuple[Any, ...],
+) -> Any:
+    """``function_once(block, ...)`` or ``function_ref(digest, ...)``, what a
+    remembered function's payload carries besides its function block
+    (blocks.sent_slots); ``None`` where no block can hold its immutable parts."""
+    made = _function_blocks.get(id(flat))
+    if made is not None and (made[0] is not flat or made[1] is not code):
+        made = None
+    base = state.globals_ref.get(id(module_globals))
+    if base is None:  # this payload's first function of that module
+        values = _base_values(module_globals)
+        if made is not None and made[5] is not None and same_objects(made[5], values):
+            items = made[2]
+        else:
+            items = _blocks.held_items(_module_items(module_globals))
+            made = None
+        if items is None:
+            return None
+        base = state.globals_ref[id(module_globals)] = _blocks.HeldGlobals(items)
+        base.sent_as = None
+    else:  # (an exact dict written by an earlier reduction travels as it is)
+        values = None
+        items = _blocks.held_items(base)
+        if items is None:
+            return None
+        if made is not None and made[2] != items:
+            made = None
+    if made is None:
+        code_block = _code_block(code)
+        block = None if code_block is None else _blocks.function_block(code_block, flat, items)
+        if block is None:
+            return None
+        if len(_function_blocks) >= _MAX_REMEMBERED:
+            _function_blocks.clear()
+        made = _function_blocks[id(flat)] = (
+            flat, code, items, block, _blocks.sent_slots(flat), values,
+        )  # fmt: skip
+    digest, carried = session.carries(made[3])
+    named = made[3] if carried else digest
+    make = _blocks.function_once if carried else _blocks.function_ref
+    if type(base) is _blocks.HeldGlobals and base.sent_as is None:
+        # Made from the first block that names it, before that block's call.
+        base.sent_as = (make, (named,))
+    return (make, (named, base, closure, *made[4]))
+
+
+_BASE_NAMES = ("__package__", "__name__", "__path__", "__file__")  # cloudpickle's
+
+
+def _base_values(module_globals: dict[str, Any]) -> tuple[Any, ...]:
+    """What base globals are made of in a module's globals (_MISSING where none)."""
+    get = module_globals.get
+    return (get("__package__", _MISSING), get("__name__", _MISSING),
+            get("__path__", _MISSING), get("__file__", _MISSING))  # fmt: skip
+
+
+def _code_block(code: types.CodeType) -> bytes | None:
+    """The code block of ``code``, as _reduce_code remembers it."""
+    entry = _codes.get(id(code))
+    sent_as = entry[2] if entry is not None and entry[0] is code else None
+    if sent_as is not None and sent_as[0] is _blocks.load_code:
+        return sent_as[1][0]  # type: ignore[no-any-return]
+    return _blocks.code_block(code)
+
+
+def _reduce_held_globals(state: PicklerState, base: Any) -> Any:
+    """A payload's base globals whose items a function block holds: made from
+    that block on the receiver, or (written first by another reduction) as a
+    plain dict."""
+    if base.sent_as is not None:
+        return base.sent_as
+    return (dict, (dict(base),))
 
 
 def _same_submodules(func: types.FunctionType, entry: tuple[Any, ...]) -> bool:
@@ -482,10 +576,13 @@ def _base_globals(state: PicklerState, func: types.FunctionType) -> dict[str, An
 def _module_base_globals(state: PicklerState, module_globals: dict[str, Any]) -> dict[str, Any]:
     base = state.globals_ref.setdefault(id(module_globals), {})
     if not base:
-        for name in ("__package__", "__name__", "__path__", "__file__"):
-            if name in module_globals:
-                base[name] = module_globals[name]
+        base.update(_module_items(module_globals))
     return base
+
+
+def _module_items(module_globals: dict[str, Any]) -> dict[str, Any]:
+    """What cloudpickle's base globals hold of a module's globals."""
+    return {name: module_globals[name] for name in _BASE_NAMES if name in module_globals}
 
 
 # Classes of `types` that are not importable by name (every code reduction names
@@ -560,7 +657,11 @@ def _reduce_code(state: PicklerState, code: types.CodeType) -> Any:
 def _reduce_module(state: PicklerState, module: types.ModuleType) -> Any:
     by_value = module_reason(module) is not None
     state.by_value |= by_value
-    return cp.reduce_module(module, by_value=by_value)
+    reduction = cp.reduce_module(module, by_value=by_value)
+    if not by_value and _session(state) is not None:
+        # (a payload on a connection names graphpickle.core.blocks already)
+        return (_blocks.subimport, reduction[1])
+    return reduction
 
 
 def _reduce_method(state: PicklerState, method: types.MethodType) -> Any:
@@ -701,6 +802,7 @@ _BUILTIN_HANDLERS: dict[type, Handler] = {
     typing.TypeVar: _reduce_typevar,
     memoryview: _reduce_memoryview,
     types.CodeType: _reduce_code,
+    _blocks.HeldGlobals: _reduce_held_globals,
     **({} if _LAZY_IMPORT is None else {_LAZY_IMPORT: _reduce_lazy_import}),
     **({} if _FORWARD_REF is None else {_FORWARD_REF: _reduce_forward_ref}),
     # Made only by deterministic dumps (see determinism/canonical.py).
@@ -735,6 +837,9 @@ if _speedups is not None:
         _speedups.set_remembered(
             _reduce_code, _builtin_type_reductions, _codes, _functions, vars(_captures), _MISSING
         )
+        # On a connection: a remembered function's block (once checked), and
+        # modules named by blocks.subimport, as the handlers answer.
+        _speedups.set_session_reductions(_block_reduction, _blocks.subimport)
 
 _global_reducers: dict[type, Reducer] = {}
 _global_reducers_lock = threading.Lock()

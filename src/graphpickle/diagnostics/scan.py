@@ -61,8 +61,12 @@ _BY_VALUE_MAKERS = {
     (_CLOUDPICKLE, "dynamic_subimport"): "module",
     (_CLOUDPICKLE, "_make_typevar"): "typevar",
     (_BLOCKS, "make_function"): "function",
+    (_BLOCKS, "function_once"): "function",
+    (_BLOCKS, "function_ref"): "function",
     (_BLOCKS, "make_class"): "class",
 }
+# A function block's calls given the block alone make a globals dict, not a function.
+_FUNCTION_BLOCKS = {(_BLOCKS, "function_once"), (_BLOCKS, "function_ref")}
 _STATE_SETTERS = {"_function_setstate", "_class_setstate"}
 _FUNCTION_MAKERS = {f"{module}.{name}" for (module, name), kind in _BY_VALUE_MAKERS.items()
                     if kind == "function"}  # fmt: skip
@@ -798,6 +802,8 @@ class _Scan:
             self.flag(CODE, f"at byte {pos}: {_cut(func.module + '.' + func.name)}(...) with "
                       f"{problem}")  # fmt: skip
         kind = _BY_VALUE_MAKERS.get(name)
+        if name in _FUNCTION_BLOCKS and not (isinstance(args, tuple) and len(args) > 1):
+            kind = None
         if kind is not None:
             obj = _ByValueInProgress(kind, _name_from_args(kind, args), start, pos + 1)
             self.objects.append(obj)
