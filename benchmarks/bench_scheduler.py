@@ -682,11 +682,11 @@ def main() -> int:
                         file=sys.stderr,
                         flush=True,
                     )
-        if args.samples:
-            saved = {"tasks": tasks, "repeat": repeat, "kinds": kinds, "load": load}
-            saved["samples"] = [[k, c, ss] for (k, c), ss in results.items()]
-            with open(args.samples, "w", encoding="utf-8") as file:
-                json.dump(saved, file)
+            if args.samples:  # after each repeat: a run cut short keeps its whole repeats
+                saved = {"tasks": tasks, "repeat": round_ + 1, "kinds": kinds, "load": load}
+                saved["samples"] = [[k, c, ss] for (k, c), ss in results.items()]
+                with open(args.samples, "w", encoding="utf-8") as file:
+                    json.dump(saved, file)
     text, status = report(results, tasks, repeat, kinds, load)
     print(text, end="")
     if args.output:
