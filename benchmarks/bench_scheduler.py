@@ -558,11 +558,8 @@ KIND_TEXT = {
 }
 
 
-def report(
-    results: Samples, tasks: int, repeat: int, kinds: list[str], load: float
-) -> tuple[str, int]:
-    """The markdown report, and the exit status: 2 if a check failed, 1 if a target
-    was missed, else 0."""
+def environment() -> str:
+    """What ran the samples (kept with them: --report-from may run elsewhere)."""
     import dask
     import distributed
 
@@ -570,6 +567,19 @@ def report(
     from graphpickle.core import pickler
 
     extension = "built" if pickler._speedups is not None else "not built"
+    return (
+        f"Python {platform.python_version()}, dask {dask.__version__}, distributed "
+        f"{distributed.__version__}, graphpickle {graphpickle.__version__} (C extension "
+        f"{extension}); {os.cpu_count()} CPUs"
+    )
+
+
+def report(results: Samples, run: dict[str, Any]) -> tuple[str, int]:
+    """The markdown report of the samples of a run (its tasks, repeat, kinds,
+    environment and load averages), and the exit status: 2 if a check failed, 1 if
+    a target was missed, else 0."""
+    tasks, repeat, kinds = run["tasks"], run["repeat"], run["kinds"]
+    loads = [s["load_average"] for ss in results.values() for s in ss]
     configs = configs_of(results)
     targets, all_met = target_verdicts(results)
     check_lines, all_hold = checks(results, tasks)
@@ -579,10 +589,8 @@ def report(
     lines = [
         "# Each task's cost on the scheduler and on the workers (LocalCluster)",
         "",
-        f"Python {platform.python_version()}, dask {dask.__version__}, distributed {distributed.__version__}, "
-        f"graphpickle {graphpickle.__version__} (C extension {extension}); {os.cpu_count()} CPUs, "
-        f"load average {load:.2f} before the first sample, "
-        f"{os.getloadavg()[0]:.2f} at the end (1 minute).",
+        f"{run['environment']}; load average (1 minute) {run['load']:.2f} before the first "
+        f"sample, {min(loads):.2f} to {max(loads):.2f} after each.",
         "",
         f"{tasks:,} independent tasks per run; LocalCluster, 2 worker processes x 1 thread; "
         f"{repeat} repeat(s) per kind and configuration, interleaved, each a fresh cluster in a fresh "
@@ -662,32 +670,34 @@ def main() -> int:
     if args.report_from:
         with open(args.report_from, encoding="utf-8") as file:
             saved = json.load(file)
-        results: Samples = {(k, c): ss for k, c, ss in saved["samples"]}
-        tasks, repeat, kinds, load = saved["tasks"], saved["repeat"], saved["kinds"], saved["load"]
+        results: Samples = {(k, c): ss for k, c, ss in saved.pop("samples")}
+        run = saved
     else:
-        tasks, repeat, kinds = args.tasks, args.repeat, args.kinds
-        load = os.getloadavg()[0]
+        tasks, kinds = args.tasks, args.kinds
+        run = {"tasks": tasks, "repeat": 0, "kinds": kinds}
+        run |= {"environment": environment(), "load": os.getloadavg()[0]}
         configs = CONFIGS if args.tokenize else CONFIGS[:2]
         results = {(kind, config): [] for kind in kinds for config in configs}
-        for round_ in range(repeat):
+        for round_ in range(args.repeat):
             for kind in kinds:
                 for config in configs:
                     sample = sample_in_subprocess(config, kind, tasks)
+                    sample["load_average"] = os.getloadavg()[0]
                     results[kind, config].append(sample)
                     print(
-                        f"[{round_ + 1}/{repeat}] {kind}, {config}: wall {sample['wall_s']:.2f} s, "
+                        f"[{round_ + 1}/{args.repeat}] {kind}, {config}: wall {sample['wall_s']:.2f} s, "
                         f"dumps {sample['dumps_us']:.1f} µs, loads {sample['loads_us']:.1f} µs, "
                         f"all processes {sample['total_cpu_us']:,.0f} µs CPU per task, "
-                        f"load average {os.getloadavg()[0]:.2f}",
+                        f"load average {sample['load_average']:.2f}",
                         file=sys.stderr,
                         flush=True,
                     )
+            run["repeat"] = round_ + 1
             if args.samples:  # after each repeat: a run cut short keeps its whole repeats
-                saved = {"tasks": tasks, "repeat": round_ + 1, "kinds": kinds, "load": load}
-                saved["samples"] = [[k, c, ss] for (k, c), ss in results.items()]
+                samples = [[k, c, ss] for (k, c), ss in results.items()]
                 with open(args.samples, "w", encoding="utf-8") as file:
-                    json.dump(saved, file)
-    text, status = report(results, tasks, repeat, kinds, load)
+                    json.dump({**run, "samples": samples}, file)
+    text, status = report(results, run)
     print(text, end="")
     if args.output:
         with open(args.output, "w", encoding="utf-8") as file:
