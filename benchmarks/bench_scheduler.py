@@ -632,7 +632,9 @@ def report(results: Samples, run: dict[str, Any]) -> tuple[str, int]:
         "Checks:",
         *check_lines,
         "",
-        "Reproduce: `scripts/bench-scheduler"
+        "Reproduce: `PYTHON="
+        + ".".join(run["environment"].split()[1].rstrip(",").split(".")[:2])
+        + " scripts/bench-scheduler"
         + (f" --tasks {tasks}" if tasks != 5000 else "")
         + f" --repeat {repeat}"
         + ("" if kinds == DEFAULT_KINDS else " --kinds " + " ".join(kinds))
