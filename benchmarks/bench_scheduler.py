@@ -1,34 +1,47 @@
 """Each task's cost on the scheduler and on the workers of a real LocalCluster:
 stock distributed against distributed on graphpickle, for code pickled by value
-and for its importable twin, beside the same dumps and loads called back to back.
+and for its importable twin, beside the same dumps and loads called back to back;
+and the CPU of every process of the cluster, end to end.
 
-    scripts/bench-scheduler [--tasks 5000] [--repeat 3] [--kinds KIND ...] [--tokenize] [--output FILE]
+    scripts/bench-scheduler [--tasks 5000] [--repeat 3] [--kinds KIND ...] [--tokenize]
+                            [--output FILE] [--samples FILE]
+    scripts/bench-scheduler --report-from FILE [--output FILE]
 
-The kinds, each a graph of N independent tuple tasks submitted with
-``client.get`` (dask turns each into a ``dask._task_spec.Task``, the run spec the
-scheduler sends):
+The kinds (the first four by default):
 
-* ``function``: ``("t", i) -> (inc, i)``, ``inc`` defined in ``__main__`` by
+* ``function``: a graph of N independent tuple tasks ``("t", i) -> (inc, i)``
+  submitted with ``client.get`` (dask turns each into a ``dask._task_spec.Task``, the
+  run spec the scheduler sends), ``inc`` defined in ``__main__`` by
   ``graphpickle.cli.workloads.MAIN_SOURCE``, executed as a notebook cell would be;
 * ``function-twin``: the same with ``graphpickle.cli.workloads.inc``;
-* ``dataclass``: ``("t", i) -> (getattr, Point(i, 0.5), "x")``: the builtin ``getattr``
-  (pickled by reference) on an instance of MAIN_SOURCE's ``__main__`` dataclass;
-* ``dataclass-twin``: the same with ``graphpickle.cli.workloads.Point``.
+* ``dataclass``: the same graph of ``("t", i) -> (getattr, Point(i, 0.5), "x")``: the
+  builtin ``getattr`` (pickled by reference) on an instance of MAIN_SOURCE's
+  ``__main__`` dataclass;
+* ``dataclass-twin``: the same with ``graphpickle.cli.workloads.Point``;
+* ``map``: ``client.gather(client.map(norm, points))``, MAIN_SOURCE's ``norm`` over
+  N instances ``Point(i, 0.5)`` of its ``Point``: what a notebook that maps a
+  function over its dataclass instances writes (``client.map`` names each task by
+  ``tokenize`` of the function and its instance, in the client, and makes each a
+  ``Task`` holding its instance, so that the scheduler pickles the instance into
+  the run spec it sends);
+* ``map-twin``: the same with ``graphpickle.cli.workloads.norm`` and ``Point``.
 
 Each sample is one kind in one configuration, in a fresh LocalCluster (2 worker
 processes, 1 thread each) in a fresh driver process (this script run again with
 ``--sample CONFIG KIND``), so that no sample inherits what another left in memory;
-the samples are interleaved (for each repeat, for each kind: stock, then
-graphpickle). The configurations:
+the samples are interleaved (for each repeat, for each kind: each configuration
+in turn). The configurations:
 
-* stock: distributed as installed;
-* graphpickle: ``graphpickle.integrations.dask_distributed.install(client)`` (driver,
-  scheduler and workers; with LocalCluster the scheduler runs in the driver process);
-  with ``--tokenize``, ``graphpickle.integrations.dask_tokenize.install()`` too, in the
-  driver, where ``client.get`` names the graph with dask's ``tokenize``.
+* ``stock``: distributed as installed;
+* ``graphpickle``: ``graphpickle.integrations.dask_distributed.install(client)``
+  (driver, scheduler and workers; with LocalCluster the scheduler runs in the
+  driver process): what README's dask quickstart runs;
+* ``graphpickle+tokenize``, only with ``--tokenize``: the same, and
+  ``graphpickle.integrations.dask_tokenize.install()`` in the driver, where
+  ``client.get`` and ``client.map`` name the tasks with dask's ``tokenize``.
 
-What a sample measures, around ``client.get(graph, keys)`` (timed end to end:
-submission, the run, gathering the results):
+What a sample measures, around the submission (timed end to end: submission, the
+run, gathering the results):
 
 * the scheduler's pickling: ``client.run_on_scheduler`` wraps
   ``distributed.protocol.pickle.dumps`` (distributed's protocol code looks it up on
@@ -42,7 +55,8 @@ submission, the run, gathering the results):
   the thread's CPU time and the payload's size;
 * whole processes: the CPU time (``time.process_time``) of the driver process (the
   scheduler *and* the client, which share its event loop thread) and of each
-  worker process, and each of their threads' CPU clock, before and after the run.
+  worker process, and each of their threads' CPU clock, before and after the run;
+  "all processes" is the driver's and the workers' summed.
 
 After the run the last task the scheduler dumped is dumped again back to back, in
 the scheduler, by the same ``dumps``, and the last payload each worker loaded is
@@ -54,12 +68,29 @@ Medians over the repeats, with the range of the repeats beside them. Per-call CP
 times are thread CPU time (``time.thread_time_ns``), so other processes on the
 machine slow them less than the wall time, but they still compete for the CPU
 caches.
+
+The targets of issue #40, judged on the medians in each graphpickle configuration
+and printed as met or MISSED with the ratio (and the same ratio within each repeat,
+lowest to highest, since a repeat's samples ran one after the other):
+
+* per task, a by-value kind against its twin, in the run: the scheduler's
+  ``dumps``, the workers' ``loads`` and the bytes at most 1.5x for ``function``, at
+  most 2x for ``dataclass``;
+* end to end: ``map``'s CPU, all processes together, at most 0.85x stock's.
+
+Exit status: 0 when every check holds and every target the kinds run can judge is
+met; 1 when a target is missed; 2 when a check fails (a sample did not measure what
+it claims: a task neither dumped nor loaded once, graphpickle not installed in every
+process of its configuration, the scheduler outside the driver process). A sample
+that fails exits with its error. ``--samples`` keeps the samples as JSON and
+``--report-from`` reports them again without a run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -67,36 +98,77 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-CONFIGS = ("stock", "graphpickle")
+# The configurations; graphpickle+tokenize only with --tokenize.
+CONFIGS = ("stock", "graphpickle", "graphpickle+tokenize")
 BACK_TO_BACK_LOOPS = 2000
 
+# The issue's targets (#40). Per task, in the run: a by-value kind against its twin,
+# in each graphpickle configuration (the scheduler's dumps, the workers' loads, the
+# bytes); end to end: the map's CPU, every process together, against stock's.
+PER_TASK_LIMITS = {"function": 1.5, "dataclass": 2.0}
+PER_TASK_MEASURES = (
+    ("scheduler dumps", "dumps_us"),
+    ("worker loads", "loads_us"),
+    ("bytes", "dumps_bytes"),
+)
+END_TO_END_LIMITS = {"map": 0.85}
 
-# --- the graphs ------------------------------------------------------------------
+
+# --- the kinds: what the driver submits ---------------------------------------------
+# Each prepares its work outside the timed window and returns what the sample times:
+# a call that submits it to the client and returns the results.
+
+Run = Callable[[Any], list[Any]]
 
 
-def function_graph(tasks: int, by_value: bool) -> dict[Any, Any]:
+def graph_run(graph: dict[Any, Any]) -> Run:
+    keys = list(graph)
+    return lambda client: client.get(graph, keys)
+
+
+def function_kind(tasks: int, by_value: bool) -> Run:
     from graphpickle.cli import workloads
 
     inc = workloads.main_definitions()["inc"] if by_value else workloads.inc
-    return {("t", i): (inc, i) for i in range(tasks)}
+    return graph_run({("t", i): (inc, i) for i in range(tasks)})
 
 
-def dataclass_graph(tasks: int, by_value: bool) -> dict[Any, Any]:
+def dataclass_kind(tasks: int, by_value: bool) -> Run:
     from graphpickle.cli import workloads
 
     point = workloads.main_definitions()["Point"] if by_value else workloads.Point
-    return {("t", i): (getattr, point(i, 0.5), "x") for i in range(tasks)}
+    return graph_run({("t", i): (getattr, point(i, 0.5), "x") for i in range(tasks)})
 
 
-# kind -> (graph builder, by value?, the expected result of task i)
-KINDS: dict[str, tuple[Callable[[int, bool], dict[Any, Any]], bool, Callable[[int], int]]] = {
-    "function": (function_graph, True, lambda i: i + 1),
-    "function-twin": (function_graph, False, lambda i: i + 1),
-    "dataclass": (dataclass_graph, True, lambda i: i),
-    "dataclass-twin": (dataclass_graph, False, lambda i: i),
+def map_kind(tasks: int, by_value: bool) -> Run:
+    """What a notebook writes: ``client.map`` of a function over instances, gathered."""
+    from graphpickle.cli import workloads
+
+    main = workloads.main_definitions()
+    point, norm = (main["Point"], main["norm"]) if by_value else (workloads.Point, workloads.norm)
+    points = [point(i, 0.5) for i in range(tasks)]
+    return lambda client: client.gather(client.map(norm, points))
+
+
+@dataclass(frozen=True)
+class Kind:
+    prepare: Callable[[int, bool], Run]
+    by_value: bool
+    expected: Callable[[int], Any]  # the result of task i
+
+
+KINDS = {
+    "function": Kind(function_kind, True, lambda i: i + 1),
+    "function-twin": Kind(function_kind, False, lambda i: i + 1),
+    "dataclass": Kind(dataclass_kind, True, lambda i: i),
+    "dataclass-twin": Kind(dataclass_kind, False, lambda i: i),
+    "map": Kind(map_kind, True, lambda i: math.hypot(i, 0.5)),
+    "map-twin": Kind(map_kind, False, lambda i: math.hypot(i, 0.5)),
 }
+DEFAULT_KINDS = ["function", "function-twin", "dataclass", "dataclass-twin"]
 
 
 # --- run in the scheduler and the workers, through run_on_scheduler and run ------
@@ -179,22 +251,20 @@ def cpu_clocks() -> dict[str, Any]:
 # --- one sample, in its own process -----------------------------------------------
 
 
-def run_sample(config: str, kind: str, tasks: int, tokenize: bool) -> dict[str, Any]:
+def run_sample(config: str, kind: str, tasks: int) -> dict[str, Any]:
     from distributed import Client, LocalCluster
 
     import graphpickle.integrations.dask_distributed as gpd
 
-    build, by_value, expected = KINDS[kind]
-    graph = build(tasks, by_value)
-    keys = list(graph)
+    run = KINDS[kind].prepare(tasks, KINDS[kind].by_value)
     cluster_options = {"n_workers": 2, "threads_per_worker": 1, "processes": True}
     with (
         LocalCluster(**cluster_options, dashboard_address=None) as cluster,
         Client(cluster) as client,
     ):
-        if config == "graphpickle":
+        if config != "stock":
             gpd.install(client)
-            if tokenize:
+            if config == "graphpickle+tokenize":
                 import graphpickle.integrations.dask_tokenize
 
                 graphpickle.integrations.dask_tokenize.install()
@@ -202,19 +272,22 @@ def run_sample(config: str, kind: str, tasks: int, tokenize: bool) -> dict[str, 
         client.run(install_recorder, "loads")
         before = (cpu_clocks(), client.run(cpu_clocks))
         start = time.perf_counter()
-        results = client.get(graph, keys)
+        results = run(client)
         wall = time.perf_counter() - start
         after = (cpu_clocks(), client.run(cpu_clocks))
-        assert results == [expected(i) for i in range(tasks)]
+        assert results == [KINDS[kind].expected(i) for i in range(tasks)]
         scheduler = client.run_on_scheduler(remove_recorder, "dumps", BACK_TO_BACK_LOOPS)
         workers = list(client.run(remove_recorder, "loads", BACK_TO_BACK_LOOPS).values())
         scheduler_in_driver = client.run_on_scheduler(os.getpid) == os.getpid()
+    driver = process_cpu("driver", [before[0]], [after[0]], tasks)
+    in_workers = process_cpu("workers", list(before[1].values()), list(after[1].values()), tasks)
     return {
         "wall_s": wall,
         **per_call("dumps", [scheduler]),
         **per_call("loads", workers),
-        **process_cpu("driver", [before[0]], [after[0]], tasks),
-        **process_cpu("workers", list(before[1].values()), list(after[1].values()), tasks),
+        **driver,
+        **in_workers,
+        "total_cpu_us": driver["driver_cpu_us"] + in_workers["workers_cpu_us"],
         "scheduler_in_driver": scheduler_in_driver,
         "installed": [scheduler["installed"]] + [w["installed"] for w in workers],
     }
@@ -253,9 +326,8 @@ def process_cpu(
     return {f"{name}_cpu_us": total / 1e3 / tasks, f"{name}_threads_us": threads}
 
 
-def sample_in_subprocess(config: str, kind: str, tasks: int, tokenize: bool) -> dict[str, Any]:
+def sample_in_subprocess(config: str, kind: str, tasks: int) -> dict[str, Any]:
     command = [sys.executable, __file__, "--sample", config, kind, "--tasks", str(tasks)]
-    command += ["--tokenize"] if tokenize else []
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"{config} {kind} sample failed:\n{done.stderr}")
@@ -275,6 +347,7 @@ COLUMNS = (
     ("loads µs, back to back", "loads_back_to_back_us", "{:.1f}"),
     ("driver process CPU µs (scheduler + client)", "driver_cpu_us", "{:,.0f}"),
     ("worker processes CPU µs", "workers_cpu_us", "{:,.0f}"),
+    ("all processes CPU µs", "total_cpu_us", "{:,.0f}"),
 )
 
 
@@ -308,23 +381,34 @@ def spreads_table(results: Samples) -> list[str]:
     return lines
 
 
+def configs_of(results: Samples) -> list[str]:
+    return list(dict.fromkeys(config for _, config in results))
+
+
+def kinds_of(results: Samples) -> list[str]:
+    return list(dict.fromkeys(kind for kind, _ in results))
+
+
+def ratio(results: Samples, top: tuple[str, str], bottom: tuple[str, str], key: str) -> float:
+    return median_of(results[top], key) / median_of(results[bottom], key)
+
+
 def ratios_table(results: Samples) -> list[str]:
-    """By value / twin in each configuration, and graphpickle / stock for each kind."""
-    kinds = list(dict.fromkeys(kind for kind, _ in results))
+    """By value / twin in each configuration, and each graphpickle configuration /
+    stock for each kind."""
+    kinds, configs = kinds_of(results), configs_of(results)
     pairs = []
     for kind in kinds:
         twin = f"{kind}-twin"
-        if not kind.endswith("-twin") and (twin, "stock") in results:
-            for config in CONFIGS:
+        if not kind.endswith("-twin") and twin in kinds:
+            for config in configs:
                 pairs.append((f"{kind} / twin, {config}", (kind, config), (twin, config)))
     for kind in kinds:
-        pairs.append((f"{kind}: graphpickle / stock", (kind, "graphpickle"), (kind, "stock")))
+        for config in configs[1:]:
+            pairs.append((f"{kind}: {config} / stock", (kind, config), (kind, "stock")))
     lines = header("ratio of medians")
     for title, top, bottom in pairs:
-        cells = (
-            f"{median_of(results[top], key) / median_of(results[bottom], key):.2f}x"
-            for _, key, _ in COLUMNS
-        )
+        cells = (f"{ratio(results, top, bottom, key):.2f}x" for _, key, _ in COLUMNS)
         lines.append(f"| {title} | " + " | ".join(cells) + " |")
     return lines
 
@@ -365,27 +449,83 @@ def threads_table(results: Samples) -> list[str]:
 
 def wall_verdicts(results: Samples) -> list[str]:
     lines = []
-    for kind in dict.fromkeys(k for k, _ in results):
+    for kind in kinds_of(results):
         spans = {
             config: (min(s["wall_s"] for s in ss), max(s["wall_s"] for s in ss))
             for (k, config), ss in results.items()
             if k == kind
         }
         ranges = ", ".join(f"{c} {lo:.2f} to {hi:.2f} s" for c, (lo, hi) in spans.items())
-        (s_lo, s_hi), (g_lo, g_hi) = spans["stock"], spans["graphpickle"]
-        if len(results[kind, "stock"]) < 2:
-            verdict = "one sample each: no spread of repeats to judge a difference by"
-        elif s_lo <= g_hi and g_lo <= s_hi:
-            verdict = "the ranges overlap: the difference is within the spread of repeats"
-        else:
-            faster = "graphpickle" if g_hi < s_lo else "stock"
-            verdict = f"the ranges do not overlap: {faster} is faster in every repeat"
-        lines.append(f"- {kind}: {ranges}; {verdict}.")
+        s_lo, s_hi = spans["stock"]
+        verdicts = []
+        for config in configs_of(results)[1:]:
+            g_lo, g_hi = spans[config]
+            if len(results[kind, "stock"]) < 2:
+                verdicts.append(f"{config}: one sample each, no spread of repeats to judge by")
+            elif s_lo <= g_hi and g_lo <= s_hi:
+                verdicts.append(f"{config}: the ranges overlap, within the spread of repeats")
+            else:
+                faster = config if g_hi < s_lo else "stock"
+                verdicts.append(
+                    f"{config}: the ranges do not overlap, {faster} faster in every repeat"
+                )
+        lines.append(f"- {kind}: {ranges}; " + "; ".join(verdicts) + ".")
     return lines
 
 
-def checks(results: Samples, tasks: int) -> list[str]:
-    lines = []
+def per_repeat(results: Samples, top: tuple[str, str], bottom: tuple[str, str], key: str) -> str:
+    """The ratio within each repeat (the samples are interleaved, so a repeat's two
+    samples ran under the same load), lowest to highest."""
+    ratios = [t[key] / b[key] for t, b in zip(results[top], results[bottom], strict=True)]
+    return f"{min(ratios):.2f}-{max(ratios):.2f}x"
+
+
+def target_verdicts(results: Samples) -> tuple[list[str], bool]:
+    """Each target of the issue the samples can judge, on the medians: met or MISSED
+    with the number. Returns the lines and whether every target was met."""
+    lines, all_met = [], True
+    kinds, configs = kinds_of(results), configs_of(results)
+
+    def verdict(title: str, value: float, limit: float, spread: str) -> None:
+        nonlocal all_met
+        met = value <= limit
+        all_met &= met
+        word = "met" if met else "MISSED"
+        lines.append(f"- {title}: {value:.2f}x (target <= {limit}x): {word}; per repeat {spread}")
+
+    for kind, limit in PER_TASK_LIMITS.items():
+        twin = f"{kind}-twin"
+        if kind not in kinds or twin not in kinds:
+            continue
+        for config in configs[1:]:
+            for title, key in PER_TASK_MEASURES:
+                top, bottom = (kind, config), (twin, config)
+                verdict(
+                    f"{kind} / twin, {config}, {title} in the run",
+                    ratio(results, top, bottom, key),
+                    limit,
+                    per_repeat(results, top, bottom, key),
+                )
+    for kind, limit in END_TO_END_LIMITS.items():
+        if kind not in kinds:
+            continue
+        for config in configs[1:]:
+            top, bottom = (kind, config), (kind, "stock")
+            verdict(
+                f"{kind}, {config} / stock, CPU of all processes",
+                ratio(results, top, bottom, "total_cpu_us"),
+                limit,
+                per_repeat(results, top, bottom, "total_cpu_us")
+                + f" (wall time {ratio(results, top, bottom, 'wall_s'):.2f}x)",
+            )
+    return lines, all_met
+
+
+def checks(results: Samples, tasks: int) -> tuple[list[str], bool]:
+    """That each sample measured what it claims: every task dumped by the scheduler
+    and loaded by a worker once (more if a task was stolen), graphpickle installed in
+    every process or in none. Returns the lines and whether all of them hold."""
+    lines, all_hold = [], True
     for (kind, config), samples in results.items():
         callers: dict[str, int] = {}
         for sample in samples:
@@ -393,20 +533,33 @@ def checks(results: Samples, tasks: int) -> list[str]:
                 callers[name] = callers.get(name, 0) + count
         callers_text = ", ".join(f"{name} {count:,}" for name, count in callers.items())
         in_driver = all(s["scheduler_in_driver"] for s in samples)
-        installed = all(all(s["installed"]) == (config == "graphpickle") for s in samples) and all(
+        installed = all(all(s["installed"]) == (config != "stock") for s in samples) and all(
             len(set(s["installed"])) == 1 for s in samples
         )
+        counted = all(s["loads_calls"] == s["dumps_calls"] >= tasks for s in samples)
+        holds = in_driver and installed and counted
+        all_hold &= holds
         lines.append(
-            f"- {kind}, {config}: task dumps in the scheduler per sample "
-            f"{[s['dumps_calls'] for s in samples]}, task loads in the workers "
+            f"- {kind}, {config}: {'holds' if holds else 'FAILED'}: task dumps in the scheduler "
+            f"per sample {[s['dumps_calls'] for s in samples]}, task loads in the workers "
             f"{[s['loads_calls'] for s in samples]} (tasks {tasks:,}); callers {callers_text}; "
             f"scheduler in the driver process: {in_driver}; graphpickle installed in the "
             f"scheduler and both workers as expected: {installed}"
         )
-    return lines
+    return lines, all_hold
 
 
-def report(results: Samples, tasks: int, repeat: int, kinds: list[str], tokenize: bool) -> str:
+KIND_TEXT = {
+    "function": "`function` is `inc(i)` of a `__main__` function",
+    "dataclass": "`dataclass` is `getattr(Point(i, 0.5), 'x')` with the builtin `getattr` and a "
+    "`__main__` dataclass `Point`",
+    "map": "`map` is `client.gather(client.map(norm, points))`, `norm` a `__main__` function, "
+    "`points` the instances `Point(i, 0.5)` of a `__main__` dataclass",
+}
+
+
+def environment() -> str:
+    """What ran the samples (kept with them: --report-from may run elsewhere)."""
     import dask
     import distributed
 
@@ -414,38 +567,59 @@ def report(results: Samples, tasks: int, repeat: int, kinds: list[str], tokenize
     from graphpickle.core import pickler
 
     extension = "built" if pickler._speedups is not None else "not built"
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    default_kinds = kinds == list(KINDS)
+    return (
+        f"Python {platform.python_version()}, dask {dask.__version__}, distributed "
+        f"{distributed.__version__}, graphpickle {graphpickle.__version__} (C extension "
+        f"{extension}); {os.cpu_count()} CPUs"
+    )
+
+
+def report(results: Samples, run: dict[str, Any]) -> tuple[str, int]:
+    """The markdown report of the samples of a run (its tasks, repeat, kinds,
+    environment and load averages), and the exit status: 2 if a check failed, 1 if
+    a target was missed, else 0."""
+    tasks, repeat, kinds = run["tasks"], run["repeat"], run["kinds"]
+    loads = [s["load_average"] for ss in results.values() for s in ss]
+    configs = configs_of(results)
+    targets, all_met = target_verdicts(results)
+    check_lines, all_hold = checks(results, tasks)
+    described = [
+        text for kind, text in KIND_TEXT.items() if kind in kinds or f"{kind}-twin" in kinds
+    ]
     lines = [
         "# Each task's cost on the scheduler and on the workers (LocalCluster)",
         "",
-        f"Python {platform.python_version()}, dask {dask.__version__}, distributed {distributed.__version__}, "
-        f"graphpickle {graphpickle.__version__} (C extension {extension}); {os.cpu_count()} CPUs, "
-        f"load average {load:.2f} at the end.",
+        f"{run['environment']}; load average (1 minute) {run['load']:.2f} before the first "
+        f"sample, {min(loads):.2f} to {max(loads):.2f} after each.",
         "",
-        f"{tasks:,} independent tasks per graph; LocalCluster, 2 worker processes x 1 thread; "
+        f"{tasks:,} independent tasks per run; LocalCluster, 2 worker processes x 1 thread; "
         f"{repeat} repeat(s) per kind and configuration, interleaved, each a fresh cluster in a fresh "
-        "driver process. Kinds: `function` is `inc(i)` of a `__main__` function, `dataclass` is "
-        "`getattr(Point(i, 0.5), 'x')` with the builtin `getattr` and a `__main__` dataclass `Point`; "
-        "`-twin` is the same code from an importable module (`graphpickle.cli.workloads`). "
+        "driver process. Kinds: " + "; ".join(described) + "; `-twin` is the same code from an "
+        "importable module (`graphpickle.cli.workloads`). Configurations: stock distributed; "
+        "`graphpickle`, `graphpickle.integrations.dask_distributed.install(client)`"
         + (
-            "The graphpickle configuration also installs graphpickle's dask `tokenize` in the "
-            "driver (`--tokenize`)."
-            if tokenize
-            else "dask's `tokenize` is dask's own in both configurations."
+            "; `graphpickle+tokenize`, the same and `graphpickle.integrations.dask_tokenize.install()` "
+            "in the driver (`--tokenize`)."
+            if "graphpickle+tokenize" in configs
+            else " (dask's `tokenize` is dask's own in every configuration)."
         ),
         "",
         "Per task. Scheduler: the thread CPU time of `distributed.protocol.pickle.dumps` of a task's run "
         "spec (median of the run's calls), and the last one dumped again "
         f"{BACK_TO_BACK_LOOPS:,} times in a row after the run; workers: the same for "
         "`distributed.protocol.pickle.loads` of a run spec, in both workers. Processes: CPU time "
-        "(`process_time`) during `client.get` divided by the tasks; the driver process holds the "
-        "scheduler and the client, the workers' figure is both worker processes together. Medians "
-        "over the repeats:",
+        "(`process_time`) during the timed submission (submit, run, gather) divided by the tasks; "
+        "the driver process holds the scheduler and the client, the workers' figure is both worker "
+        "processes together, and all processes is the two summed. Medians over the repeats:",
         "",
         *medians_table(results),
         "",
         *ratios_table(results),
+        "",
+        "Targets (issue #40), on the medians; per repeat: the same ratio within each repeat, lowest "
+        "to highest:",
+        "",
+        *(targets or ["- none of the kinds run has a target"]),
         "",
         "The range (lowest-highest) of the repeats:",
         "",
@@ -456,53 +630,82 @@ def report(results: Samples, tasks: int, repeat: int, kinds: list[str], tokenize
         *wall_verdicts(results),
         "",
         "Checks:",
-        *checks(results, tasks),
+        *check_lines,
         "",
-        "Reproduce: `scripts/bench-scheduler"
+        "Reproduce: `PYTHON="
+        + ".".join(run["environment"].split()[1].rstrip(",").split(".")[:2])
+        + " scripts/bench-scheduler"
         + (f" --tasks {tasks}" if tasks != 5000 else "")
         + f" --repeat {repeat}"
-        + ("" if default_kinds else " --kinds " + " ".join(kinds))
-        + (" --tokenize" if tokenize else "")
+        + ("" if kinds == DEFAULT_KINDS else " --kinds " + " ".join(kinds))
+        + (" --tokenize" if "graphpickle+tokenize" in configs else "")
         + "`",
     ]
-    return "\n".join(lines) + "\n"
+    status = 2 if not all_hold else 0 if all_met else 1
+    return "\n".join(lines) + "\n", status
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--kinds", nargs="+", choices=list(KINDS), default=list(KINDS))
+    parser.add_argument("--kinds", nargs="+", choices=list(KINDS), default=DEFAULT_KINDS)
     parser.add_argument(
         "--tokenize",
         action="store_true",
-        help="graphpickle's configuration also installs graphpickle's dask tokenize in the driver",
+        help="also the configuration graphpickle+tokenize: graphpickle's dask tokenize "
+        "installed in the driver too",
     )
     parser.add_argument("--output", help="also write the markdown report to this file")
+    parser.add_argument(
+        "--samples", help="also write the samples to this JSON file (--report-from reads it)"
+    )
+    parser.add_argument(
+        "--report-from", metavar="FILE", help="no run: the report of the samples a --samples wrote"
+    )
     parser.add_argument("--sample", nargs=2, metavar=("CONFIG", "KIND"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sample:
         config, kind = args.sample
-        print(json.dumps(run_sample(config, kind, args.tasks, args.tokenize)))
-        return
-    results: Samples = {(kind, config): [] for kind in args.kinds for config in CONFIGS}
-    for round_ in range(args.repeat):
-        for kind in args.kinds:
-            for config in CONFIGS:
-                sample = sample_in_subprocess(config, kind, args.tasks, args.tokenize)
-                results[kind, config].append(sample)
-                print(
-                    f"[{round_ + 1}/{args.repeat}] {kind}, {config}: wall {sample['wall_s']:.2f} s, "
-                    f"dumps {sample['dumps_us']:.1f} µs, loads {sample['loads_us']:.1f} µs",
-                    file=sys.stderr,
-                    flush=True,
-                )
-    text = report(results, args.tasks, args.repeat, args.kinds, args.tokenize)
+        print(json.dumps(run_sample(config, kind, args.tasks)))
+        return 0
+    if args.report_from:
+        with open(args.report_from, encoding="utf-8") as file:
+            saved = json.load(file)
+        results: Samples = {(k, c): ss for k, c, ss in saved.pop("samples")}
+        run = saved
+    else:
+        tasks, kinds = args.tasks, args.kinds
+        run = {"tasks": tasks, "repeat": 0, "kinds": kinds}
+        run |= {"environment": environment(), "load": os.getloadavg()[0]}
+        configs = CONFIGS if args.tokenize else CONFIGS[:2]
+        results = {(kind, config): [] for kind in kinds for config in configs}
+        for round_ in range(args.repeat):
+            for kind in kinds:
+                for config in configs:
+                    sample = sample_in_subprocess(config, kind, tasks)
+                    sample["load_average"] = os.getloadavg()[0]
+                    results[kind, config].append(sample)
+                    print(
+                        f"[{round_ + 1}/{args.repeat}] {kind}, {config}: wall {sample['wall_s']:.2f} s, "
+                        f"dumps {sample['dumps_us']:.1f} µs, loads {sample['loads_us']:.1f} µs, "
+                        f"all processes {sample['total_cpu_us']:,.0f} µs CPU per task, "
+                        f"load average {sample['load_average']:.2f}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            run["repeat"] = round_ + 1
+            if args.samples:  # after each repeat: a run cut short keeps its whole repeats
+                samples = [[k, c, ss] for (k, c), ss in results.items()]
+                with open(args.samples, "w", encoding="utf-8") as file:
+                    json.dump({**run, "samples": samples}, file)
+    text, status = report(results, run)
     print(text, end="")
     if args.output:
         with open(args.output, "w", encoding="utf-8") as file:
             file.write(text)
+    return status
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -32,6 +32,11 @@ class Point:
     y: float
 
 
+def norm(p: Point) -> float:
+    """The importable function mapped over ``Point`` instances (``__main__`` has its twin)."""
+    return math.hypot(p.x, p.y)
+
+
 class SlotTask:
     """A small task object, as schedulers keep them: slots and a ``__reduce__``."""
 
@@ -254,7 +259,8 @@ REGISTRY_MESSAGES = [
     Message("13 importable functions and classes", _functions_and_classes),
 ]
 
-# The same function and dataclass as inc and Point, as a notebook cell defines them.
+# The same functions and dataclass as inc, floor_inc, Point and norm, as a notebook
+# cell defines them.
 MAIN_SOURCE = """
 import math
 from dataclasses import dataclass
@@ -269,6 +275,9 @@ def floor_inc(x, *args):
 class Point:
     x: int
     y: float
+
+def norm(p):
+    return math.hypot(p.x, p.y)
 """
 
 
