@@ -11,6 +11,7 @@ below, with changes on the sender and on the receiver between tasks."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import marshal
 import os
@@ -43,6 +44,24 @@ def write(sender: connection.Sender, obj: object) -> bytes:
         gpd._CODE_BLOCKS.reset(token)
     sender.commit(session)
     return payload
+
+
+#: ``write`` above, for a sender script run as ``__main__`` in a fresh interpreter.
+WRITE_SCRIPT = (
+    "import graphpickle.integrations.dask_distributed as gpd\n"
+    "from graphpickle.core import connection\n" + inspect.getsource(write)
+)
+
+
+#: A worker script's start: one connection receiving, and what the sender script
+#: wrote, as ``sent``.
+READ_SCRIPT = """
+import json, pickle, sys
+from graphpickle.core import connection
+connection.RECEIVER.set(connection.Receiver())
+with open(sys.argv[1], "rb") as f:
+    sent = pickle.load(f)
+"""
 
 
 def read(receiver: connection.Receiver, payload: bytes) -> object:
@@ -402,12 +421,9 @@ with open(sys.argv[1], "wb") as out:
 
 # The worker: one connection, and a change made by each task to what it was given
 # (its function, its globals, its code) before the next task arrives.
-_SEQUENCE_RECEIVER = """
-import json, pickle, sys
-from graphpickle.core import connection
-connection.RECEIVER.set(connection.Receiver())
-with open(sys.argv[1], "rb") as f:
-    rows = pickle.load(f)
+_SEQUENCE_RECEIVER = (
+    READ_SCRIPT
+    + """
 which = int(sys.argv[2])
 CHANGES = {
     "set a global": "f.__globals__['G'] = ('changed on the worker',)",
@@ -417,7 +433,7 @@ CHANGES = {
     "an attribute": "f.tag = 'worker'",
 }
 seen = []
-for action, ours, theirs in rows:
+for action, ours, theirs in sent:
     row = []
     for data in (ours if which else [theirs]):
         try:
@@ -429,6 +445,7 @@ for action, ours, theirs in rows:
     seen.append(row)
 print(json.dumps(seen))
 """
+)
 
 _WORKER_CHANGES = ["set a global", "new code", "new defaults", "change a default in place",
                    "an attribute", ""]  # fmt: skip
@@ -820,10 +837,10 @@ def test_a_function_block_is_recovered_from_a_payload_that_failed_to_load(monkey
     assert [f() for f in read(receiver, named)] == [3, 3]
 
 
-_MAIN_SENDER = """
-import json, pickle, sys
-import graphpickle.integrations.dask_distributed as gpd
-from graphpickle.core import connection
+_MAIN_SENDER = (
+    WRITE_SCRIPT
+    + """
+import pickle, sys
 G = 0
 def bump():
     global G
@@ -837,28 +854,23 @@ sender = connection.Sender()
 payloads = []
 for step in range(3):
     scaled.__defaults__ = (step + 2,)
-    session = sender.session()
-    token = gpd._CODE_BLOCKS.set(session)
-    payloads.append(gpd.dumps([bump, peek, scaled]))
-    gpd._CODE_BLOCKS.reset(token)
-    sender.commit(session)
+    payloads.append(write(sender, [bump, peek, scaled]))
 with open(sys.argv[1], "wb") as out:
     pickle.dump(payloads, out)
 """
+)
 
-_MAIN_RECEIVER = """
-import json, pickle, sys
-from graphpickle.core import connection
-connection.RECEIVER.set(connection.Receiver())
-with open(sys.argv[1], "rb") as f:
-    payloads = pickle.load(f)
+_MAIN_RECEIVER = (
+    READ_SCRIPT
+    + """
 seen = []
-for data in payloads:
+for data in sent:
     bump, peek, scaled = pickle.loads(data)
     seen.append([bump(), bump(), peek(), scaled(10), bump.__name__, scaled.__qualname__,
                  bump.__module__, sorted(k for k in bump.__globals__ if k != "__builtins__")])
 print(json.dumps(seen))
 """
+)
 
 
 def test_main_functions_round_trip_to_a_fresh_interpreter_on_one_connection(tmp_path):

@@ -22,15 +22,16 @@ import json
 
 import pytest
 from conftest import run_python
+from test_connection import READ_SCRIPT, WRITE_SCRIPT
 
 from graphpickle._switches import CACHING
 
 pytestmark = pytest.mark.skipif(not CACHING, reason="GRAPHPICKLE_NO_CACHE=1: no block is kept")
 
-_SENDER = """
-import dataclasses, json, pickle, sys, cloudpickle
-import graphpickle.integrations.dask_distributed as gpd
-from graphpickle.core import connection
+_SENDER = (
+    WRITE_SCRIPT
+    + """
+import dataclasses, pickle, sys, cloudpickle
 
 FLAG = "the sender's"
 
@@ -53,29 +54,23 @@ rows = []
 for i in range(4):
     if i == 2:
         Point.tags.append("the sender's")
-    session = sender.session()
-    token = gpd._CODE_BLOCKS.set(session)
-    ours = gpd.dumps((task, Point(i)))
-    gpd._CODE_BLOCKS.reset(token)
-    sender.commit(session)
-    rows.append((ours, cloudpickle.dumps((task, Point(i)))))
+    rows.append((write(sender, (task, Point(i))), cloudpickle.dumps((task, Point(i)))))
 with open(sys.argv[1], "wb") as out:
     pickle.dump(rows, out)
 """
+)
 
-_RECEIVER = """
-import json, pickle, sys
-from graphpickle.core import connection
-connection.RECEIVER.set(connection.Receiver())
-with open(sys.argv[1], "rb") as f:
-    rows = pickle.load(f)
+_RECEIVER = (
+    READ_SCRIPT
+    + """
 which = int(sys.argv[2])
 seen = []
-for ours, theirs in rows:
+for ours, theirs in sent:
     func, point = pickle.loads(ours if which else theirs)
     seen.append(func(point))
 print(json.dumps(seen))
 """
+)
 
 
 def test_a_class_sent_again_loads_as_a_fresh_cloudpickle_payload(tmp_path):
