@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import graphpickle
@@ -646,6 +646,9 @@ _OPS = st.one_of(
 
 @settings(max_examples=300, deadline=None)
 @given(head=st.sampled_from([b"", b"\x80\x02", b"\x80\x04"]), ops=st.lists(_OPS, max_size=14))
+# Found by this test in CI: NEWOBJ of str with a class (a repr), whose arguments
+# the scan did not check as a call's.
+@example(head=b"\x80\x02", ops=[b"cbuiltins\nstr\n(cbuiltins\nint\nt\x81", b"("])
 def test_data_verdicts_are_accepted_by_restricted_loading(head, ops):
     # Only restricted loading ever reads these programs (never plain pickle):
     # it refuses every name outside DATA_ONLY before anything is called.

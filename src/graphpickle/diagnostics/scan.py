@@ -635,10 +635,10 @@ class _Scan:
 
     def op_newobj(self, opcode: Any, arg: Any, pos: int) -> None:
         name = opcode.name
-        for _ in range(1 if name == "NEWOBJ" else 2):
-            self.pop(pos)
+        kwargs = None if name == "NEWOBJ" else self.pop(pos)[0]
+        args, _ = self.pop(pos)
         cls, start = self.pop_raw()
-        self.newobj(name, cls, pos)
+        self.newobj(name, cls, args, kwargs, pos)
         # What was instantiated is gone from the model; the dry run records it.
         self.push(_OTHER, start)
 
@@ -814,10 +814,11 @@ class _Scan:
             _set_state(*args, pos)
         return _OTHER
 
-    def newobj(self, name: str, cls: Any, pos: int) -> None:
+    def newobj(self, name: str, cls: Any, args: Any, kwargs: Any, pos: int) -> None:
         """NEWOBJ(_EX) calls ``cls.__new__``: a guarded global is data only as
-        the callable of a call, and an object the scan does not track may be
-        anything."""
+        the callable of a call, its arguments are checked as a call's (what
+        restricted loading refuses there), and an object the scan does not
+        track may be anything."""
         if isinstance(cls, _Global) and not cls.depth:
             full = f"{cls.module}.{cls.name}"
             if full == _GETATTR:
@@ -825,6 +826,9 @@ class _Scan:
             elif full in _GUARDED:
                 self.flag(CODE, f"at byte {pos}: {name} of {full} (restricted loading "
                           "allows it only as the callable of a call)")  # fmt: skip
+            problem = check_call(full, args if isinstance(args, tuple) else (), kwargs)
+            if problem is not None:
+                self.flag(CODE, f"at byte {pos}: {name} of {_cut(full)} with {problem}")
         elif isinstance(cls, _Applied):
             if cls.by_value is None or cls.by_value.kind != "class":
                 self.flag(CODE, f"at byte {pos}: {name} of what a call returned "
