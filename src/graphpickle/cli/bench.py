@@ -377,25 +377,24 @@ def message_dumps() -> dict[str, Callable[[Any], bytes]]:
 #: loads with that connection's blocks.
 BLOCKS = "graphpickle dask blocks"
 
-_sender: Any = None
-_receiver: Any = None
 
-
-def _connection() -> tuple[Any, Any]:
-    global _sender, _receiver
+@functools.cache
+def _connection() -> tuple[Any, Any, Any, Any]:
+    """(the dask integration, graphpickle.core.connection, a sender, its
+    receiver): the benchmark's one connection, its modules imported once (an
+    import statement in the timed calls would be timed with them: about 7,000
+    instructions each, on the message and on its twin alike)."""
     from ..core import connection
+    from ..integrations import dask_distributed as gpd
 
-    if _sender is None:
-        _sender, _receiver = connection.Sender(), connection.Receiver()
-    return _sender, _receiver
+    return gpd, connection, connection.Sender(), connection.Receiver()
 
 
 def to_a_worker_that_loads_blocks(
     message: Any, buffer_callback: Any = _discard, sender: Any = None
 ) -> bytes:
-    from ..integrations import dask_distributed as gpd
-
-    sender = sender or _connection()[0]
+    gpd, _, default_sender, _ = _connection()
+    sender = sender or default_sender
     session = sender.session()
     token = gpd._CODE_BLOCKS.set(session)
     try:
@@ -408,10 +407,8 @@ def to_a_worker_that_loads_blocks(
 
 def loads_on_the_connection(payload: bytes) -> Any:
     """The worker's loads of a payload its connection to the scheduler read."""
-    from ..core import connection
-    from ..integrations import dask_distributed as gpd
-
-    token = connection.RECEIVER.set(_connection()[1])
+    gpd, connection, _, receiver = _connection()
+    token = connection.RECEIVER.set(receiver)
     try:
         return gpd.loads(payload)
     finally:
