@@ -236,6 +236,121 @@ def test_the_c_make_function_is_the_python_one():
         blocks.make_function(compile("1", "<x>", "exec"), {}, "not a closure", 0, {}, *[None] * 10)
 
 
+class _KeysSubset(dict):
+    """A dict that another dict's ``update`` reads through ``keys()`` (its
+    iteration is not dict's): the generic path of ``dict.update``."""
+
+    def keys(self):
+        return [key for key in dict.keys(self) if key != "hidden"]
+
+    def __iter__(self):
+        return iter(self.keys())
+
+
+@pytest.mark.skipif(blocks._speedups is None, reason="the C module is not built")
+def test_the_c_make_function_updates_as_the_method_does_for_other_mappings():
+    # An exact dict updated from an exact dict is PyDict_Update in C; anything
+    # else calls the method, which reads keys() of a dict subclass.
+    def func():
+        return 1
+
+    code = func.__code__
+    base = {"__name__": __name__}
+    for make in (blocks.make_function, blocks.make_function_in_python):
+        globals_slot = _KeysSubset(seen=1, hidden=2)
+        made = make(
+            code, dict(base), None, 0, _KeysSubset(tag=1, hidden=2), "func", "func", {}, None,
+            None, __name__, None, None, [], globals_slot,
+        )  # fmt: skip
+        assert "seen" in made.__globals__ and "hidden" not in made.__globals__, make
+        assert made.__dict__ == {"tag": 1}, make
+
+
+def _function_block_call(func, receiver):
+    """(digest, *parts) of ``func``'s function block, which ``receiver`` holds."""
+    from graphpickle import _cloudpickle_internals as internals
+    from graphpickle.core import connection
+
+    holder = type("Holder", (), {"globals_ref": {}})()
+    _, (code, base, _, _, closure), state, _, _, _ = internals.reduce_function_by_value(
+        holder, func
+    )
+    flat = blocks.flat_state((dict(state[0]), dict(state[1])))
+    block = blocks.function_block(blocks.code_block(code), flat, blocks.held_items(base))
+    assert block is not None, func
+    receiver.keep(block, blocks._read_function_block(block))
+    return (connection.digest(block), dict(base), closure, *blocks.sent_slots(flat))
+
+
+@pytest.mark.skipif(blocks._speedups is None, reason="the C module is not built")
+def test_the_c_function_ref_is_the_python_one():
+    from test_cloudpickle_internals import _functions_of_every_shape
+
+    from graphpickle.core import connection
+
+    assert blocks.function_ref is not blocks.function_ref_in_python
+    receiver = connection.Receiver()
+    token = connection.RECEIVER.set(receiver)
+    try:
+        for func in _functions_of_every_shape():
+            if func.__module__ != __name__ and "<locals>" not in func.__qualname__:
+                continue  # (importable: no block)
+            digest, base, *parts = _function_block_call(func, receiver)
+            made = [
+                ref(digest, dict(base), *parts)
+                for ref in (blocks.function_ref, blocks.function_ref_in_python)
+            ]
+            c, python = made
+            for name in (
+                "__name__", "__qualname__", "__module__", "__doc__", "__defaults__",
+                "__kwdefaults__", "__annotations__", "__dict__", "__code__",
+            ):  # fmt: skip
+                assert getattr(c, name) == getattr(python, name), (func, name)
+            assert c.__globals__ == python.__globals__
+            assert [_contents(x) for x in c.__closure__ or ()] == [
+                _contents(x) for x in python.__closure__ or ()
+            ]
+            # The digest alone: the payload's base-globals dict, a new one each time.
+            alone = [ref(digest) for ref in (blocks.function_ref, blocks.function_ref_in_python)]
+            assert alone[0] == alone[1] and type(alone[0]) is dict
+            assert blocks.function_ref(digest) is not alone[0]
+        # A miss, a digest of a code block, and calls of another shape: the
+        # Python function's errors.
+        for bad in ((b"\0" * 16,), (b"\0" * 16, *[None] * 9), (digest, None), ("text",)):
+            errors = []
+            for ref in (blocks.function_ref, blocks.function_ref_in_python):
+                with pytest.raises(UnpicklingError) as caught:
+                    ref(*bad)
+                errors.append(str(caught.value))
+            assert errors[0] == errors[1], bad
+    finally:
+        connection.RECEIVER.reset(token)
+    with pytest.raises(UnpicklingError, match="holds no function block"):
+        blocks.function_ref(digest)  # no connection is receiving
+
+
+def test_subimport_imports_through_builtins_and_reads_sys_modules(monkeypatch):
+    import builtins
+    import sys
+
+    calls = []
+    real = builtins.__import__
+
+    def spy(name, *args, **kwargs):
+        calls.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", spy)
+    for subimport in {blocks.subimport, blocks.subimport_in_python}:
+        calls.clear()
+        assert subimport("os.path") is sys.modules["os.path"]
+        assert calls == ["os.path"], subimport
+        with pytest.raises(ModuleNotFoundError, match="no_such_module_here"):
+            subimport("no_such_module_here")
+        with pytest.raises(TypeError):
+            subimport(3)
+
+
 def _contents(cell):
     try:
         return cell.cell_contents

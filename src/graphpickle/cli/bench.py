@@ -398,7 +398,7 @@ def to_a_worker_that_loads_blocks(
     session = sender.session()
     token = gpd._CODE_BLOCKS.set(session)
     try:
-        payload = gpd.dumps(message, buffer_callback=buffer_callback, protocol=5)
+        payload: bytes = gpd.dumps(message, buffer_callback=buffer_callback, protocol=5)
     finally:
         gpd._CODE_BLOCKS.reset(token)
     sender.commit(session)

@@ -58,6 +58,13 @@
 #define TYPE_FLAGS (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE)
 
 
+/* The slot layouts make_function reads (blocks._LAYOUTS: two), and the slots
+ * it reads apart from the others, in this order. */
+#define MAX_LAYOUTS 4
+#define LAYOUT_APART 3
+static const char *APART_SLOTS[LAYOUT_APART] = {"__globals__", "__closure__", "_cloudpickle_submodules"};
+enum { APART_GLOBALS, APART_CLOSURE, APART_SUBMODULES };
+
 /* Everything the module keeps between calls, in its module state (PEP 630): a
  * module object made anew from this file (a second import, another
  * interpreter) starts with tables of its own. An object of one of its types
@@ -70,6 +77,8 @@ typedef struct {
     PyObject *str_fix_imports, *str_encoding, *str_errors, *str_speedups, *str_buffer;
     PyObject *str_generation, *str_globals_ref, *str_package, *str_name, *str_path, *str_file;
     PyObject *str_locals, *str_lambda, *main_modules, *str_modules, *sys_dict;
+    PyObject *str_builtins, *str_dict, *str_update, *str_closure, *str_cell_contents, *str_held;
+    PyObject *str_import, *builtins_dict;
     PyObject *empty_bytes, *empty_dict;
     /* Importable functions and classes, remembered once the Python policy
      * found them importable (remember_by_reference): object -> (module, module
@@ -114,8 +123,14 @@ typedef struct {
     PyObject *code_handler, *builtin_types, *codes;
     PyObject *functions, *captures_globals, *missing_marker;
     /* blocks.make_function's: cloudpickle's __builtins__, the slot layouts, the
-     * Python function (anything unusual goes to it) */
+     * Python function (anything unusual goes to it), and where each layout
+     * has the three slots it reads apart (-1: none, SystemError) */
     PyObject *function_builtins, *function_layouts, *make_function_slow;
+    Py_ssize_t layout_slots[MAX_LAYOUTS][LAYOUT_APART];
+    /* blocks.function_ref's: connection.RECEIVER (a context variable), and the
+     * Python function (a miss, or anything unusual, goes to it: it says what
+     * is wrong) */
+    PyObject *receiver_var, *function_ref_slow;
     /* On a connection (a dump whose `blocks` holds a session), set by
      * set_session_reductions: reducers._block_reduction(state, func, entry),
      * called for a remembered function once its snapshot is checked (it
@@ -140,6 +155,8 @@ typedef struct {
     DO(str_encoding) DO(str_errors) DO(str_speedups) DO(str_buffer) DO(str_generation)           \
     DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(str_locals)    \
     DO(str_lambda) DO(main_modules) DO(str_modules) DO(sys_dict) DO(empty_bytes)                  \
+    DO(str_builtins) DO(str_dict) DO(str_update) DO(str_closure) DO(str_cell_contents)           \
+    DO(str_held) DO(str_import) DO(builtins_dict) DO(receiver_var) DO(function_ref_slow)          \
     DO(empty_dict) DO(by_reference) DO(by_value_registries) DO(parent_names)                     \
     DO(function_handler) DO(class_handler) DO(module_handler) DO(subimport)                       \
     DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
@@ -2072,9 +2089,22 @@ static PyObject *
 set_function_layouts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     SpeedupsState *st = module_state(module);
-    if (nargs != 3 || !PyTuple_CheckExact(args[1])) {
+    if (nargs != 3 || !PyTuple_CheckExact(args[1]) || PyTuple_GET_SIZE(args[1]) > MAX_LAYOUTS) {
         PyErr_SetString(PyExc_TypeError, "set_function_layouts(builtins, layouts: tuple, slow)");
         return NULL;
+    }
+    for (Py_ssize_t layout = 0; layout < PyTuple_GET_SIZE(args[1]); layout++) {
+        PyObject *keys = PyTuple_GET_ITEM(args[1], layout);
+        for (int apart = 0; apart < LAYOUT_APART; apart++) {
+            st->layout_slots[layout][apart] = -1;
+            for (Py_ssize_t i = 0; PyTuple_CheckExact(keys) && i < PyTuple_GET_SIZE(keys); i++) {
+                PyObject *key = PyTuple_GET_ITEM(keys, i);
+                if (PyUnicode_CheckExact(key)
+                    && PyUnicode_CompareWithASCIIString(key, APART_SLOTS[apart]) == 0) {
+                    st->layout_slots[layout][apart] = i;
+                }
+            }
+        }
     }
     Py_XSETREF(st->function_builtins, Py_NewRef(args[0]));
     Py_XSETREF(st->function_layouts, Py_NewRef(args[1]));
@@ -2082,17 +2112,26 @@ set_function_layouts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* `key == name` for a slot name (exact str). */
+/* target.update(other), as the method does it: for an exact dict updated
+ * from an exact dict that is PyDict_Update (dict.update's own path), with no
+ * method call; anything else calls the method. */
 static int
-is_slot(PyObject *key, const char *name)
+update_like_method(SpeedupsState *st, PyObject *target, PyObject *other)
 {
-    return PyUnicode_CheckExact(key) && PyUnicode_CompareWithASCIIString(key, name) == 0;
+    if (PyDict_CheckExact(target) && PyDict_CheckExact(other)) {
+        return PyDict_Update(target, other);
+    }
+    PyObject *done = PyObject_CallMethodOneArg(target, st->str_update, other);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
 }
 
 /* blocks.make_function(code, base_globals, closure, layout, attributes, *slot_values):
  * _cloudpickle_internals.make_function_as_loaded step for step (cloudpickle's
- * _make_function, then _function_setstate), through the same generic calls.
- * Arguments of another shape go to the Python function, which says what is wrong. */
+ * _make_function, then _function_setstate), through the same generic calls
+ * (an update of an exact dict from an exact dict is PyDict_Update, the path
+ * dict.update takes for it). Arguments of another shape go to the Python
+ * function, which says what is wrong. */
 static PyObject *
 make_function(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2112,11 +2151,16 @@ make_function(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         || !PyDict_CheckExact(args[1])) {
         return PyObject_Vectorcall(st->make_function_slow, args, nargs, NULL);
     }
+    const Py_ssize_t *apart = st->layout_slots[layout];
+    if (apart[APART_GLOBALS] < 0 || apart[APART_CLOSURE] < 0 || apart[APART_SUBMODULES] < 0) {
+        PyErr_SetString(PyExc_SystemError, "graphpickle: a function layout without its slots");
+        return NULL;
+    }
     PyObject *code = args[0], *globals = args[1], *closure = args[2], *attributes = args[4];
     PyObject *const *values = args + 5;
     PyObject *builtins = st->function_builtins;
     PyObject *func = NULL, *result = NULL;
-    if (PyDict_SetItemString(globals, "__builtins__", builtins) < 0) {
+    if (PyDict_SetItem(globals, st->str_builtins, builtins) < 0) {
         return NULL;
     }
     PyObject *new_args[5] = {code, globals, Py_None, Py_None, closure};
@@ -2124,48 +2168,30 @@ make_function(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (func == NULL) {
         return NULL;
     }
-    /* func.__dict__.update(attributes) */
-    PyObject *dict = PyObject_GetAttrString(func, "__dict__");
-    PyObject *done = dict == NULL ? NULL : PyObject_CallMethod(dict, "update", "O", attributes);
-    Py_XDECREF(dict);
-    if (done == NULL) {
-        goto finally;
-    }
-    Py_DECREF(done);
-    PyObject *slot_globals = NULL, *slot_closure = NULL;
-    int found = 0;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); i++) {
-        PyObject *key = PyTuple_GET_ITEM(keys, i);
-        if (is_slot(key, "__globals__")) {
-            slot_globals = values[i];
-            found++;
-        }
-        else if (is_slot(key, "__closure__")) {
-            slot_closure = values[i];
-            found++;
+    /* func.__dict__.update(attributes): nothing to do for an empty exact dict */
+    if (!PyDict_CheckExact(attributes) || PyDict_GET_SIZE(attributes) != 0) {
+        PyObject *dict = PyObject_GetAttr(func, st->str_dict);
+        int failed = dict == NULL || update_like_method(st, dict, attributes) < 0;
+        Py_XDECREF(dict);
+        if (failed) {
+            goto finally;
         }
     }
-    if (found != 2) {
-        PyErr_SetString(PyExc_SystemError, "graphpickle: a function layout without its slots");
-        goto finally;
-    }
+    PyObject *slot_globals = values[apart[APART_GLOBALS]];
+    PyObject *slot_closure = values[apart[APART_CLOSURE]];
     /* globals.update(slot globals), then __builtins__ again */
-    done = PyObject_CallMethod(globals, "update", "O", slot_globals);
-    if (done == NULL) {
-        goto finally;
-    }
-    Py_DECREF(done);
-    if (PyDict_SetItemString(globals, "__builtins__", builtins) < 0) {
+    if (update_like_method(st, globals, slot_globals) < 0
+        || PyDict_SetItem(globals, st->str_builtins, builtins) < 0) {
         goto finally;
     }
     if (slot_closure != Py_None) { /* each cell's contents into the new function's cells */
-        PyObject *targets = PyObject_GetAttrString(func, "__closure__");
+        PyObject *targets = PyObject_GetAttr(func, st->str_closure);
         PyObject *cells = targets == NULL ? NULL : PyObject_GetIter(slot_closure);
         PyObject *cell;
         Py_ssize_t i = 0;
         int failed = cells == NULL;
         while (!failed && (cell = PyIter_Next(cells)) != NULL) {
-            PyObject *value = PyObject_GetAttrString(cell, "cell_contents");
+            PyObject *value = PyObject_GetAttr(cell, st->str_cell_contents);
             Py_DECREF(cell);
             if (value == NULL) {
                 failed = !PyErr_ExceptionMatches(PyExc_ValueError); /* an empty cell */
@@ -2176,7 +2202,7 @@ make_function(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             else {
                 PyObject *target = PySequence_GetItem(targets, i);
                 failed = target == NULL
-                         || PyObject_SetAttrString(target, "cell_contents", value) < 0;
+                         || PyObject_SetAttr(target, st->str_cell_contents, value) < 0;
                 Py_XDECREF(target);
                 Py_DECREF(value);
             }
@@ -2190,18 +2216,150 @@ make_function(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); i++) { /* the other slots, in order */
-        PyObject *key = PyTuple_GET_ITEM(keys, i);
-        if (is_slot(key, "__globals__") || is_slot(key, "__closure__")
-            || is_slot(key, "_cloudpickle_submodules")) {
+        if (i == apart[APART_GLOBALS] || i == apart[APART_CLOSURE]
+            || i == apart[APART_SUBMODULES]) {
             continue;
         }
-        if (PyObject_SetAttr(func, key, values[i]) < 0) {
+        if (PyObject_SetAttr(func, PyTuple_GET_ITEM(keys, i), values[i]) < 0) {
             goto finally;
         }
     }
     result = Py_NewRef(func);
 finally:
     Py_DECREF(func);
+    return result;
+}
+
+/* A function block's parts as connection.Receiver holds them: (code, layout,
+ * name, qualname, module, doc, items). */
+#define HELD_PARTS 7
+/* function_ref(digest, *parts) takes the block's digest and none, or these. */
+#define SENT_PARTS 9
+
+/* set_function_refs(receiver_var, slow, held_parts, sent_parts): what
+ * function_ref needs (blocks.py gives them at import). */
+static PyObject *
+set_function_refs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    SpeedupsState *st = module_state(module);
+    if (nargs != 4 || !PyContextVar_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "set_function_refs(receiver_var: ContextVar, slow, held_parts, sent_parts)");
+        return NULL;
+    }
+    /* (the Python function's shapes, which function_ref spells out below) */
+    if (PyLong_AsSsize_t(args[2]) != HELD_PARTS || PyLong_AsSsize_t(args[3]) != SENT_PARTS) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "graphpickle: function blocks of another shape");
+        }
+        return NULL;
+    }
+    Py_XSETREF(st->receiver_var, Py_NewRef(args[0]));
+    Py_XSETREF(st->function_ref_slow, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
+/* The parts the receiving connection holds under `digest` (a new reference),
+ * or NULL without an exception for anything else: the Python function then
+ * says what is wrong. */
+static PyObject *
+held_function_block(SpeedupsState *st, PyObject *digest)
+{
+    PyObject *receiver = NULL, *held = NULL, *found = NULL, *parts = NULL;
+    if (PyContextVar_Get(st->receiver_var, NULL, &receiver) < 0) {
+        return NULL;
+    }
+    if (receiver == NULL || receiver == Py_None) {
+        goto finally;
+    }
+    held = PyObject_GetAttr(receiver, st->str_held);
+    if (held == NULL || !PyDict_Check(held)) {
+        PyErr_Clear();
+        goto finally;
+    }
+    if (dict_get_ref(held, digest, &found) < 0) {
+        PyErr_Clear();
+        goto finally;
+    }
+    if (found != NULL && PyTuple_CheckExact(found) && PyTuple_GET_SIZE(found) == 2
+        && PyTuple_CheckExact(PyTuple_GET_ITEM(found, 0))
+        && PyTuple_GET_SIZE(PyTuple_GET_ITEM(found, 0)) == HELD_PARTS) {
+        parts = Py_NewRef(PyTuple_GET_ITEM(found, 0));
+    }
+finally:
+    Py_XDECREF(found);
+    Py_XDECREF(held);
+    Py_XDECREF(receiver);
+    return parts;
+}
+
+/* blocks.function_ref(digest, *parts): blocks._function of the function block
+ * the receiving connection holds under `digest`, as the Python function makes
+ * it; a miss, or anything of another shape, goes to the Python function. */
+static PyObject *
+function_ref(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    SpeedupsState *st = module_state(module);
+    if (st->function_ref_slow == NULL || st->make_function_slow == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "graphpickle: function_ref before set_function_refs");
+        return NULL;
+    }
+    PyObject *held = NULL;
+    if (nargs >= 1 && PyBytes_CheckExact(args[0]) && (nargs == 1 || nargs == 1 + SENT_PARTS)) {
+        held = held_function_block(st, args[0]);
+        if (held == NULL && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    if (held == NULL) {
+        return PyObject_Vectorcall(st->function_ref_slow, args, nargs, NULL);
+    }
+    PyObject *result;
+#define HELD(i) PyTuple_GET_ITEM(held, i)
+    if (nargs == 1) { /* dict(items): the payload's base-globals dict */
+        result = PyObject_CallOneArg((PyObject *)&PyDict_Type, HELD(6));
+    }
+    else { /* blocks._function's call of make_function, argument for argument */
+        PyObject *const *sent = args + 1;
+        PyObject *call[5 + 10] = {
+            HELD(0), sent[0], sent[1], HELD(1), sent[2],  /* code, globals, closure, layout, attributes */
+            HELD(2), HELD(3), sent[3], sent[4], sent[5],  /* name, qualname, annotations, kwdefaults, defaults */
+            HELD(4), HELD(5), sent[6], sent[7], sent[8],  /* module, doc, closure, submodules, globals */
+        };
+        result = make_function(module, call, 15);
+    }
+#undef HELD
+    Py_DECREF(held);
+    return result;
+}
+
+/* blocks.subimport(name): `__import__(name)` (builtins' __import__, read at
+ * each call as the Python function reads it), then `sys.modules[name]`. */
+static PyObject *
+subimport(PyObject *module, PyObject *name)
+{
+    SpeedupsState *st = module_state(module);
+    PyObject *import = NULL, *modules = NULL, *result = NULL;
+    if (dict_get_ref(st->builtins_dict, st->str_import, &import) <= 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_NameError, "name '%U' is not defined", st->str_import);
+        }
+        return NULL;
+    }
+    PyObject *imported = PyObject_CallOneArg(import, name);
+    Py_DECREF(import);
+    if (imported == NULL) {
+        return NULL;
+    }
+    Py_DECREF(imported);
+    if (dict_get_ref(st->sys_dict, st->str_modules, &modules) <= 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_AttributeError, "module 'sys' has no attribute 'modules'");
+        }
+        return NULL;
+    }
+    result = PyObject_GetItem(modules, name);
+    Py_DECREF(modules);
     return result;
 }
 
@@ -2486,6 +2644,14 @@ static PyMethodDef speedups_methods[] = {
                "answers with.")},
     {"set_function_layouts", (PyCFunction)(void (*)(void))set_function_layouts, METH_FASTCALL,
      PyDoc_STR("set_function_layouts(builtins, layouts, slow): what make_function needs.")},
+    {"set_function_refs", (PyCFunction)(void (*)(void))set_function_refs, METH_FASTCALL,
+     PyDoc_STR("set_function_refs(receiver_var, slow, held_parts, sent_parts): what "
+               "function_ref needs.")},
+    {"function_ref", (PyCFunction)(void (*)(void))function_ref, METH_FASTCALL,
+     PyDoc_STR("function_ref(digest, *parts): the function (or base globals) of the function "
+               "block the receiving connection holds (graphpickle.core.blocks).")},
+    {"subimport", subimport, METH_O,
+     PyDoc_STR("subimport(name): __import__(name), then sys.modules[name] (graphpickle.core.blocks).")},
     {"make_function", (PyCFunction)(void (*)(void))make_function, METH_FASTCALL,
      PyDoc_STR("make_function(code, base_globals, closure, layout, attributes, *slot_values): "
                "the function cloudpickle's receiver makes (graphpickle.core.blocks).")},
@@ -2527,6 +2693,10 @@ init_state(PyObject *module, SpeedupsState *st)
         {&st->str_package, "__package__"}, {&st->str_name, "__name__"}, {&st->str_path, "__path__"},
         {&st->str_file, "__file__"}, {&st->str_locals, "<locals>"}, {&st->str_lambda, "<lambda>"},
         {&st->str_modules, "modules"}, {&st->str_blocks, "blocks"},
+        {&st->str_builtins, "__builtins__"}, {&st->str_dict, "__dict__"},
+        {&st->str_update, "update"}, {&st->str_closure, "__closure__"},
+        {&st->str_cell_contents, "cell_contents"}, {&st->str_held, "held"},
+        {&st->str_import, "__import__"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) {
@@ -2557,6 +2727,9 @@ init_state(PyObject *module, SpeedupsState *st)
     PyObject *sys = PyImport_ImportModule("sys");
     st->sys_dict = sys == NULL ? NULL : Py_NewRef(PyModule_GetDict(sys));
     Py_XDECREF(sys);
+    PyObject *builtins = PyImport_ImportModule("builtins");
+    st->builtins_dict = builtins == NULL ? NULL : Py_NewRef(PyModule_GetDict(builtins));
+    Py_XDECREF(builtins);
     st->by_value_registries = PyList_New(0); /* until set_by_reference_policy() */
 #if PY_VERSION_HEX >= 0x030C0000
     /* (An interpreter has 8 dict watchers: without one, same_modules walks.) */
@@ -2569,7 +2742,7 @@ init_state(PyObject *module, SpeedupsState *st)
 #endif
     if (st->empty_bytes == NULL || st->empty_dict == NULL || st->by_reference == NULL
         || st->parent_names == NULL || st->by_value_registries == NULL || st->main_modules == NULL
-        || st->sys_dict == NULL) {
+        || st->sys_dict == NULL || st->builtins_dict == NULL) {
         return -1;
     }
     return 0;
@@ -2588,7 +2761,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 22) < 0 /* VERSION: native.py */
+        || add_version(module, 23) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {

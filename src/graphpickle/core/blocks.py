@@ -190,6 +190,9 @@ def recover(data: Any) -> None:
 # the others travel in every payload, in _SLOTS order.
 _HELD_SLOTS = (0, 1, 5, 6)
 _SENT_SLOTS = (2, 3, 4, 7, 8, 9)
+# What a receiver holds of a function block (_read_function_block): its code,
+# layout, held slots and base-globals items.
+_HELD_PARTS = 3 + len(_HELD_SLOTS)
 # The base-globals items a function block may hold (cloudpickle's but
 # __path__, a package's list); each an exact str or None.
 _HELD_ITEMS = frozenset({"__package__", "__name__", "__file__"})
@@ -392,19 +395,36 @@ def make_class(
     )
 
 
-#: The Python function, which stays the reference.
+#: The Python functions, which stay the reference.
 make_function_in_python = make_function
+function_ref_in_python = function_ref
+subimport_in_python = subimport
 
 
-def _make_function_in_c() -> Callable[..., types.FunctionType] | None:
+def _in_c() -> (
+    tuple[Callable[..., Any], Callable[..., Any], Callable[..., types.ModuleType]] | None
+):
+    """The C module's make_function, function_ref and subimport, given what
+    they read; ``None`` without the C module (or one of other shapes)."""
     if _speedups is None:
         return None
     _speedups.set_function_layouts(cp.BUILTINS_OF_CLOUDPICKLE, _LAYOUTS, make_function_in_python)
-    fast: Callable[..., types.FunctionType] = _speedups.make_function
-    fast.__module__ = __name__  # payloads name it as they name the Python function
+    try:
+        _speedups.set_function_refs(
+            _connection.RECEIVER, function_ref_in_python, _HELD_PARTS, 3 + len(_SENT_SLOTS)
+        )
+    except ValueError:
+        return None
+    fast = (_speedups.make_function, _speedups.function_ref, _speedups.subimport)
+    for function in fast:
+        function.__module__ = __name__  # payloads name them as they name the Python functions
     return fast
 
 
-# What a payload calls, pickled by reference as graphpickle.core.blocks.make_function
+# What payloads call, pickled by reference as graphpickle.core.blocks.<name>
 # with the C module or without it (the same bytes).
-make_function = _make_function_in_c() or make_function_in_python
+make_function, function_ref, subimport = _in_c() or (
+    make_function_in_python,
+    function_ref_in_python,
+    subimport_in_python,
+)
