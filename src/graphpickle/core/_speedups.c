@@ -130,7 +130,7 @@ typedef struct {
     /* blocks.function_ref's: connection.RECEIVER (a context variable), and the
      * Python function (a miss, or anything unusual, goes to it: it says what
      * is wrong) */
-    PyObject *receiver_var, *function_ref_slow;
+    PyObject *receiver_var, *receiver_type, *function_ref_slow;
     /* On a connection (a dump whose `blocks` holds a session), set by
      * set_session_reductions: reducers._block_reduction(state, func, entry),
      * called for a remembered function once its snapshot is checked (it
@@ -156,7 +156,8 @@ typedef struct {
     DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(str_locals)    \
     DO(str_lambda) DO(main_modules) DO(str_modules) DO(sys_dict) DO(empty_bytes)                  \
     DO(str_builtins) DO(str_dict) DO(str_update) DO(str_closure) DO(str_cell_contents)           \
-    DO(str_held) DO(str_import) DO(builtins_dict) DO(receiver_var) DO(function_ref_slow)          \
+    DO(str_held) DO(str_import) DO(builtins_dict) DO(receiver_var) DO(receiver_type)              \
+    DO(function_ref_slow)                                                                         \
     DO(empty_dict) DO(by_reference) DO(by_value_registries) DO(parent_names)                     \
     DO(function_handler) DO(class_handler) DO(module_handler) DO(subimport)                       \
     DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
@@ -2089,23 +2090,34 @@ static PyObject *
 set_function_layouts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     SpeedupsState *st = module_state(module);
-    if (nargs != 3 || !PyTuple_CheckExact(args[1]) || PyTuple_GET_SIZE(args[1]) > MAX_LAYOUTS) {
+    if (nargs != 3 || !PyTuple_CheckExact(args[1])) {
         PyErr_SetString(PyExc_TypeError, "set_function_layouts(builtins, layouts: tuple, slow)");
         return NULL;
     }
+    if (PyTuple_GET_SIZE(args[1]) > MAX_LAYOUTS) {
+        PyErr_SetString(PyExc_ValueError, "graphpickle: more function layouts than make_function reads");
+        return NULL;
+    }
+    Py_ssize_t slots[MAX_LAYOUTS][LAYOUT_APART]; /* (the state's once all are found) */
     for (Py_ssize_t layout = 0; layout < PyTuple_GET_SIZE(args[1]); layout++) {
         PyObject *keys = PyTuple_GET_ITEM(args[1], layout);
         for (int apart = 0; apart < LAYOUT_APART; apart++) {
-            st->layout_slots[layout][apart] = -1;
+            slots[layout][apart] = -1;
             for (Py_ssize_t i = 0; PyTuple_CheckExact(keys) && i < PyTuple_GET_SIZE(keys); i++) {
                 PyObject *key = PyTuple_GET_ITEM(keys, i);
                 if (PyUnicode_CheckExact(key)
                     && PyUnicode_CompareWithASCIIString(key, APART_SLOTS[apart]) == 0) {
-                    st->layout_slots[layout][apart] = i;
+                    slots[layout][apart] = i;
                 }
+            }
+            if (slots[layout][apart] < 0) {
+                PyErr_Format(PyExc_ValueError, "graphpickle: a function layout without %s",
+                             APART_SLOTS[apart]);
+                return NULL;
             }
         }
     }
+    memcpy(st->layout_slots, slots, sizeof(slots));
     Py_XSETREF(st->function_builtins, Py_NewRef(args[0]));
     Py_XSETREF(st->function_layouts, Py_NewRef(args[1]));
     Py_XSETREF(st->make_function_slow, Py_NewRef(args[2]));
@@ -2151,22 +2163,22 @@ make_function(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         || !PyDict_CheckExact(args[1])) {
         return PyObject_Vectorcall(st->make_function_slow, args, nargs, NULL);
     }
-    const Py_ssize_t *apart = st->layout_slots[layout];
-    if (apart[APART_GLOBALS] < 0 || apart[APART_CLOSURE] < 0 || apart[APART_SUBMODULES] < 0) {
-        PyErr_SetString(PyExc_SystemError, "graphpickle: a function layout without its slots");
-        return NULL;
-    }
+    /* Held, and copied: Python code run below (a __del__, an update) could set
+     * the layouts again. */
+    Py_ssize_t apart[LAYOUT_APART];
+    memcpy(apart, st->layout_slots[layout], sizeof(apart));
+    keys = Py_NewRef(keys);
+    PyObject *builtins = Py_NewRef(st->function_builtins);
     PyObject *code = args[0], *globals = args[1], *closure = args[2], *attributes = args[4];
     PyObject *const *values = args + 5;
-    PyObject *builtins = st->function_builtins;
     PyObject *func = NULL, *result = NULL;
     if (PyDict_SetItem(globals, st->str_builtins, builtins) < 0) {
-        return NULL;
+        goto finally;
     }
     PyObject *new_args[5] = {code, globals, Py_None, Py_None, closure};
     func = PyObject_Vectorcall((PyObject *)&PyFunction_Type, new_args, 5, NULL);
     if (func == NULL) {
-        return NULL;
+        goto finally;
     }
     /* func.__dict__.update(attributes): nothing to do for an empty exact dict */
     if (!PyDict_CheckExact(attributes) || PyDict_GET_SIZE(attributes) != 0) {
@@ -2226,7 +2238,9 @@ make_function(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     result = Py_NewRef(func);
 finally:
-    Py_DECREF(func);
+    Py_XDECREF(func);
+    Py_DECREF(builtins);
+    Py_DECREF(keys);
     return result;
 }
 
@@ -2236,26 +2250,27 @@ finally:
 /* function_ref(digest, *parts) takes the block's digest and none, or these. */
 #define SENT_PARTS 9
 
-/* set_function_refs(receiver_var, slow, held_parts, sent_parts): what
- * function_ref needs (blocks.py gives them at import). */
+/* set_function_refs(receiver_var, receiver_type, slow, held_parts, sent_parts):
+ * what function_ref needs (blocks.py gives them at import). */
 static PyObject *
 set_function_refs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     SpeedupsState *st = module_state(module);
-    if (nargs != 4 || !PyContextVar_CheckExact(args[0])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "set_function_refs(receiver_var: ContextVar, slow, held_parts, sent_parts)");
+    if (nargs != 5 || !PyContextVar_CheckExact(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "set_function_refs(receiver_var: ContextVar, "
+                                         "receiver_type: type, slow, held_parts, sent_parts)");
         return NULL;
     }
     /* (the Python function's shapes, which function_ref spells out below) */
-    if (PyLong_AsSsize_t(args[2]) != HELD_PARTS || PyLong_AsSsize_t(args[3]) != SENT_PARTS) {
+    if (PyLong_AsSsize_t(args[3]) != HELD_PARTS || PyLong_AsSsize_t(args[4]) != SENT_PARTS) {
         if (!PyErr_Occurred()) {
             PyErr_SetString(PyExc_ValueError, "graphpickle: function blocks of another shape");
         }
         return NULL;
     }
     Py_XSETREF(st->receiver_var, Py_NewRef(args[0]));
-    Py_XSETREF(st->function_ref_slow, Py_NewRef(args[1]));
+    Py_XSETREF(st->receiver_type, Py_NewRef(args[1]));
+    Py_XSETREF(st->function_ref_slow, Py_NewRef(args[2]));
     Py_RETURN_NONE;
 }
 
@@ -2269,17 +2284,14 @@ held_function_block(SpeedupsState *st, PyObject *digest)
     if (PyContextVar_Get(st->receiver_var, NULL, &receiver) < 0) {
         return NULL;
     }
-    if (receiver == NULL || receiver == Py_None) {
+    /* (connection.Receiver itself, whose `held` is an OrderedDict: what its
+     * `function` method reads with dict.get) */
+    if (receiver == NULL || !Py_IS_TYPE(receiver, (PyTypeObject *)st->receiver_type)) {
         goto finally;
     }
     held = PyObject_GetAttr(receiver, st->str_held);
-    if (held == NULL || !PyDict_Check(held)) {
-        PyErr_Clear();
-        goto finally;
-    }
-    if (dict_get_ref(held, digest, &found) < 0) {
-        PyErr_Clear();
-        goto finally;
+    if (held == NULL || !PyDict_Check(held) || dict_get_ref(held, digest, &found) < 0) {
+        goto finally; /* (an error, if any, is raised) */
     }
     if (found != NULL && PyTuple_CheckExact(found) && PyTuple_GET_SIZE(found) == 2
         && PyTuple_CheckExact(PyTuple_GET_ITEM(found, 0))
@@ -2290,7 +2302,7 @@ finally:
     Py_XDECREF(found);
     Py_XDECREF(held);
     Py_XDECREF(receiver);
-    return parts;
+    return PyErr_Occurred() ? NULL : parts;
 }
 
 /* blocks.function_ref(digest, *parts): blocks._function of the function block
@@ -2340,6 +2352,10 @@ subimport(PyObject *module, PyObject *name)
 {
     SpeedupsState *st = module_state(module);
     PyObject *import = NULL, *modules = NULL, *result = NULL;
+    if (st->builtins_dict == NULL || st->sys_dict == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "graphpickle: subimport after its module was cleared");
+        return NULL;
+    }
     if (dict_get_ref(st->builtins_dict, st->str_import, &import) <= 0) {
         if (!PyErr_Occurred()) {
             PyErr_Format(PyExc_NameError, "name '%U' is not defined", st->str_import);
@@ -2645,8 +2661,8 @@ static PyMethodDef speedups_methods[] = {
     {"set_function_layouts", (PyCFunction)(void (*)(void))set_function_layouts, METH_FASTCALL,
      PyDoc_STR("set_function_layouts(builtins, layouts, slow): what make_function needs.")},
     {"set_function_refs", (PyCFunction)(void (*)(void))set_function_refs, METH_FASTCALL,
-     PyDoc_STR("set_function_refs(receiver_var, slow, held_parts, sent_parts): what "
-               "function_ref needs.")},
+     PyDoc_STR("set_function_refs(receiver_var, receiver_type, slow, held_parts, sent_parts): "
+               "what function_ref needs.")},
     {"function_ref", (PyCFunction)(void (*)(void))function_ref, METH_FASTCALL,
      PyDoc_STR("function_ref(digest, *parts): the function (or base globals) of the function "
                "block the receiving connection holds (graphpickle.core.blocks).")},
@@ -2727,9 +2743,15 @@ init_state(PyObject *module, SpeedupsState *st)
     PyObject *sys = PyImport_ImportModule("sys");
     st->sys_dict = sys == NULL ? NULL : Py_NewRef(PyModule_GetDict(sys));
     Py_XDECREF(sys);
+    if (st->sys_dict == NULL) {
+        return -1;
+    }
     PyObject *builtins = PyImport_ImportModule("builtins");
     st->builtins_dict = builtins == NULL ? NULL : Py_NewRef(PyModule_GetDict(builtins));
     Py_XDECREF(builtins);
+    if (st->builtins_dict == NULL) {
+        return -1;
+    }
     st->by_value_registries = PyList_New(0); /* until set_by_reference_policy() */
 #if PY_VERSION_HEX >= 0x030C0000
     /* (An interpreter has 8 dict watchers: without one, same_modules walks.) */

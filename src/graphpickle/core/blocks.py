@@ -408,10 +408,16 @@ def _in_c() -> (
     they read; ``None`` without the C module (or one of other shapes)."""
     if _speedups is None:
         return None
-    _speedups.set_function_layouts(cp.BUILTINS_OF_CLOUDPICKLE, _LAYOUTS, make_function_in_python)
     try:
+        _speedups.set_function_layouts(
+            cp.BUILTINS_OF_CLOUDPICKLE, _LAYOUTS, make_function_in_python
+        )
         _speedups.set_function_refs(
-            _connection.RECEIVER, function_ref_in_python, _HELD_PARTS, 3 + len(_SENT_SLOTS)
+            _connection.RECEIVER,
+            _connection.Receiver,
+            function_ref_in_python,
+            _HELD_PARTS,
+            3 + len(_SENT_SLOTS),
         )
     except ValueError:
         return None
