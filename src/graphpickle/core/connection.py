@@ -117,19 +117,18 @@ class Session:
         self.carried: dict[bytes, int] = {}
         self.carried_bytes = 0
 
-    def carries(self, block: bytes) -> tuple[bytes, bool]:
-        """``(digest, carried)``: whether a payload of this write carries
-        ``block`` (``blocks.code_once``) or names it by its digest
+    def carries(self, block: bytes, name: bytes) -> bool:
+        """Whether a payload of this write carries ``block``, whose digest is
+        ``name`` (``blocks.code_once``), or names it by its digest
         (``blocks.code_ref``: the receiver holds it, or an earlier payload of
         this write carried it)."""
-        name = digest(block)
         if name in self.sender.held or name in self.carried:
-            return name, False
+            return False
         if len(self.carried) >= MAX_HELD // 2 or self.carried_bytes > MAX_HELD_BYTES // 2:
             self.forget()  # (a write of many blocks: the first may be evicted by now)
         self.carried[name] = len(block)
         self.carried_bytes += len(block)
-        return name, True
+        return True
 
     def forget(self) -> None:
         """A ``dumps`` of this write failed: what it carried was not sent, and

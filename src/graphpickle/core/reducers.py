@@ -449,8 +449,9 @@ def _block_reduction(state: PicklerState, func: types.FunctionType, entry: tuple
     (a session) as its function block, once, then its digest."""
     make, flat = entry[_BLOCK]
     _, code, closure, _, _ = entry[_PARTS]
-    session = _session(state)
-    if session is not None:
+    # (_session, spelled out: this runs for every function of every payload)
+    session = state.blocks.get(False) if state.blocks is not None else None
+    if type(session) is _connection.Session and CACHING:
         held = _held_reduction(state, session, func.__globals__, code, closure, flat)
         if held is not None:
             return held
@@ -461,7 +462,7 @@ def _block_reduction(state: PicklerState, func: types.FunctionType, entry: tuple
 
 # Function blocks made, by id of the flat state they were made from:
 # (flat, code, items, block, what a payload sends of flat, the module's
-# values its items were read from or None). The C hook hands session dumps
+# values its items were read from or None, the block's digest). The C hook hands session dumps
 # of remembered functions to _block_reduction, once their snapshot is checked.
 _function_blocks: dict[int, tuple[Any, ...]] = {}
 
@@ -482,7 +483,9 @@ def _held_reduction(
         made = None
     base = state.globals_ref.get(id(module_globals))
     if base is None:  # this payload's first function of that module
-        values = _base_values(module_globals)
+        get = module_globals.get  # what base globals are made of (_MISSING where none)
+        values = (get("__package__", _MISSING), get("__name__", _MISSING),
+                  get("__path__", _MISSING), get("__file__", _MISSING))  # fmt: skip
         if made is not None and made[5] is not None and same_objects(made[5], values):
             items = made[2]
         else:
@@ -508,9 +511,10 @@ def _held_reduction(
             _function_blocks.clear()
         made = _function_blocks[id(flat)] = (
             flat, code, items, block, _blocks.sent_slots(flat), values,
+            _connection.digest(block),
         )  # fmt: skip
-    digest, carried = session.carries(made[3])
-    named = made[3] if carried else digest
+    carried = session.carries(made[3], made[6])
+    named = made[3] if carried else made[6]
     make = _blocks.function_once if carried else _blocks.function_ref
     if type(base) is _blocks.HeldGlobals and base.sent_as is None:
         # Made from the first block that names it, before that block's call.
@@ -519,13 +523,6 @@ def _held_reduction(
 
 
 _BASE_NAMES = ("__package__", "__name__", "__path__", "__file__")  # cloudpickle's
-
-
-def _base_values(module_globals: dict[str, Any]) -> tuple[Any, ...]:
-    """What base globals are made of in a module's globals (_MISSING where none)."""
-    get = module_globals.get
-    return (get("__package__", _MISSING), get("__name__", _MISSING),
-            get("__path__", _MISSING), get("__file__", _MISSING))  # fmt: skip
 
 
 def _code_block(code: types.CodeType) -> bytes | None:
@@ -649,7 +646,8 @@ def _reduce_code(state: PicklerState, code: types.CodeType) -> Any:
     session = _session(state) if blocks else None
     if session is not None and answer[0] is _blocks.load_code:
         block = answer[1][0]  # once per connection, then its digest
-        digest, carried = session.carries(block)
+        digest = _connection.digest(block)
+        carried = session.carries(block, digest)
         return (_blocks.code_once, (block,)) if carried else (_blocks.code_ref, (digest,))
     return answer
 
