@@ -909,12 +909,21 @@ def make():
 lam = make()
 sender = connection.Sender()
 payloads = []
-for _ in range(3):
+def send(*parts):
     session = sender.session()
     token = gpd._CODE_BLOCKS.set(session)
-    payloads.append(gpd.dumps([floor_inc, lam, math, floor_inc]))
+    payloads.append(gpd.dumps(list(parts)))
     gpd._CODE_BLOCKS.reset(token)
     sender.commit(session)
+for _ in range(3):
+    send(floor_inc, lam, math, floor_inc)
+send(lam, floor_inc)  # (the other function first in its module)
+globals()["__file__"] = "elsewhere.py"  # new base values: new blocks
+send(floor_inc, lam)
+send(floor_inc, lam)
+sender.held.clear()  # (as a full table starts afresh): carried again
+send(floor_inc)
+send(floor_inc)
 print(speedups is not None, ",".join(p.hex() for p in payloads))
 """
 
@@ -926,7 +935,47 @@ def test_the_c_hook_and_the_python_hook_write_the_same_bytes(tmp_path):
     assert (c[0], python[0]) == ("True", "False")
     assert c[1] == python[1]
     payloads = [bytes.fromhex(p) for p in c[1].split(",")]
-    assert "function_ref" in _calls(payloads[-1]) and "subimport" in _calls(payloads[-1])
+    assert "function_ref" in _calls(payloads[2]) and "subimport" in _calls(payloads[2])
+    once = ["function_once" in _calls(p) for p in payloads]
+    assert once == [True, False, False, False, True, False, True, False]
+
+
+@pytest.mark.skipif(blocks._speedups is None, reason="the C module is not built")
+def test_the_c_hook_answers_a_held_function_block_itself(monkeypatch):
+    # Where the receiver holds the block, the C hook answers without the Python
+    # function; anywhere else (its first write, a second function of the same
+    # module in a payload) the Python function answers. The bytes are the
+    # same either way (above).
+    from graphpickle.core import reducers
+
+    f = _module_function("def f(x):\n    return x + 1\ndef g(x):\n    return x * 2\n", "f")
+    g = f.__globals__["g"]
+    calls = []
+
+    def counted(*args):
+        calls.append(args[1].__name__)
+        return reducers._block_reduction(*args)
+
+    def hand_over(function_blocks):
+        blocks._speedups.set_session_reductions(
+            counted, blocks.subimport, function_blocks, blocks.HeldGlobals,
+            connection.Session, blocks.function_ref,
+        )  # fmt: skip
+
+    sender, receiver = connection.Sender(), connection.Receiver()
+    hand_over(reducers._function_blocks)
+    try:
+        fast = [write(sender, [f, g]) for _ in range(2)]
+        calls.clear()
+        fast.append(write(sender, [f, g]))
+        assert calls == ["g"]  # (f answered in C)
+        calls.clear()
+        hand_over(None)  # the Python function answers every time
+        assert write(sender, [f, g]) == fast[-1]
+        assert calls == ["f", "g"]
+    finally:
+        hand_over(reducers._function_blocks if CACHING else None)
+    assert [read(receiver, p)[0](1) for p in fast] == [2, 2, 2]
 
 
 def test_a_function_makes_the_same_block_each_time_one_is_made():

@@ -135,8 +135,14 @@ typedef struct {
      * set_session_reductions: reducers._block_reduction(state, func, entry),
      * called for a remembered function once its snapshot is checked (it
      * writes the function block or its digest), and blocks.subimport, which
-     * names modules there instead of cloudpickle's subimport. */
+     * names modules there instead of cloudpickle's subimport. What
+     * held_function_reduction reads to answer as _block_reduction does where
+     * the receiver holds the block: reducers._function_blocks,
+     * blocks.HeldGlobals, connection.Session, blocks.function_ref (or NULL,
+     * with caching off: the Python function answers). */
     PyObject *session_reduction, *session_subimport;
+    PyObject *function_blocks, *held_globals_type, *session_type, *function_ref_object;
+    PyObject *str_sent_as, *str_sender, *str_carried;
     /* sys.modules's keys and values, flat (modules_items), as `modules_dict`
      * held them at `modules_stamp`: its version tag (3.11), or the count of
      * events of the dicts watched as sys.modules (3.12+: `modules_watcher`, or
@@ -157,7 +163,8 @@ typedef struct {
     DO(str_lambda) DO(main_modules) DO(str_modules) DO(sys_dict) DO(empty_bytes)                  \
     DO(str_builtins) DO(str_dict) DO(str_update) DO(str_closure) DO(str_cell_contents)           \
     DO(str_held) DO(str_import) DO(builtins_dict) DO(receiver_var) DO(receiver_type)              \
-    DO(function_ref_slow)                                                                         \
+    DO(function_ref_slow) DO(function_blocks) DO(held_globals_type) DO(session_type)             \
+    DO(function_ref_object) DO(str_sent_as) DO(str_sender) DO(str_carried)                       \
     DO(empty_dict) DO(by_reference) DO(by_value_registries) DO(parent_names)                     \
     DO(function_handler) DO(class_handler) DO(module_handler) DO(subimport)                       \
     DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
@@ -735,6 +742,135 @@ blocks_wanted(DispatchObject *self)
     return wanted;
 }
 
+/* reducers._function_blocks's entries: (flat, code, items, block, sent, values,
+ * digest). */
+enum { MADE_FLAT, MADE_CODE, MADE_ITEMS, MADE_BLOCK, MADE_SENT, MADE_VALUES, MADE_DIGEST, MADE_SIZE };
+
+/* Whether `name` is a key of `owner.<attribute>`, a dict: 1, 0, or -1 with an
+ * exception set (or 0 for anything but a dict: the Python function decides). */
+static int
+held_in(PyObject *owner, PyObject *attribute, PyObject *name)
+{
+    PyObject *table = PyObject_GetAttr(owner, attribute);
+    int found = table == NULL ? -1 : PyDict_CheckExact(table) ? PyDict_Contains(table, name) : 0;
+    Py_XDECREF(table);
+    return found;
+}
+
+/* reducers._held_reduction's answer where it is the same every time: the
+ * function's block made already (_function_blocks, for this very flat state
+ * and code), the receiver holding it or this write carrying it already (no
+ * bookkeeping to do), and this payload's first function of its module, whose
+ * base values are the very ones the block's items were read from. That is
+ * (function_ref, (digest, base, closure, *sent)), `base` a new HeldGlobals of
+ * the block's items in this payload's globals_ref, named by that same call.
+ * NULL without an exception for anything else: the Python function answers. */
+static PyObject *
+held_function_reduction(DispatchObject *self, PyObject *func, PyObject *entry, PyObject *session)
+{
+    SpeedupsState *st = self->st;
+    PyObject *block = PyTuple_GET_ITEM(entry, ENTRY_BLOCK);
+    PyObject *parts = PyTuple_GET_ITEM(entry, ENTRY_PARTS);
+    PyObject *module_globals = ((PyFunctionObject *)func)->func_globals;
+    if (st->function_blocks == NULL || !Py_IS_TYPE(session, (PyTypeObject *)st->session_type)
+        || !PyTuple_CheckExact(block) || PyTuple_GET_SIZE(block) != 2 || !PyDict_CheckExact(module_globals)) {
+        return NULL;
+    }
+    PyObject *flat = PyTuple_GET_ITEM(block, 1);
+    PyObject *result = NULL, *made = NULL, *globals_ref = NULL, *base = NULL, *sender = NULL;
+    PyObject *key = PyLong_FromVoidPtr(flat), *module_key = PyLong_FromVoidPtr(module_globals);
+    if (key == NULL || module_key == NULL || dict_get_ref(st->function_blocks, key, &made) <= 0
+        || !PyTuple_CheckExact(made) || PyTuple_GET_SIZE(made) != MADE_SIZE
+        || PyTuple_GET_ITEM(made, MADE_FLAT) != flat
+        || PyTuple_GET_ITEM(made, MADE_CODE) != PyTuple_GET_ITEM(parts, PARTS_CODE)
+        || !PyTuple_CheckExact(PyTuple_GET_ITEM(made, MADE_VALUES))
+        || PyTuple_GET_SIZE(PyTuple_GET_ITEM(made, MADE_VALUES)) != 4
+        || !PyTuple_CheckExact(PyTuple_GET_ITEM(made, MADE_SENT))
+        || !PyBytes_CheckExact(PyTuple_GET_ITEM(made, MADE_DIGEST))) {
+        goto done;
+    }
+    globals_ref = PyObject_GetAttr(self->state, st->str_globals_ref);
+    if (globals_ref == NULL || !PyDict_CheckExact(globals_ref)) {
+        goto done;
+    }
+    int seen = PyDict_Contains(globals_ref, module_key); /* (a later function of the module) */
+    if (seen != 0) {
+        goto done;
+    }
+    /* The base values, as _held_reduction reads them (the very same objects). */
+    PyObject *names[4] = {st->str_package, st->str_name, st->str_path, st->str_file};
+    for (int i = 0; i < 4; i++) {
+        PyObject *value;
+        if (dict_get_ref(module_globals, names[i], &value) < 0) {
+            goto done;
+        }
+        int same = (value == NULL ? st->missing_marker : value)
+                   == PyTuple_GET_ITEM(PyTuple_GET_ITEM(made, MADE_VALUES), i);
+        Py_XDECREF(value);
+        if (!same) {
+            goto done;
+        }
+    }
+    PyObject *digest = PyTuple_GET_ITEM(made, MADE_DIGEST);
+    sender = PyObject_GetAttr(session, st->str_sender);
+    int held = sender == NULL ? -1 : held_in(sender, st->str_held, digest);
+    if (held == 0) {
+        held = held_in(session, st->str_carried, digest);
+    }
+    if (held != 1) {
+        goto done; /* (not held: Session.carries keeps the books) */
+    }
+    base = PyObject_CallOneArg(st->held_globals_type, PyTuple_GET_ITEM(made, MADE_ITEMS));
+    PyObject *named = base == NULL ? NULL : PyTuple_Pack(1, digest);
+    PyObject *sent_as = named == NULL ? NULL : PyTuple_Pack(2, st->function_ref_object, named);
+    Py_XDECREF(named);
+    int failed = sent_as == NULL || PyObject_SetAttr(base, st->str_sent_as, sent_as) < 0
+                 || PyDict_SetItem(globals_ref, module_key, base) < 0;
+    Py_XDECREF(sent_as);
+    if (failed) {
+        goto done;
+    }
+    /* (function_ref, (digest, base, closure, *sent)) */
+    PyObject *sent = PyTuple_GET_ITEM(made, MADE_SENT);
+    Py_ssize_t n = PyTuple_GET_SIZE(sent);
+    PyObject *args = PyTuple_New(3 + n);
+    if (args == NULL) {
+        goto done;
+    }
+    PyTuple_SET_ITEM(args, 0, Py_NewRef(digest));
+    PyTuple_SET_ITEM(args, 1, Py_NewRef(base));
+    PyTuple_SET_ITEM(args, 2, Py_NewRef(PyTuple_GET_ITEM(parts, PARTS_CLOSURE)));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyTuple_SET_ITEM(args, 3 + i, Py_NewRef(PyTuple_GET_ITEM(sent, i)));
+    }
+    result = PyTuple_Pack(2, st->function_ref_object, args);
+    Py_DECREF(args);
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(module_key);
+    Py_XDECREF(made);
+    Py_XDECREF(globals_ref);
+    Py_XDECREF(base);
+    Py_XDECREF(sender);
+    return result;
+}
+
+/* The value of the dump's `blocks` context variable (a new reference; NULL
+ * with an exception set if it cannot be read). */
+static PyObject *
+blocks_session(DispatchObject *self)
+{
+    PyObject *var = PyObject_GetAttr(self->state, self->st->str_blocks), *value = NULL;
+    if (var != NULL && PyContextVar_CheckExact(var)) {
+        PyContextVar_Get(var, Py_None, &value);
+    }
+    else if (var != NULL) {
+        value = Py_NewRef(Py_None);
+    }
+    Py_XDECREF(var);
+    return value;
+}
+
 /* What the function handler (reducers._reduce_function) answers for a function
  * it remembered, when a new snapshot holds the very same objects; NULL (no
  * exception set) to ask it: in deterministic mode, for an entry whose
@@ -783,9 +919,14 @@ remembered_function(DispatchObject *self, PyObject *func)
     int wanted = block == Py_None ? 0 : blocks_wanted(self);
     if (wanted == 2 && st->session_reduction != NULL) {
         /* A connection's session: reducers._block_reduction writes the
-         * function block, or its digest. */
-        PyObject *call_args[3] = {self->state, func, entry};
-        result = PyObject_Vectorcall(st->session_reduction, call_args, 3, NULL);
+         * function block, or its digest (here where it is the same as before). */
+        PyObject *session = blocks_session(self);
+        result = session == NULL ? NULL : held_function_reduction(self, func, entry, session);
+        Py_XDECREF(session);
+        if (result == NULL && !PyErr_Occurred()) {
+            PyObject *call_args[3] = {self->state, func, entry};
+            result = PyObject_Vectorcall(st->session_reduction, call_args, 3, NULL);
+        }
         goto done;
     }
     if (wanted != 0 && wanted != 1) {
@@ -2048,18 +2189,27 @@ bytearray8_overruns_py(PyObject *module, PyObject *data)
     return overruns < 0 ? NULL : PyBool_FromLong(overruns);
 }
 
-/* set_session_reductions(block_reduction, subimport): what a dump on a
- * connection answers with (see SpeedupsState). */
+/* set_session_reductions(block_reduction, subimport, function_blocks,
+ * held_globals_type, session_type, function_ref): what a dump on a connection
+ * answers with (see SpeedupsState); function_blocks None: the Python function
+ * answers for every function. */
 static PyObject *
 set_session_reductions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     SpeedupsState *st = module_state(module);
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "set_session_reductions(block_reduction, subimport)");
+    if (nargs != 6 || (args[2] != Py_None && !PyDict_CheckExact(args[2])) || !PyType_Check(args[3])
+        || !PyType_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "set_session_reductions(block_reduction, subimport, function_blocks: dict "
+                        "| None, held_globals_type: type, session_type: type, function_ref)");
         return NULL;
     }
     Py_XSETREF(st->session_reduction, Py_NewRef(args[0]));
     Py_XSETREF(st->session_subimport, Py_NewRef(args[1]));
+    Py_XSETREF(st->function_blocks, args[2] == Py_None ? NULL : Py_NewRef(args[2]));
+    Py_XSETREF(st->held_globals_type, Py_NewRef(args[3]));
+    Py_XSETREF(st->session_type, Py_NewRef(args[4]));
+    Py_XSETREF(st->function_ref_object, Py_NewRef(args[5]));
     Py_RETURN_NONE;
 }
 
@@ -2712,7 +2862,8 @@ init_state(PyObject *module, SpeedupsState *st)
         {&st->str_builtins, "__builtins__"}, {&st->str_dict, "__dict__"},
         {&st->str_update, "update"}, {&st->str_closure, "__closure__"},
         {&st->str_cell_contents, "cell_contents"}, {&st->str_held, "held"},
-        {&st->str_import, "__import__"},
+        {&st->str_import, "__import__"}, {&st->str_sent_as, "sent_as"},
+        {&st->str_sender, "sender"}, {&st->str_carried, "carried"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) {

@@ -73,7 +73,15 @@ ENTRY_FIELDS: tuple[str, ...]
 PARTS_FIELDS: tuple[str, ...]
 SNAPSHOT_FIELDS: tuple[str, ...]
 
-def set_session_reductions(block_reduction: Any, subimport: Any, /) -> None: ...
+def set_session_reductions(
+    block_reduction: Any,
+    subimport: Any,
+    function_blocks: dict[int, Any] | None,
+    held_globals_type: type,
+    session_type: type,
+    function_ref: Any,
+    /,
+) -> None: ...
 def set_function_layouts(builtins: Any, layouts: tuple[Any, ...], slow: Any, /) -> None: ...
 def make_function(*args: Any) -> Any: ...
 def set_function_refs(

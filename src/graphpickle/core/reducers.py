@@ -837,7 +837,14 @@ if _speedups is not None:
         )
         # On a connection: a remembered function's block (once checked), and
         # modules named by blocks.subimport, as the handlers answer.
-        _speedups.set_session_reductions(_block_reduction, _blocks.subimport)
+        _speedups.set_session_reductions(
+            _block_reduction,
+            _blocks.subimport,
+            _function_blocks if CACHING else None,  # (where the receiver holds a block)
+            _blocks.HeldGlobals,
+            _connection.Session,
+            _blocks.function_ref,
+        )
 
 _global_reducers: dict[type, Reducer] = {}
 _global_reducers_lock = threading.Lock()
