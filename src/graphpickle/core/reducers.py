@@ -449,9 +449,8 @@ def _block_reduction(state: PicklerState, func: types.FunctionType, entry: tuple
     (a session) as its function block, once, then its digest."""
     make, flat = entry[_BLOCK]
     _, code, closure, _, _ = entry[_PARTS]
-    # (_session, spelled out: this runs for every function of every payload)
-    session = state.blocks.get(False) if state.blocks is not None else None
-    if type(session) is _connection.Session and CACHING:
+    session = _session(state)
+    if session is not None:
         held = _held_reduction(state, session, func.__globals__, code, closure, flat)
         if held is not None:
             return held
@@ -462,8 +461,10 @@ def _block_reduction(state: PicklerState, func: types.FunctionType, entry: tuple
 
 # Function blocks made, by id of the flat state they were made from:
 # (flat, code, items, block, what a payload sends of flat, the module's
-# values its items were read from or None, the block's digest). The C hook hands session dumps
-# of remembered functions to _block_reduction, once their snapshot is checked.
+# values its items were read from or None, the block's digest). The C hook
+# answers session dumps of remembered functions from these where the answer
+# is the same as before (_speedups.c: held_function_reduction), and hands the
+# others to _block_reduction, once their snapshot is checked.
 _function_blocks: dict[int, tuple[Any, ...]] = {}
 
 
@@ -483,9 +484,7 @@ def _held_reduction(
         made = None
     base = state.globals_ref.get(id(module_globals))
     if base is None:  # this payload's first function of that module
-        get = module_globals.get  # what base globals are made of (_MISSING where none)
-        values = (get("__package__", _MISSING), get("__name__", _MISSING),
-                  get("__path__", _MISSING), get("__file__", _MISSING))  # fmt: skip
+        values = _base_values(module_globals)
         if made is not None and made[5] is not None and same_objects(made[5], values):
             items = made[2]
         else:
@@ -523,6 +522,14 @@ def _held_reduction(
 
 
 _BASE_NAMES = ("__package__", "__name__", "__path__", "__file__")  # cloudpickle's
+
+
+def _base_values(module_globals: dict[str, Any]) -> tuple[Any, ...]:
+    """What base globals are made of in a module's globals (_MISSING where
+    none; the C hook reads the same: held_function_reduction)."""
+    get = module_globals.get
+    return (get("__package__", _MISSING), get("__name__", _MISSING),
+            get("__path__", _MISSING), get("__file__", _MISSING))  # fmt: skip
 
 
 def _code_block(code: types.CodeType) -> bytes | None:
