@@ -219,16 +219,7 @@ def test_the_c_make_function_is_the_python_one():
             make(code, dict(base), closure, *blocks.flat_state((dict(state[0]), dict(state[1]))))
             for make in (blocks.make_function, blocks.make_function_in_python)
         ]
-        c, python = made
-        for name in (
-            "__name__", "__qualname__", "__module__", "__doc__", "__defaults__",
-            "__kwdefaults__", "__annotations__", "__dict__", "__code__",
-        ):  # fmt: skip
-            assert getattr(c, name) == getattr(python, name), (func, name)
-        assert c.__globals__ == python.__globals__
-        assert [_contents(x) for x in c.__closure__ or ()] == [
-            _contents(x) for x in python.__closure__ or ()
-        ]
+        _assert_made_alike(*made, func)
     # Anything else goes to the Python function, which says what is wrong.
     with pytest.raises(UnpicklingError, match="no function layout"):
         blocks.make_function(compile("1", "<x>", "exec"), {}, None, "0", {})
@@ -293,23 +284,12 @@ def test_the_c_function_ref_is_the_python_one():
     token = connection.RECEIVER.set(receiver)
     try:
         for func in _functions_of_every_shape():
-            if func.__module__ != __name__ and "<locals>" not in func.__qualname__:
-                continue  # (importable: no block)
             digest, base, *parts = _function_block_call(func, receiver)
             made = [
                 ref(digest, dict(base), *parts)
                 for ref in (blocks.function_ref, blocks.function_ref_in_python)
             ]
-            c, python = made
-            for name in (
-                "__name__", "__qualname__", "__module__", "__doc__", "__defaults__",
-                "__kwdefaults__", "__annotations__", "__dict__", "__code__",
-            ):  # fmt: skip
-                assert getattr(c, name) == getattr(python, name), (func, name)
-            assert c.__globals__ == python.__globals__
-            assert [_contents(x) for x in c.__closure__ or ()] == [
-                _contents(x) for x in python.__closure__ or ()
-            ]
+            _assert_made_alike(*made, func)
             # The digest alone: the payload's base-globals dict, a new one each time.
             alone = [ref(digest) for ref in (blocks.function_ref, blocks.function_ref_in_python)]
             assert alone[0] == alone[1] and type(alone[0]) is dict
@@ -349,6 +329,20 @@ def test_subimport_imports_through_builtins_and_reads_sys_modules(monkeypatch):
             subimport("no_such_module_here")
         with pytest.raises(TypeError):
             subimport(3)
+
+
+def _assert_made_alike(c, python, func):
+    """The C module's function and the Python function's, made from the same
+    parts of ``func``, hold the same state."""
+    for name in (
+        "__name__", "__qualname__", "__module__", "__doc__", "__defaults__",
+        "__kwdefaults__", "__annotations__", "__dict__", "__code__",
+    ):  # fmt: skip
+        assert getattr(c, name) == getattr(python, name), (func, name)
+    assert c.__globals__ == python.__globals__
+    assert [_contents(x) for x in c.__closure__ or ()] == [
+        _contents(x) for x in python.__closure__ or ()
+    ]
 
 
 def _contents(cell):
