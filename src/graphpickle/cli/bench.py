@@ -383,7 +383,7 @@ def _connection() -> tuple[Any, Any, Any, Any]:
     """(the dask integration, graphpickle.core.connection, a sender, its
     receiver): the benchmark's one connection, its modules imported once (an
     import statement in the timed calls would be timed with them: about 7,000
-    instructions each, on the message and on its twin alike)."""
+    instructions each on 3.11, on the message and on its twin alike)."""
     from ..core import connection
     from ..integrations import dask_distributed as gpd
 
