@@ -897,10 +897,10 @@ def test_inspect_counts_a_function_block_as_one_function_by_value():
         assert [made.kind for made in report.by_value] == ["function"]
 
 
-_BOTH_HOOKS = """
+_BOTH_HOOKS = (
+    WRITE_SCRIPT
+    + """
 import math, sys
-import graphpickle.integrations.dask_distributed as gpd
-from graphpickle.core import connection
 from graphpickle.core.native import speedups
 def floor_inc(x, *args):
     return math.floor(x) + 1
@@ -910,11 +910,7 @@ lam = make()
 sender = connection.Sender()
 payloads = []
 def send(*parts):
-    session = sender.session()
-    token = gpd._CODE_BLOCKS.set(session)
-    payloads.append(gpd.dumps(list(parts)))
-    gpd._CODE_BLOCKS.reset(token)
-    sender.commit(session)
+    payloads.append(write(sender, list(parts)))
 for _ in range(3):
     send(floor_inc, lam, math, floor_inc)
 send(lam, floor_inc)  # (the other function first in its module)
@@ -926,6 +922,7 @@ send(floor_inc)
 send(floor_inc)
 print(speedups is not None, ",".join(p.hex() for p in payloads))
 """
+)
 
 
 @pytest.mark.skipif(blocks._speedups is None, reason="the C module is not built")
@@ -941,7 +938,7 @@ def test_the_c_hook_and_the_python_hook_write_the_same_bytes(tmp_path):
 
 
 @pytest.mark.skipif(blocks._speedups is None, reason="the C module is not built")
-def test_the_c_hook_answers_a_held_function_block_itself(monkeypatch):
+def test_the_c_hook_answers_a_held_function_block_itself():
     # Where the receiver holds the block, the C hook answers without the Python
     # function; anywhere else (its first write, a second function of the same
     # module in a payload) the Python function answers. The bytes are the
@@ -956,25 +953,25 @@ def test_the_c_hook_answers_a_held_function_block_itself(monkeypatch):
         calls.append(args[1].__name__)
         return reducers._block_reduction(*args)
 
-    def hand_over(function_blocks):
+    def hand_over(block_reduction, function_blocks):
         blocks._speedups.set_session_reductions(
-            counted, blocks.subimport, function_blocks, blocks.HeldGlobals,
+            block_reduction, blocks.subimport, function_blocks, blocks.HeldGlobals,
             connection.Session, blocks.function_ref,
         )  # fmt: skip
 
     sender, receiver = connection.Sender(), connection.Receiver()
-    hand_over(reducers._function_blocks)
+    hand_over(counted, reducers._function_blocks)
     try:
         fast = [write(sender, [f, g]) for _ in range(2)]
         calls.clear()
         fast.append(write(sender, [f, g]))
         assert calls == ["g"]  # (f answered in C)
         calls.clear()
-        hand_over(None)  # the Python function answers every time
+        hand_over(counted, None)  # the Python function answers every time
         assert write(sender, [f, g]) == fast[-1]
         assert calls == ["f", "g"]
     finally:
-        hand_over(reducers._function_blocks if CACHING else None)
+        hand_over(reducers._block_reduction, reducers._function_blocks)  # (as reducers.py)
     assert [read(receiver, p)[0](1) for p in fast] == [2, 2, 2]
 
 

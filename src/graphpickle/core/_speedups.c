@@ -716,29 +716,41 @@ same_growable_sizes(PyObject *func, PyObject *parts, PyObject *growable)
     return same == 1 && at == PyTuple_GET_SIZE(growable) ? 1 : same;
 }
 
-/* Whether this dump sends code blocks (reducers._blocks_wanted): the state's
- * `blocks` context variable is set and true (1: a block in every payload), or
- * holds a connection's session (2: blocks once per connection, which only the
- * Python handler of code objects writes: core/connection.py); 0, or -1 with an
- * exception set. */
+/* The value of the state's `blocks` context variable (a new reference: False
+ * where the state has none, or it is not set), or NULL with an exception set. */
+static PyObject *
+blocks_value(DispatchObject *self)
+{
+    PyObject *var = PyObject_GetAttr(self->state, self->st->str_blocks), *value = NULL;
+    if (var == Py_None) {
+        value = Py_NewRef(Py_False);
+    }
+    else if (var != NULL && PyContextVar_CheckExact(var)) {
+        PyContextVar_Get(var, Py_False, &value);
+    }
+    else if (var != NULL) {
+        PyErr_SetString(PyExc_TypeError, "graphpickle: a pickler's `blocks` is not a ContextVar");
+    }
+    Py_XDECREF(var);
+    return value;
+}
+
+/* What a `blocks` value asks of this dump (reducers._blocks_wanted): true, a
+ * block in every payload (1); a connection's session, blocks once per
+ * connection (2: core/connection.py); or none (0). */
+static int
+wanted_of(PyObject *value)
+{
+    return value == Py_True ? 1 : value != Py_False && value != Py_None ? 2 : 0;
+}
+
+/* wanted_of the state's `blocks` value; -1 with an exception set. */
 static int
 blocks_wanted(DispatchObject *self)
 {
-    PyObject *var = PyObject_GetAttr(self->state, self->st->str_blocks);
-    if (var == NULL) {
-        return -1;
-    }
-    int wanted = 0;
-    if (var != Py_None) {
-        PyObject *value = NULL;
-        if (!PyContextVar_CheckExact(var) || PyContextVar_Get(var, Py_False, &value) < 0) {
-            Py_DECREF(var);
-            return -1;
-        }
-        wanted = value == Py_True ? 1 : value != Py_False && value != Py_None ? 2 : 0;
-        Py_DECREF(value);
-    }
-    Py_DECREF(var);
+    PyObject *value = blocks_value(self);
+    int wanted = value == NULL ? -1 : wanted_of(value);
+    Py_XDECREF(value);
     return wanted;
 }
 
@@ -855,22 +867,6 @@ done:
     return result;
 }
 
-/* The value of the dump's `blocks` context variable (a new reference; NULL
- * with an exception set if it cannot be read). */
-static PyObject *
-blocks_session(DispatchObject *self)
-{
-    PyObject *var = PyObject_GetAttr(self->state, self->st->str_blocks), *value = NULL;
-    if (var != NULL && PyContextVar_CheckExact(var)) {
-        PyContextVar_Get(var, Py_None, &value);
-    }
-    else if (var != NULL) {
-        value = Py_NewRef(Py_None);
-    }
-    Py_XDECREF(var);
-    return value;
-}
-
 /* What the function handler (reducers._reduce_function) answers for a function
  * it remembered, when a new snapshot holds the very same objects; NULL (no
  * exception set) to ask it: in deterministic mode, for an entry whose
@@ -884,6 +880,7 @@ remembered_function(DispatchObject *self, PyObject *func)
         return NULL;
     }
     PyObject *result = NULL, *obj = NULL, *snapshot = NULL, *entry = NULL, *generation = NULL;
+    PyObject *blocks = NULL;
     PyObject *key = PyLong_FromVoidPtr(func);
     if (key == NULL || dict_get_ref(st->functions, key, &entry) <= 0 || !PyTuple_CheckExact(entry)
         || PyTuple_GET_SIZE(entry) != ENTRY_SIZE || PyTuple_GET_ITEM(entry, ENTRY_RECHECK) != Py_False) {
@@ -916,13 +913,12 @@ remembered_function(DispatchObject *self, PyObject *func)
     }
     self->touched = 1;
     PyObject *block = PyTuple_GET_ITEM(entry, ENTRY_BLOCK); /* None, or (make_function, flat) */
-    int wanted = block == Py_None ? 0 : blocks_wanted(self);
+    blocks = block == Py_None ? Py_NewRef(Py_False) : blocks_value(self);
+    int wanted = blocks == NULL ? -1 : wanted_of(blocks);
     if (wanted == 2 && st->session_reduction != NULL) {
         /* A connection's session: reducers._block_reduction writes the
          * function block, or its digest (here where it is the same as before). */
-        PyObject *session = blocks_session(self);
-        result = session == NULL ? NULL : held_function_reduction(self, func, entry, session);
-        Py_XDECREF(session);
+        result = held_function_reduction(self, func, entry, blocks);
         if (result == NULL && !PyErr_Occurred()) {
             PyObject *call_args[3] = {self->state, func, entry};
             result = PyObject_Vectorcall(st->session_reduction, call_args, 3, NULL);
@@ -964,6 +960,7 @@ done:
     Py_XDECREF(generation);
     Py_XDECREF(obj);
     Py_XDECREF(snapshot);
+    Py_XDECREF(blocks);
     if (result == NULL) {
         PyErr_Clear(); /* the handler runs, and answers (or raises) itself */
     }
