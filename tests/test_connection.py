@@ -940,9 +940,10 @@ def test_the_c_hook_and_the_python_hook_write_the_same_bytes(tmp_path):
 @pytest.mark.skipif(blocks._speedups is None, reason="the C module is not built")
 def test_the_c_hook_answers_a_held_function_block_itself():
     # Where the receiver holds the block, the C hook answers without the Python
-    # function; anywhere else (its first write, a second function of the same
-    # module in a payload) the Python function answers. The bytes are the
-    # same either way (above).
+    # function, for the first function of a module in a payload and for a
+    # later one whose block holds the items of the base the first one made;
+    # anywhere else (its first write, new base values) the Python function
+    # answers. The bytes are the same either way (above).
     from graphpickle.core import reducers
 
     f = _module_function("def f(x):\n    return x + 1\ndef g(x):\n    return x * 2\n", "f")
@@ -965,14 +966,20 @@ def test_the_c_hook_answers_a_held_function_block_itself():
         fast = [write(sender, [f, g]) for _ in range(2)]
         calls.clear()
         fast.append(write(sender, [f, g]))
-        assert calls == ["g"]  # (f answered in C)
+        assert calls == []  # (both answered in C)
+        f.__globals__["__file__"] = "elsewhere.py"  # new base values: new blocks, in Python
+        fast.append(write(sender, [f, g]))
+        assert calls == ["f", "g"]
+        calls.clear()
+        fast.append(write(sender, [f, g]))
+        assert calls == []
         calls.clear()
         hand_over(counted, None)  # the Python function answers every time
         assert write(sender, [f, g]) == fast[-1]
         assert calls == ["f", "g"]
     finally:
         hand_over(reducers._block_reduction, reducers._function_blocks)  # (as reducers.py)
-    assert [read(receiver, p)[0](1) for p in fast] == [2, 2, 2]
+    assert [[h(1) for h in read(receiver, p)] for p in fast] == [[2, 2]] * 5
 
 
 def test_a_function_makes_the_same_block_each_time_one_is_made():

@@ -769,13 +769,55 @@ held_in(PyObject *owner, PyObject *attribute, PyObject *name)
     return found;
 }
 
+/* Whether `base`, the payload's base globals of a module that an earlier
+ * function of it made, is what _held_reduction would keep for a later one: a
+ * HeldGlobals (whose items are held items, and whose sent_as the first block
+ * set) holding the very items of this function's block, in order (as its
+ * `made[2] != items`). 1, 0 (the Python function decides), or -1 with an
+ * exception set. */
+static int
+later_base_agrees(SpeedupsState *st, PyObject *base, PyObject *items)
+{
+    if (!Py_IS_TYPE(base, (PyTypeObject *)st->held_globals_type) || !PyTuple_CheckExact(items)
+        || PyDict_GET_SIZE(base) != PyTuple_GET_SIZE(items)) {
+        return 0;
+    }
+    PyObject *sent_as = PyObject_GetAttr(base, st->str_sent_as);
+    if (sent_as == NULL) {
+        return -1;
+    }
+    int set = sent_as != Py_None;
+    Py_DECREF(sent_as);
+    if (!set) {
+        return 0;
+    }
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(base, &pos, &key, &value)) {
+        PyObject *pair = PyTuple_GET_ITEM(items, i++);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            return 0;
+        }
+        int same = PyObject_RichCompareBool(key, PyTuple_GET_ITEM(pair, 0), Py_EQ);
+        if (same == 1) {
+            same = PyObject_RichCompareBool(value, PyTuple_GET_ITEM(pair, 1), Py_EQ);
+        }
+        if (same != 1) {
+            return same;
+        }
+    }
+    return 1;
+}
+
 /* reducers._held_reduction's answer where it is the same every time: the
  * function's block made already (_function_blocks, for this very flat state
  * and code), the receiver holding it or this write carrying it already (no
- * bookkeeping to do), and this payload's first function of its module, whose
- * base values are the very ones the block's items were read from. That is
- * (function_ref, (digest, base, closure, *sent)), `base` a new HeldGlobals of
- * the block's items in this payload's globals_ref, named by that same call.
+ * bookkeeping to do), and either this payload's first function of its module,
+ * whose base values are the very ones the block's items were read from, or a
+ * later one whose block holds the items of the base the first one made
+ * (later_base_agrees). That is (function_ref, (digest, base, closure, *sent)),
+ * `base` for the first a new HeldGlobals of the block's items in this
+ * payload's globals_ref, named by that same call.
  * NULL without an exception for anything else: the Python function answers. */
 static PyObject *
 held_function_reduction(DispatchObject *self, PyObject *func, PyObject *entry, PyObject *session)
@@ -795,8 +837,6 @@ held_function_reduction(DispatchObject *self, PyObject *func, PyObject *entry, P
         || !PyTuple_CheckExact(made) || PyTuple_GET_SIZE(made) != MADE_SIZE
         || PyTuple_GET_ITEM(made, MADE_FLAT) != flat
         || PyTuple_GET_ITEM(made, MADE_CODE) != PyTuple_GET_ITEM(parts, PARTS_CODE)
-        || !PyTuple_CheckExact(PyTuple_GET_ITEM(made, MADE_VALUES))
-        || PyTuple_GET_SIZE(PyTuple_GET_ITEM(made, MADE_VALUES)) != 4
         || !PyTuple_CheckExact(PyTuple_GET_ITEM(made, MADE_SENT))
         || !PyBytes_CheckExact(PyTuple_GET_ITEM(made, MADE_DIGEST))) {
         goto done;
@@ -805,19 +845,26 @@ held_function_reduction(DispatchObject *self, PyObject *func, PyObject *entry, P
     if (globals_ref == NULL || !PyDict_CheckExact(globals_ref)) {
         goto done;
     }
-    int seen = PyDict_Contains(globals_ref, module_key); /* (a later function of the module) */
-    if (seen != 0) {
+    if (dict_get_ref(globals_ref, module_key, &base) < 0) {
+        goto done;
+    }
+    PyObject *values = PyTuple_GET_ITEM(made, MADE_VALUES); /* (None: made for a later one) */
+    if (base != NULL) { /* a later function of the module: the payload's base is made */
+        if (later_base_agrees(st, base, PyTuple_GET_ITEM(made, MADE_ITEMS)) != 1) {
+            goto done;
+        }
+    }
+    else if (!PyTuple_CheckExact(values) || PyTuple_GET_SIZE(values) != 4) {
         goto done;
     }
     /* The base values, as _held_reduction reads them (the very same objects). */
     PyObject *names[4] = {st->str_package, st->str_name, st->str_path, st->str_file};
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; base == NULL && i < 4; i++) {
         PyObject *value;
         if (dict_get_ref(module_globals, names[i], &value) < 0) {
             goto done;
         }
-        int same = (value == NULL ? st->missing_marker : value)
-                   == PyTuple_GET_ITEM(PyTuple_GET_ITEM(made, MADE_VALUES), i);
+        int same = (value == NULL ? st->missing_marker : value) == PyTuple_GET_ITEM(values, i);
         Py_XDECREF(value);
         if (!same) {
             goto done;
@@ -832,15 +879,17 @@ held_function_reduction(DispatchObject *self, PyObject *func, PyObject *entry, P
     if (held != 1) {
         goto done; /* (not held: Session.carries keeps the books) */
     }
-    base = PyObject_CallOneArg(st->held_globals_type, PyTuple_GET_ITEM(made, MADE_ITEMS));
-    PyObject *named = base == NULL ? NULL : PyTuple_Pack(1, digest);
-    PyObject *sent_as = named == NULL ? NULL : PyTuple_Pack(2, st->function_ref_object, named);
-    Py_XDECREF(named);
-    int failed = sent_as == NULL || PyObject_SetAttr(base, st->str_sent_as, sent_as) < 0
-                 || PyDict_SetItem(globals_ref, module_key, base) < 0;
-    Py_XDECREF(sent_as);
-    if (failed) {
-        goto done;
+    if (base == NULL) {
+        base = PyObject_CallOneArg(st->held_globals_type, PyTuple_GET_ITEM(made, MADE_ITEMS));
+        PyObject *named = base == NULL ? NULL : PyTuple_Pack(1, digest);
+        PyObject *sent_as = named == NULL ? NULL : PyTuple_Pack(2, st->function_ref_object, named);
+        Py_XDECREF(named);
+        int failed = sent_as == NULL || PyObject_SetAttr(base, st->str_sent_as, sent_as) < 0
+                     || PyDict_SetItem(globals_ref, module_key, base) < 0;
+        Py_XDECREF(sent_as);
+        if (failed) {
+            goto done;
+        }
     }
     /* (function_ref, (digest, base, closure, *sent)) */
     PyObject *sent = PyTuple_GET_ITEM(made, MADE_SENT);
