@@ -24,7 +24,12 @@ The kinds (the first four by default):
   ``tokenize`` of the function and its instance, in the client, and makes each a
   ``Task`` holding its instance, so that the scheduler pickles the instance into
   the run spec it sends);
-* ``map-twin``: the same with ``graphpickle.cli.workloads.norm`` and ``Point``.
+* ``map-twin``: the same with ``graphpickle.cli.workloads.norm`` and ``Point``;
+* ``function-pair`` and ``dataclass-pair``: the kind and its twin in one graph, their
+  tasks interleaved (keys ``("v", i)`` by value, ``("w", i)`` the twin), so that both
+  are timed in the same run, under the same load and the same state of the
+  scheduler: their ratio is taken within each sample, and the between-run noise that
+  separate samples carry drops out of it.
 
 Each sample is one kind in one configuration, in a fresh LocalCluster (2 worker
 processes, 1 thread each) in a fresh driver process (this script run again with
@@ -129,18 +134,44 @@ def graph_run(graph: dict[Any, Any]) -> Run:
     return lambda client: client.get(graph, keys)
 
 
-def function_kind(tasks: int, by_value: bool) -> Run:
+def function_task(i: int, by_value: bool) -> tuple[Any, ...]:
     from graphpickle.cli import workloads
 
     inc = workloads.main_definitions()["inc"] if by_value else workloads.inc
-    return graph_run({("t", i): (inc, i) for i in range(tasks)})
+    return (inc, i)
 
 
-def dataclass_kind(tasks: int, by_value: bool) -> Run:
+def dataclass_task(i: int, by_value: bool) -> tuple[Any, ...]:
     from graphpickle.cli import workloads
 
     point = workloads.main_definitions()["Point"] if by_value else workloads.Point
-    return graph_run({("t", i): (getattr, point(i, 0.5), "x") for i in range(tasks)})
+    return (getattr, point(i, 0.5), "x")
+
+
+def function_kind(tasks: int, by_value: bool) -> Run:
+    return graph_run({("t", i): function_task(i, by_value) for i in range(tasks)})
+
+
+def dataclass_kind(tasks: int, by_value: bool) -> Run:
+    return graph_run({("t", i): dataclass_task(i, by_value) for i in range(tasks)})
+
+
+# A pair kind's two groups, by the first item of a task's key.
+PAIR_GROUPS = {"v": "by_value", "w": "twin"}
+
+
+def pair_kind(task: Callable[[int, bool], tuple[Any, ...]]) -> Callable[[int, bool], Run]:
+    """The kind of ``task`` and its twin in one graph, interleaved: ``("v", i)`` by
+    value, ``("w", i)`` the twin."""
+
+    def prepare(tasks: int, by_value: bool) -> Run:
+        graph = {}
+        for i in range(tasks):
+            graph[("v", i)] = task(i, True)
+            graph[("w", i)] = task(i, False)
+        return graph_run(graph)
+
+    return prepare
 
 
 def map_kind(tasks: int, by_value: bool) -> Run:
@@ -158,6 +189,11 @@ class Kind:
     prepare: Callable[[int, bool], Run]
     by_value: bool
     expected: Callable[[int], Any]  # the result of task i
+    per_task: int = 1  # tasks per i (a pair kind runs two)
+
+    def results(self, tasks: int) -> list[Any]:
+        """What the run returns, in the order of its keys."""
+        return [self.expected(i) for i in range(tasks) for _ in range(self.per_task)]
 
 
 KINDS = {
@@ -167,6 +203,8 @@ KINDS = {
     "dataclass-twin": Kind(dataclass_kind, False, lambda i: i),
     "map": Kind(map_kind, True, lambda i: math.hypot(i, 0.5)),
     "map-twin": Kind(map_kind, False, lambda i: math.hypot(i, 0.5)),
+    "function-pair": Kind(pair_kind(function_task), True, lambda i: i + 1, per_task=2),
+    "dataclass-pair": Kind(pair_kind(dataclass_task), True, lambda i: i, per_task=2),
 }
 DEFAULT_KINDS = ["function", "function-twin", "dataclass", "dataclass-twin"]
 
@@ -195,7 +233,9 @@ def install_recorder(name: str) -> None:
         task, payload = (x, out) if name == "dumps" else (out, x)
         if isinstance(task, GraphNode):
             size = memoryview(payload).nbytes
-            recording.calls.append((cpu_ns, size, sys._getframe(1).f_code.co_name))
+            key = getattr(task, "key", None)
+            group = key[0] if type(key) is tuple and key and type(key[0]) is str else ""
+            recording.calls.append((cpu_ns, size, sys._getframe(1).f_code.co_name, group))
             # (its context: graphpickle's connection, to a worker that keeps blocks)
             recording.last = (x, args, kwargs, contextvars.copy_context())
         return out
@@ -275,7 +315,7 @@ def run_sample(config: str, kind: str, tasks: int) -> dict[str, Any]:
         results = run(client)
         wall = time.perf_counter() - start
         after = (cpu_clocks(), client.run(cpu_clocks))
-        assert results == [KINDS[kind].expected(i) for i in range(tasks)]
+        assert results == KINDS[kind].results(tasks)
         scheduler = client.run_on_scheduler(remove_recorder, "dumps", BACK_TO_BACK_LOOPS)
         workers = list(client.run(remove_recorder, "loads", BACK_TO_BACK_LOOPS).values())
         scheduler_in_driver = client.run_on_scheduler(os.getpid) == os.getpid()
@@ -295,18 +335,27 @@ def run_sample(config: str, kind: str, tasks: int) -> dict[str, Any]:
 
 def per_call(name: str, records: list[dict[str, Any]]) -> dict[str, Any]:
     """The in-run calls of every process (median and p90 CPU, median bytes) and
-    the median back-to-back call (the median over the processes)."""
+    the median back-to-back call (the median over the processes); for a pair
+    kind's calls also the median CPU and bytes of each group (PAIR_GROUPS)."""
     calls = [call for record in records for call in record["calls"]]
-    cpu_us = [cpu / 1e3 for cpu, _, _ in calls]
+    cpu_us = [cpu / 1e3 for cpu, _, _, _ in calls]
     callers: dict[str, int] = {}
-    for _, _, caller in calls:
+    groups: dict[str, list[tuple[float, int]]] = {}
+    for cpu, size, caller, group in calls:
         callers[caller] = callers.get(caller, 0) + 1
+        groups.setdefault(group, []).append((cpu / 1e3, size))
+    paired = {}
+    if set(PAIR_GROUPS) <= set(groups):
+        for group, label in PAIR_GROUPS.items():
+            paired[f"{name}_us_{label}"] = statistics.median(us for us, _ in groups[group])
+            paired[f"{name}_bytes_{label}"] = statistics.median(size for _, size in groups[group])
     back_to_back = [statistics.median(r["back_to_back_ns"]) / 1e3 for r in records]
     return {
+        **paired,
         f"{name}_calls": len(calls),
         f"{name}_us": statistics.median(cpu_us),
         f"{name}_p90_us": statistics.quantiles(cpu_us, n=10)[-1],
-        f"{name}_bytes": statistics.median(size for _, size, _ in calls),
+        f"{name}_bytes": statistics.median(size for _, size, _, _ in calls),
         f"{name}_back_to_back_us": statistics.median(back_to_back),
         f"{name}_callers": callers,
     }
@@ -480,6 +529,47 @@ def per_repeat(results: Samples, top: tuple[str, str], bottom: tuple[str, str], 
     return f"{min(ratios):.2f}-{max(ratios):.2f}x"
 
 
+def pair_ratios(samples: list[dict[str, Any]], key: str) -> list[float]:
+    """A pair kind's by-value / twin ratio of ``key`` within each sample."""
+    return [s[f"{key}_by_value"] / s[f"{key}_twin"] for s in samples]
+
+
+PAIR_MEASURES = (
+    ("scheduler: dumps µs, in the run", "dumps_us", "{:.1f}"),
+    ("bytes", "dumps_bytes", "{:,.0f}"),
+    ("workers: loads µs, in the run", "loads_us", "{:.1f}"),
+)
+
+
+def pairs_table(results: Samples) -> list[str]:
+    """Each pair kind's two groups, in every configuration: medians over the
+    repeats of by value / twin, and the median of the ratios within a sample."""
+    rows = [(kind, config) for kind, config in results if kind.endswith("-pair")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "In the same run (the pair kinds; by value / twin, medians over the repeats, and "
+        "the median of the ratios within each sample, lowest-highest in brackets):",
+        "",
+        "| kind, configuration | " + " | ".join(title for title, _, _ in PAIR_MEASURES) + " |",
+        "|---" * (len(PAIR_MEASURES) + 1) + "|",
+    ]
+    for kind, config in rows:
+        samples = results[kind, config]
+        cells = []
+        for _, key, form in PAIR_MEASURES:
+            ratios = pair_ratios(samples, key)
+            top = form.format(median_of(samples, f"{key}_by_value"))
+            bottom = form.format(median_of(samples, f"{key}_twin"))
+            cells.append(
+                f"{top} / {bottom}: {statistics.median(ratios):.2f}x "
+                f"({min(ratios):.2f}-{max(ratios):.2f}x)"
+            )
+        lines.append(f"| {kind}, {config} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def target_verdicts(results: Samples) -> tuple[list[str], bool]:
     """Each target of the issue the samples can judge, on the medians: met or MISSED
     with the number. Returns the lines and whether every target was met."""
@@ -505,6 +595,19 @@ def target_verdicts(results: Samples) -> tuple[list[str], bool]:
                     ratio(results, top, bottom, key),
                     limit,
                     per_repeat(results, top, bottom, key),
+                )
+    for kind in kinds:
+        base = kind.removesuffix("-pair")
+        if base == kind or base not in PER_TASK_LIMITS:
+            continue
+        for config in configs[1:]:
+            for title, key in PER_TASK_MEASURES:
+                ratios = pair_ratios(results[kind, config], key)
+                verdict(
+                    f"{base} / twin in the same run ({kind}), {config}, {title}",
+                    statistics.median(ratios),
+                    PER_TASK_LIMITS[base],
+                    f"{min(ratios):.2f}-{max(ratios):.2f}x",
                 )
     for kind, limit in END_TO_END_LIMITS.items():
         if kind not in kinds:
@@ -584,8 +687,15 @@ def report(results: Samples, run: dict[str, Any]) -> tuple[str, int]:
     targets, all_met = target_verdicts(results)
     check_lines, all_hold = checks(results, tasks)
     described = [
-        text for kind, text in KIND_TEXT.items() if kind in kinds or f"{kind}-twin" in kinds
+        text
+        for kind, text in KIND_TEXT.items()
+        if {kind, f"{kind}-twin", f"{kind}-pair"} & set(kinds)
     ]
+    if any(kind.endswith("-pair") for kind in kinds):
+        described.append(
+            "`-pair` is a kind and its twin in one graph, their tasks interleaved, each "
+            "task's calls counted in its own group"
+        )
     lines = [
         "# Each task's cost on the scheduler and on the workers (LocalCluster)",
         "",
@@ -615,6 +725,7 @@ def report(results: Samples, run: dict[str, Any]) -> tuple[str, int]:
         *medians_table(results),
         "",
         *ratios_table(results),
+        *pairs_table(results),
         "",
         "Targets (issue #40), on the medians; per repeat: the same ratio within each repeat, lowest "
         "to highest:",

@@ -100,3 +100,58 @@ def test_map_kind_main_code_matches_its_twin():
     assert main["norm"].__module__ == main["Point"].__module__ == "__main__"
     assert main["norm"](main["Point"](3, 4.0)) == workloads.norm(workloads.Point(3, 4.0)) == 5.0
     assert bench.KINDS["map"].expected(3) == workloads.norm(workloads.Point(3, 0.5))
+
+
+def pair(dumps: float, loads: float = 1.0, size: float = 100.0) -> dict[str, float]:
+    """A pair kind's group medians: the twin's 1 µs and 100 bytes, by value these."""
+    return {
+        "dumps_us_by_value": dumps, "dumps_us_twin": 1.0,
+        "loads_us_by_value": loads, "loads_us_twin": 1.0,
+        "dumps_bytes_by_value": size, "dumps_bytes_twin": 100.0,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(("dumps", "status", "word"), [(1.4, 0, "met"), (1.6, 1, "MISSED")])
+def test_a_pair_kind_is_judged_on_the_ratio_within_each_sample(dumps, status, word):
+    samples = results({"function-pair": {"stock": pair(5.0), "graphpickle": pair(dumps)}})
+    # (one repeat twice as slow on both groups: the ratio within it is the same)
+    samples["function-pair", "graphpickle"][1] |= {"dumps_us_by_value": 2 * dumps}
+    samples["function-pair", "graphpickle"][1] |= {"dumps_us_twin": 2.0}
+    text, got = report(samples)
+    assert got == status
+    line = next(
+        x for x in text.splitlines() if "function / twin in the same run" in x and "dumps" in x
+    )
+    assert f"{dumps:.2f}x (target <= 1.5x): {word}; per repeat {dumps:.2f}-{dumps:.2f}x" in line
+    # (the table: medians over the repeats of each group, and of the ratios)
+    assert f"| function-pair, graphpickle | {1.5 * dumps:.1f} / 1.5: {dumps:.2f}x" in text
+
+
+def test_a_pair_kinds_calls_are_counted_in_their_groups():
+    calls = [
+        (2000, 300, "f", "v"),
+        (1000, 100, "f", "w"),
+        (4000, 300, "f", "v"),
+        (1000, 100, "f", "w"),
+    ]
+    got = bench.per_call("dumps", [{"calls": calls, "back_to_back_ns": [1000]}])
+    assert (got["dumps_us_by_value"], got["dumps_us_twin"]) == (3.0, 1.0)
+    assert (got["dumps_bytes_by_value"], got["dumps_bytes_twin"]) == (300, 100)
+    assert got["dumps_calls"] == 4
+    one_kind = [(1000, 100, "f", "t")] * 2
+    alone = bench.per_call("dumps", [{"calls": one_kind, "back_to_back_ns": [1]}])
+    assert "dumps_us_by_value" not in alone
+
+
+class _Client:
+    def get(self, graph: dict[Any, Any], keys: list[Any]) -> list[Any]:
+        return [graph[key] for key in keys]
+
+
+def test_a_pair_kind_interleaves_its_kind_and_the_twin():
+    tasks = bench.KINDS["function-pair"].prepare(2, True)(_Client())
+    modules = [func.__module__ for func, _ in tasks]
+    assert modules == ["__main__", "graphpickle.cli.workloads"] * 2
+    assert [func(i) for func, i in tasks] == bench.KINDS["function-pair"].results(2) == [1, 1, 2, 2]
+    points = bench.KINDS["dataclass-pair"].prepare(1, True)(_Client())
+    assert [type(p).__module__ for _, p, _ in points] == ["__main__", "graphpickle.cli.workloads"]
