@@ -937,6 +937,56 @@ def test_the_c_hook_and_the_python_hook_write_the_same_bytes(tmp_path):
     assert once == [True, False, False, False, True, False, True, False]
 
 
+# A base left empty by the first function of its module (the module had none of
+# the base names) is filled by a later function without a block from the
+# module's globals as they are then: here a str subclass, or a value whose __eq__
+# changes that very dict. A later function with a block must then get what the
+# Python function gives it (the flat form: held_items refuses the value), and
+# nothing may run while the C hook reads the base.
+_A_BASE_FILLED_LATER = (
+    WRITE_SCRIPT
+    + """
+import gc
+from graphpickle.core import blocks
+module = {"__name__": "__main__"}
+exec("def f(x):\\n    return x + 1\\ndef g(x):\\n    return x * 2\\n"
+     "def h(x):\\n    return x - 1\\n", module)
+f, g, h = module["f"], module["g"], module["h"]
+h.__doc__ = 5  # (no block for h: a doc that is not a str)
+class Name(str):
+    pass
+class Changes:
+    def __eq__(self, other):  # grows the base the C hook would be reading
+        for held in [o for o in gc.get_objects() if type(o) is blocks.HeldGlobals]:
+            held.update({f"k{key}": None for key in range(20)})
+        return True
+    __hash__ = object.__hash__
+class Sets:
+    def __init__(self, value):
+        self.value = value
+    def __reduce__(self):
+        module["__name__"] = self.value
+        return (int, (0,))
+sender = connection.Sender()
+for _ in range(3):
+    write(sender, [f, g])
+del module["__name__"]
+payloads = [write(sender, [f, Sets(Name("__main__")), h, g])]
+del module["__name__"]
+payloads.append(write(sender, [f, Sets(Changes()), h, g]))
+print(",".join(p.hex() for p in payloads))
+"""
+)
+
+
+@pytest.mark.skipif(blocks._speedups is None, reason="the C module is not built")
+def test_a_base_filled_later_gets_the_python_answer(tmp_path):
+    c = run_python(_A_BASE_FILLED_LATER, cwd=tmp_path, env={"GRAPHPICKLE_NO_SPEEDUPS": ""})
+    python = run_python(_A_BASE_FILLED_LATER, cwd=tmp_path, env={"GRAPHPICKLE_NO_SPEEDUPS": "1"})
+    assert c == python
+    assert all("make_function" in _calls(bytes.fromhex(p)) for p in c.split(","))
+
+
 @pytest.mark.skipif(blocks._speedups is None, reason="the C module is not built")
 def test_the_c_hook_answers_a_held_function_block_itself():
     # Where the receiver holds the block, the C hook answers without the Python

@@ -771,10 +771,13 @@ held_in(PyObject *owner, PyObject *attribute, PyObject *name)
 
 /* Whether `base`, the payload's base globals of a module that an earlier
  * function of it made, is what _held_reduction would keep for a later one: a
- * HeldGlobals (whose items are held items, and whose sent_as the first block
- * set) holding the very items of this function's block, in order (as its
- * `made[2] != items`). 1, 0 (the Python function decides), or -1 with an
- * exception set. */
+ * HeldGlobals whose sent_as the first block set, holding the very items of
+ * this function's block, in order (its `made[2] != items`), each key an exact
+ * str and each value an exact str or None, as held_items keeps (a HeldGlobals
+ * left empty is filled later from the module's globals as they are then: its
+ * values may be anything). Comparing exact strs runs no code, so the dict
+ * cannot change under PyDict_Next. 1, 0 (the Python function decides), or -1
+ * with an exception set. */
 static int
 later_base_agrees(SpeedupsState *st, PyObject *base, PyObject *items)
 {
@@ -791,22 +794,27 @@ later_base_agrees(SpeedupsState *st, PyObject *base, PyObject *items)
     if (!set) {
         return 0;
     }
-    Py_ssize_t pos = 0, i = 0;
+    Py_ssize_t pos = 0, i = 0, n = PyTuple_GET_SIZE(items);
     PyObject *key, *value;
     while (PyDict_Next(base, &pos, &key, &value)) {
-        PyObject *pair = PyTuple_GET_ITEM(items, i++);
-        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+        PyObject *pair = i < n ? PyTuple_GET_ITEM(items, i++) : NULL;
+        if (pair == NULL || !PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
             return 0;
         }
-        int same = PyObject_RichCompareBool(key, PyTuple_GET_ITEM(pair, 0), Py_EQ);
-        if (same == 1) {
-            same = PyObject_RichCompareBool(value, PyTuple_GET_ITEM(pair, 1), Py_EQ);
+        PyObject *held_key = PyTuple_GET_ITEM(pair, 0), *held_value = PyTuple_GET_ITEM(pair, 1);
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(held_key)
+            || (value != Py_None && !PyUnicode_CheckExact(value))
+            || (held_value != Py_None && !PyUnicode_CheckExact(held_value))) {
+            return 0;
         }
-        if (same != 1) {
-            return same;
+        int same = PyUnicode_Compare(key, held_key) == 0
+                   && (value == Py_None || held_value == Py_None ? value == held_value
+                                                                 : PyUnicode_Compare(value, held_value) == 0);
+        if (!same) {
+            return 0;
         }
     }
-    return 1;
+    return i == n;
 }
 
 /* reducers._held_reduction's answer where it is the same every time: the
