@@ -29,7 +29,11 @@ The kinds (the first four by default):
   tasks interleaved (keys ``("v", i)`` by value, ``("w", i)`` the twin), so that both
   are timed in the same run, under the same load and the same state of the
   scheduler: their ratio is taken within each sample, and the between-run noise that
-  separate samples carry drops out of it.
+  separate samples carry drops out of it. Their calls are also split into cold and
+  warm ones (a warm call starts within ``WARM_GAP_NS`` of the previous task's call:
+  the next task of the same message), since a cold call costs several times a warm
+  one and the share of each differs between runs; a pair kind is judged within
+  each stratum.
 
 Each sample is one kind in one configuration, in a fresh LocalCluster (2 worker
 processes, 1 thread each) in a fresh driver process (this script run again with
@@ -158,6 +162,13 @@ def dataclass_kind(tasks: int, by_value: bool) -> Run:
 
 # A pair kind's two groups, by the first item of a task's key.
 PAIR_GROUPS = {"v": "by_value", "w": "twin"}
+# A task's call that starts within this long of the previous one's start is warm (a
+# message's tasks, one after the other); the others are cold. In a run, a cold call
+# costs several times a warm one (the event loop's work between them leaves the
+# caches cold), and the share of each differs between runs and kinds: a median over
+# both mixes them, so a pair kind is also judged within each.
+WARM_GAP_NS = 200_000
+STRATA = ("cold", "warm")
 
 
 def pair_kind(task: Callable[[int, bool], tuple[Any, ...]]) -> Callable[[int, bool], Run]:
@@ -227,6 +238,7 @@ def install_recorder(name: str) -> None:
     inner = getattr(protocol_pickle, name)
 
     def recording(x: Any, *args: Any, **kwargs: Any) -> Any:
+        wall = time.perf_counter_ns()
         start = time.thread_time_ns()
         out = inner(x, *args, **kwargs)
         cpu_ns = time.thread_time_ns() - start
@@ -235,12 +247,18 @@ def install_recorder(name: str) -> None:
             size = memoryview(payload).nbytes
             key = getattr(task, "key", None)
             group = key[0] if type(key) is tuple and key and type(key[0]) is str else ""
-            recording.calls.append((cpu_ns, size, sys._getframe(1).f_code.co_name, group))
+            # Warm: right after another task's call (one message's tasks, one after
+            # the other); cold: the first after the process did other work.
+            warm = recording.previous is not None and wall - recording.previous < WARM_GAP_NS
+            recording.previous = wall
+            caller = sys._getframe(1).f_code.co_name
+            recording.calls.append((cpu_ns, size, caller, group, warm))
             # (its context: graphpickle's connection, to a worker that keeps blocks)
             recording.last = (x, args, kwargs, contextvars.copy_context())
         return out
 
     recording.inner = inner
+    recording.previous = None
     recording.calls = []
     recording.last = None
     setattr(protocol_pickle, name, recording)
@@ -338,24 +356,29 @@ def per_call(name: str, records: list[dict[str, Any]]) -> dict[str, Any]:
     the median back-to-back call (the median over the processes); for a pair
     kind's calls also the median CPU and bytes of each group (PAIR_GROUPS)."""
     calls = [call for record in records for call in record["calls"]]
-    cpu_us = [cpu / 1e3 for cpu, _, _, _ in calls]
+    cpu_us = [cpu / 1e3 for cpu, *_ in calls]
     callers: dict[str, int] = {}
-    groups: dict[str, list[tuple[float, int]]] = {}
-    for cpu, size, caller, group in calls:
+    groups: dict[str, list[tuple[float, int, bool]]] = {}
+    for cpu, size, caller, group, warm in calls:
         callers[caller] = callers.get(caller, 0) + 1
-        groups.setdefault(group, []).append((cpu / 1e3, size))
-    paired = {}
+        groups.setdefault(group, []).append((cpu / 1e3, size, warm))
+    paired: dict[str, float] = {}
     if set(PAIR_GROUPS) <= set(groups):
         for group, label in PAIR_GROUPS.items():
-            paired[f"{name}_us_{label}"] = statistics.median(us for us, _ in groups[group])
-            paired[f"{name}_bytes_{label}"] = statistics.median(size for _, size in groups[group])
+            in_group = groups[group]
+            paired[f"{name}_us_{label}"] = statistics.median(us for us, _, _ in in_group)
+            paired[f"{name}_bytes_{label}"] = statistics.median(size for _, size, _ in in_group)
+            for stratum in STRATA:
+                us = [us for us, _, warm in in_group if warm == (stratum == "warm")]
+                paired[f"{name}_us_{stratum}_{label}"] = statistics.median(us) if us else math.nan
+                paired[f"{name}_share_{stratum}_{label}"] = len(us) / len(in_group)
     back_to_back = [statistics.median(r["back_to_back_ns"]) / 1e3 for r in records]
     return {
         **paired,
         f"{name}_calls": len(calls),
         f"{name}_us": statistics.median(cpu_us),
         f"{name}_p90_us": statistics.quantiles(cpu_us, n=10)[-1],
-        f"{name}_bytes": statistics.median(size for _, size, _, _ in calls),
+        f"{name}_bytes": statistics.median(size for _, size, *_ in calls),
         f"{name}_back_to_back_us": statistics.median(back_to_back),
         f"{name}_callers": callers,
     }
@@ -530,14 +553,29 @@ def per_repeat(results: Samples, top: tuple[str, str], bottom: tuple[str, str], 
 
 
 def pair_ratios(samples: list[dict[str, Any]], key: str) -> list[float]:
-    """A pair kind's by-value / twin ratio of ``key`` within each sample."""
-    return [s[f"{key}_by_value"] / s[f"{key}_twin"] for s in samples]
+    """A pair kind's by-value / twin ratio of ``key`` within each sample (none where
+    a stratum had no calls)."""
+    ratios = [s[f"{key}_by_value"] / s[f"{key}_twin"] for s in samples]
+    return [r for r in ratios if not math.isnan(r)]
 
 
 PAIR_MEASURES = (
-    ("scheduler: dumps µs, in the run", "dumps_us", "{:.1f}"),
+    ("scheduler: dumps µs, in the run, all calls", "dumps_us", "{:.1f}"),
+    ("cold calls", "dumps_us_cold", "{:.1f}"),
+    ("warm calls", "dumps_us_warm", "{:.1f}"),
     ("bytes", "dumps_bytes", "{:,.0f}"),
-    ("workers: loads µs, in the run", "loads_us", "{:.1f}"),
+    ("workers: loads µs, in the run, all calls", "loads_us", "{:.1f}"),
+    ("cold calls", "loads_us_cold", "{:.1f}"),
+    ("warm calls", "loads_us_warm", "{:.1f}"),
+)
+# What a pair kind is judged on: each stratum of calls on its own (not all calls:
+# their median mixes the strata in shares that differ between runs).
+PAIR_JUDGED = (
+    ("scheduler dumps, cold calls", "dumps_us_cold"),
+    ("scheduler dumps, warm calls", "dumps_us_warm"),
+    ("worker loads, cold calls", "loads_us_cold"),
+    ("worker loads, warm calls", "loads_us_warm"),
+    ("bytes", "dumps_bytes"),
 )
 
 
@@ -550,7 +588,9 @@ def pairs_table(results: Samples) -> list[str]:
     lines = [
         "",
         "In the same run (the pair kinds; by value / twin, medians over the repeats, and "
-        "the median of the ratios within each sample, lowest-highest in brackets):",
+        "the median of the ratios within each sample, lowest-highest in brackets; a warm "
+        f"call started within {WARM_GAP_NS / 1e6:.1f} ms of the previous task's call, a cold "
+        "one did not, and the share of cold calls by value / twin is in square brackets):",
         "",
         "| kind, configuration | " + " | ".join(title for title, _, _ in PAIR_MEASURES) + " |",
         "|---" * (len(PAIR_MEASURES) + 1) + "|",
@@ -560,12 +600,22 @@ def pairs_table(results: Samples) -> list[str]:
         cells = []
         for _, key, form in PAIR_MEASURES:
             ratios = pair_ratios(samples, key)
+            if not ratios:
+                cells.append("no calls")
+                continue
             top = form.format(median_of(samples, f"{key}_by_value"))
             bottom = form.format(median_of(samples, f"{key}_twin"))
-            cells.append(
+            cell = (
                 f"{top} / {bottom}: {statistics.median(ratios):.2f}x "
                 f"({min(ratios):.2f}-{max(ratios):.2f}x)"
             )
+            if key.endswith("_cold"):
+                share = key.replace("_us_cold", "_share_cold")
+                cell += (
+                    f" [{median_of(samples, f'{share}_by_value'):.0%} / "
+                    f"{median_of(samples, f'{share}_twin'):.0%}]"
+                )
+            cells.append(cell)
         lines.append(f"| {kind}, {config} | " + " | ".join(cells) + " |")
     return lines
 
@@ -601,8 +651,13 @@ def target_verdicts(results: Samples) -> tuple[list[str], bool]:
         if base == kind or base not in PER_TASK_LIMITS:
             continue
         for config in configs[1:]:
-            for title, key in PER_TASK_MEASURES:
+            for title, key in PAIR_JUDGED:
                 ratios = pair_ratios(results[kind, config], key)
+                if not ratios:
+                    lines.append(
+                        f"- {base} / twin in the same run ({kind}), {config}, {title}: no calls"
+                    )
+                    continue
                 verdict(
                     f"{base} / twin in the same run ({kind}), {config}, {title}",
                     statistics.median(ratios),

@@ -103,44 +103,80 @@ def test_map_kind_main_code_matches_its_twin():
 
 
 def pair(dumps: float, loads: float = 1.0, size: float = 100.0) -> dict[str, float]:
-    """A pair kind's group medians: the twin's 1 µs and 100 bytes, by value these."""
-    return {
-        "dumps_us_by_value": dumps, "dumps_us_twin": 1.0,
-        "loads_us_by_value": loads, "loads_us_twin": 1.0,
-        "dumps_bytes_by_value": size, "dumps_bytes_twin": 100.0,
-    }  # fmt: skip
+    """A pair kind's group medians: the twin's 1 µs (each stratum too) and 100 bytes,
+    by value these (cold and warm alike), half of each group's calls cold."""
+    values = {"dumps_bytes_by_value": size, "dumps_bytes_twin": 100.0}
+    for key, us in (("dumps_us", dumps), ("loads_us", loads)):
+        for stratum in ("", "_cold", "_warm"):
+            values |= {f"{key}{stratum}_by_value": us, f"{key}{stratum}_twin": 1.0}
+    for name in ("dumps", "loads"):
+        for label in ("by_value", "twin"):
+            values[f"{name}_share_cold_{label}"] = 0.5
+    return values
 
 
 @pytest.mark.parametrize(("dumps", "status", "word"), [(1.4, 0, "met"), (1.6, 1, "MISSED")])
-def test_a_pair_kind_is_judged_on_the_ratio_within_each_sample(dumps, status, word):
+def test_a_pair_kind_is_judged_within_each_sample_and_stratum(dumps, status, word):
     samples = results({"function-pair": {"stock": pair(5.0), "graphpickle": pair(dumps)}})
     # (one repeat twice as slow on both groups: the ratio within it is the same)
-    samples["function-pair", "graphpickle"][1] |= {"dumps_us_by_value": 2 * dumps}
-    samples["function-pair", "graphpickle"][1] |= {"dumps_us_twin": 2.0}
+    samples["function-pair", "graphpickle"][1] |= {"dumps_us_warm_by_value": 2 * dumps}
+    samples["function-pair", "graphpickle"][1] |= {"dumps_us_warm_twin": 2.0}
+    # (all calls: a mix of the strata, not judged)
+    samples["function-pair", "graphpickle"][0] |= {"dumps_us_by_value": 9.0}
     text, got = report(samples)
     assert got == status
-    line = next(
-        x for x in text.splitlines() if "function / twin in the same run" in x and "dumps" in x
-    )
-    assert f"{dumps:.2f}x (target <= 1.5x): {word}; per repeat {dumps:.2f}-{dumps:.2f}x" in line
+    lines = [x for x in text.splitlines() if "function / twin in the same run" in x]
+    warm = next(x for x in lines if "dumps, warm calls" in x)
+    assert f"{dumps:.2f}x (target <= 1.5x): {word}; per repeat {dumps:.2f}-{dumps:.2f}x" in warm
+    assert any("dumps, cold calls" in x and word in x for x in lines)
+    assert not any("9.00x" in x for x in lines)
     # (the table: medians over the repeats of each group, and of the ratios)
-    assert f"| function-pair, graphpickle | {1.5 * dumps:.1f} / 1.5: {dumps:.2f}x" in text
+    assert f"{1.5 * dumps:.1f} / 1.5: {dumps:.2f}x ({dumps:.2f}-{dumps:.2f}x)" in text
+    assert f"{dumps:.1f} / 1.0: {dumps:.2f}x ({dumps:.2f}-{dumps:.2f}x) [50% / 50%]" in text
 
 
-def test_a_pair_kinds_calls_are_counted_in_their_groups():
+def test_a_stratum_without_calls_is_said_and_not_judged():
+    samples = results({"function-pair": {"stock": pair(5.0), "graphpickle": pair(1.2)}})
+    for sample_ in samples["function-pair", "graphpickle"]:
+        sample_ |= {"loads_us_warm_by_value": float("nan"), "loads_us_warm_twin": float("nan")}
+    text, got = report(samples)
+    assert got == 0
+    assert "(function-pair), graphpickle, worker loads, warm calls: no calls" in text
+
+
+def test_a_pair_kinds_calls_are_counted_in_their_groups_and_strata():
     calls = [
-        (2000, 300, "f", "v"),
-        (1000, 100, "f", "w"),
-        (4000, 300, "f", "v"),
-        (1000, 100, "f", "w"),
+        (2000, 300, "f", "v", False),
+        (1000, 100, "f", "w", True),
+        (4000, 300, "f", "v", True),
+        (1000, 100, "f", "w", False),
+        (6000, 300, "f", "v", False),
     ]
     got = bench.per_call("dumps", [{"calls": calls, "back_to_back_ns": [1000]}])
-    assert (got["dumps_us_by_value"], got["dumps_us_twin"]) == (3.0, 1.0)
+    assert (got["dumps_us_by_value"], got["dumps_us_twin"]) == (4.0, 1.0)
+    assert (got["dumps_us_cold_by_value"], got["dumps_us_warm_by_value"]) == (4.0, 4.0)
+    assert (got["dumps_share_cold_by_value"], got["dumps_share_cold_twin"]) == (2 / 3, 0.5)
     assert (got["dumps_bytes_by_value"], got["dumps_bytes_twin"]) == (300, 100)
-    assert got["dumps_calls"] == 4
-    one_kind = [(1000, 100, "f", "t")] * 2
+    assert got["dumps_calls"] == 5
+    one_kind = [(1000, 100, "f", "t", False)] * 2
     alone = bench.per_call("dumps", [{"calls": one_kind, "back_to_back_ns": [1]}])
     assert "dumps_us_by_value" not in alone
+
+
+def test_the_recorder_tells_warm_calls_from_cold(monkeypatch):
+    import distributed.protocol.pickle as protocol_pickle
+    from dask._task_spec import Task
+
+    clock = iter([0, 50_000, 10_000_000]).__next__  # (ns: the second soon after, the third not)
+    monkeypatch.setattr(bench.time, "perf_counter_ns", clock, raising=False)
+    monkeypatch.setattr(protocol_pickle, "dumps", protocol_pickle.dumps)
+    bench.install_recorder("dumps")
+    recorder = protocol_pickle.dumps
+    for i in range(3):
+        recorder(Task(("v", i), abs, -i))
+    assert [(group, warm) for _, _, _, group, warm in recorder.calls] == [
+        ("v", False), ("v", True), ("v", False)
+    ]  # fmt: skip
 
 
 class _Client:
