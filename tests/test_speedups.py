@@ -324,3 +324,14 @@ def test_a_subinterpreter_runs_the_python_parts_without_a_warning(tmp_path):
     assert set(parts.values()) == {"off" if off else "subinterpreter"} and squared == 49
     assert not _native.in_subinterpreter()
     assert set(graphpickle.native_parts().values()) == {"off" if off else "active"}
+
+
+def test_a_pooled_pickler_starts_each_payload_with_no_globals_dict_of_the_last():
+    # The dumps of a pooled pickler (_speedups.Dumper) forgets each payload's base
+    # globals: a module's name changed between two payloads reaches the second.
+    module: dict[str, object] = {"__name__": "before"}
+    exec("def f():\n    return 1\n", module)
+    first = graphpickle.loads(graphpickle.dumps(module["f"]))
+    module["__name__"] = "after"
+    second = graphpickle.loads(graphpickle.dumps(module["f"]))
+    assert (first.__globals__["__name__"], second.__globals__["__name__"]) == ("before", "after")

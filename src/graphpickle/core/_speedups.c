@@ -1060,6 +1060,17 @@ remembered_reduction(DispatchObject *self, PyObject *handler, PyObject *obj)
     if (handler == st->function_handler) {
         return remembered_function(self, obj);
     }
+    if (st->held_globals_type != NULL && Py_IS_TYPE(obj, (PyTypeObject *)st->held_globals_type)) {
+        /* reducers._reduce_held_globals where the base was made from a block:
+         * that block's call (sent_as); a plain dict otherwise, in Python. */
+        PyObject *sent_as = PyObject_GetAttr(obj, st->str_sent_as);
+        if (sent_as == NULL || sent_as == Py_None) {
+            Py_XDECREF(sent_as);
+            PyErr_Clear(); /* the handler runs, and answers */
+            return NULL;
+        }
+        return sent_as;
+    }
     if (handler == st->module_handler) {
         int wanted = blocks_wanted(self);
         if (wanted < 0 || (wanted == 2 && st->session_subimport == NULL)) {
@@ -1581,11 +1592,15 @@ entry_reset(DumperObject *self, PoolEntry *entry, Py_ssize_t payload_size, int p
             return -1;
         }
         if (dirty) {
-            PyObject *reset = PyObject_CallMethodNoArgs(dispatch->state, st->str_reset);
-            if (reset == NULL) {
+            /* Forget what the dump wrote, as a new pickler's state: no globals
+             * dict shared with an earlier payload (reducers.PicklerState). */
+            PyObject *fresh = PyDict_New();
+            int failed = fresh == NULL || PyObject_SetAttr(dispatch->state, st->str_globals_ref, fresh) < 0
+                         || PyObject_SetAttr(dispatch->state, st->str_by_value, Py_False) < 0;
+            Py_XDECREF(fresh);
+            if (failed) {
                 return -1;
             }
-            Py_DECREF(reset);
         }
     }
     if (PyDict_GET_SIZE(dispatch->handlers) > self->max_types) {
