@@ -649,6 +649,9 @@ _OPS = st.one_of(
 # Found by this test in CI: NEWOBJ of str with a class (a repr), whose arguments
 # the scan did not check as a call's.
 @example(head=b"\x80\x02", ops=[b"cbuiltins\nstr\n(cbuiltins\nint\nt\x81", b"("])
+# And BUILD on a str, whose state (a class) restricted loading checked as str's
+# call argument, though only a __setstate__ is given a state to read.
+@example(head=b"\x80\x02", ops=[_binunicode("a"), b"cbuiltins\nint\n", b"b", b"("])
 def test_data_verdicts_are_accepted_by_restricted_loading(head, ops):
     # Only restricted loading ever reads these programs (never plain pickle):
     # it refuses every name outside DATA_ONLY before anything is called.

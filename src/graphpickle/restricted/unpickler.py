@@ -633,11 +633,13 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         for part in state if isinstance(state, tuple) and len(state) == 2 else (state,):
             if isinstance(part, dict):
                 self._hashing.keys(part, self._tuple_work.counts, "BUILD", self._offset)
-        problem = check_state(target, state, found)
+        setstate = _method_of_type(target, "__setstate__")
+        # (Only a __setstate__ is given the state to read: without one, pickle
+        # stores it in the instance's dict and attributes, or refuses it.)
+        problem = None if setstate is None else check_state(target, state, found)
         if problem is not None:
             _refuse(f"BUILD on a {type(target).__qualname__}", problem, _describe(target))
         self.stack.pop()
-        setstate = _method_of_type(target, "__setstate__")
         if setstate is not None:
             setstate(state)
         else:
