@@ -72,7 +72,7 @@ enum { APART_GLOBALS, APART_CLOSURE, APART_SUBMODULES };
  * holds its type, and a heap type holds its module. */
 typedef struct {
     PyTypeObject *dispatch_type, *sink_type, *dumper_type, *loader_type;
-    PyObject *str_module, *str_by_value, *str_reset, *str_memo, *str_join, *str_qualname;
+    PyObject *str_module, *str_by_value, *str_memo, *str_join, *str_qualname;
     PyObject *str_protocol, *str_buffer_callback, *str_deterministic, *str_buffers, *str_blocks;
     PyObject *str_fix_imports, *str_encoding, *str_errors, *str_speedups, *str_buffer;
     PyObject *str_generation, *str_globals_ref, *str_package, *str_name, *str_path, *str_file;
@@ -156,7 +156,7 @@ typedef struct {
 /* Every field of SpeedupsState, for the module's traverse and clear. */
 #define FOR_EACH_STATE_FIELD(DO)                                                                  \
     DO(dispatch_type) DO(sink_type) DO(dumper_type) DO(loader_type) DO(str_module)               \
-    DO(str_by_value) DO(str_reset) DO(str_memo) DO(str_join) DO(str_qualname) DO(str_protocol)   \
+    DO(str_by_value) DO(str_memo) DO(str_join) DO(str_qualname) DO(str_protocol)   \
     DO(str_buffer_callback) DO(str_deterministic) DO(str_buffers) DO(str_blocks) DO(str_fix_imports) \
     DO(str_encoding) DO(str_errors) DO(str_speedups) DO(str_buffer) DO(str_generation)           \
     DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(str_locals)    \
@@ -2918,7 +2918,7 @@ init_state(PyObject *module, SpeedupsState *st)
         PyObject **slot;
         const char *text;
     } names[] = {
-        {&st->str_module, "__module__"}, {&st->str_by_value, "by_value"}, {&st->str_reset, "reset"},
+        {&st->str_module, "__module__"}, {&st->str_by_value, "by_value"},
         {&st->str_memo, "memo"}, {&st->str_join, "join"}, {&st->str_qualname, "__qualname__"},
         {&st->str_protocol, "protocol"}, {&st->str_buffer_callback, "buffer_callback"},
         {&st->str_deterministic, "deterministic"}, {&st->str_buffers, "buffers"},
