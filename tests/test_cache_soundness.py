@@ -81,21 +81,17 @@ with open(sys.argv[1], "wb") as _out:
 # Loads the payloads of each row, in order, and prints what observe(obj) says of
 # each, as JSON. Plain pickle, with graphpickle blocked; a second receiver loads
 # those with code blocks (BLOCKS, in rows of seven payloads), which need
-# graphpickle, in the same order (None in each receiver's row for the other's).
+# graphpickle (and may have their classes first: the dask worker's loads), in
+# the same order (None in each receiver's row for the other's).
 _RECEIVER = """
 import json, pickle, sys
 if {plain}:
     sys.modules["graphpickle"] = None
     load = pickle.loads
 else:  # the worker's end of the one connection (core/connection.py)
-    from graphpickle.core import blocks, connection
+    from graphpickle.core import connection
+    from graphpickle.integrations.dask_distributed import loads as load  # the worker's
     connection.RECEIVER.set(connection.Receiver())
-    def load(data):
-        try:
-            return pickle.loads(data)
-        except Exception:
-            blocks.recover(data)  # as the dask integration's loads does
-            raise
 with open(sys.argv[1], "rb") as f:
     payloads = pickle.load(f)
 {observe}

@@ -424,6 +424,7 @@ with open(sys.argv[1], "wb") as out:
 _SEQUENCE_RECEIVER = (
     READ_SCRIPT
     + """
+import graphpickle.integrations.dask_distributed as gpd
 which = int(sys.argv[2])
 CHANGES = {
     "set a global": "f.__globals__['G'] = ('changed on the worker',)",
@@ -437,7 +438,7 @@ for action, ours, theirs in sent:
     row = []
     for data in (ours if which else [theirs]):
         try:
-            f = pickle.loads(data)
+            f = gpd.loads(data)  # (the worker's loads: a payload may have its classes first)
             row.append(repr(f()))
             exec(CHANGES.get(action.partition(" then ")[2], ""))
         except Exception as exc:
@@ -579,9 +580,15 @@ def _module_function(source: str, name: str, **module: object):
 
 
 def _calls(payload: bytes) -> set[str]:
-    """The globals a payload names."""
+    """The globals a payload names (its classes' part's too, if it carries one)."""
     import pickletools
 
+    from graphpickle.core import classes_first
+
+    if classes_first.is_framed(payload):
+        _, head, body = classes_first.split(payload)
+        named = _calls(bytes(body))
+        return named | _calls(head) if head[:1] == b"\x80" else named  # (a digest: no pickle)
     strings: list = []
     named = set()
     for opcode, arg, _ in pickletools.genops(payload):

@@ -63,10 +63,11 @@ with open(sys.argv[1], "wb") as out:
 _RECEIVER = (
     READ_SCRIPT
     + """
+import graphpickle.integrations.dask_distributed as gpd
 which = int(sys.argv[2])
 seen = []
 for ours, theirs in sent:
-    func, point = pickle.loads(ours if which else theirs)
+    func, point = gpd.loads(ours) if which else pickle.loads(theirs)
     seen.append(func(point))
 print(json.dumps(seen))
 """

@@ -1323,6 +1323,7 @@ typedef struct {
     PyObject *first;    /* the first chunk, or NULL */
     PyObject *rest;     /* a list of the later chunks, or NULL */
     PyObject *callback; /* the current dump's buffer_callback, or NULL */
+    Py_ssize_t handed;  /* buffers given to a callback since the last take */
 } SinkObject;
 
 static PyObject *
@@ -1360,7 +1361,27 @@ sink_buffer(SinkObject *self, PyObject *buffer)
     if (self->callback == NULL) {
         Py_RETURN_TRUE;
     }
+    self->handed++;
     return PyObject_CallOneArg(self->callback, buffer);
+}
+
+/* take(): what was written since the last take, and an empty sink (its bytes
+ * are the dump's payload, or a part that a restart throws away). */
+static PyObject *sink_take(SpeedupsState *st, SinkObject *self);
+
+static PyObject *
+sink_take_method(SinkObject *self, PyObject *unused)
+{
+    return sink_take(PyType_GetModuleState(Py_TYPE(self)), self);
+}
+
+/* lend(callback): the buffer_callback of the dump that follows (None: every
+ * buffer in band). */
+static PyObject *
+sink_lend(SinkObject *self, PyObject *callback)
+{
+    Py_XSETREF(self->callback, callback == Py_None ? NULL : Py_NewRef(callback));
+    Py_RETURN_NONE;
 }
 
 /* The payload written since the last take (a new reference), and an empty sink. */
@@ -1369,6 +1390,7 @@ sink_take(SpeedupsState *st, SinkObject *self)
 {
     PyObject *first = self->first, *rest = self->rest;
     self->first = self->rest = NULL;
+    self->handed = 0;
     if (first == NULL) {
         Py_XDECREF(rest);
         return Py_NewRef(st->empty_bytes);
@@ -1418,7 +1440,17 @@ static PyMethodDef sink_methods[] = {
     {"write", (PyCFunction)sink_write, METH_O, PyDoc_STR("write(data): keep a chunk.")},
     {"buffer", (PyCFunction)sink_buffer, METH_O,
      PyDoc_STR("buffer(pickle_buffer): the current buffer_callback's answer (True: in band).")},
+    {"take", (PyCFunction)sink_take_method, METH_NOARGS,
+     PyDoc_STR("take(): the bytes written since the last take.")},
+    {"lend", (PyCFunction)sink_lend, METH_O,
+     PyDoc_STR("lend(callback): the buffer_callback of the next dump (None: in band).")},
     {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef sink_members[] = {
+    {"handed", Py_T_PYSSIZET, offsetof(SinkObject, handed), Py_READONLY,
+     PyDoc_STR("How many buffers went to a callback since the last take.")},
+    {NULL, 0, 0, 0, NULL},
 };
 
 static PyType_Slot sink_slots[] = {
@@ -1428,6 +1460,7 @@ static PyType_Slot sink_slots[] = {
     {Py_tp_traverse, sink_traverse},
     {Py_tp_clear, sink_clear},
     {Py_tp_methods, sink_methods},
+    {Py_tp_members, sink_members},
     {0, NULL},
 };
 
@@ -1468,6 +1501,10 @@ typedef struct {
     PyObject *init;       /* _pickle.Pickler.__init__ */
     PyObject *switch_ns;  /* a namespace whose "_speedups" is this module, or None to */
     PyObject *module;     /* run the Python hook: then every call takes the slow path */
+    /* A dump that raises `restart_type` is made again by
+     * restart(pickler, sink, obj, exc, buffer_callback), which returns its
+     * payload (NULL: none; see classes_first.py). */
+    PyObject *restart_type, *restart;
     PyObject *dict;       /* __dict__: __wrapped__, __doc__, __name__, ... */
     SpeedupsState *st;
     vectorcallfunc vectorcall;
@@ -1763,9 +1800,24 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     }
     Py_XINCREF(callback);
     entry.sink->callback = callback;
+    entry.sink->handed = 0;
     PyObject *dump_args[2] = {entry.pickler, obj};
     PyObject *done = PyObject_Vectorcall(self->dump, dump_args, 2, NULL);
     Py_CLEAR(entry.sink->callback);
+    PyObject *data = NULL;
+    if (done == NULL && self->restart_type != NULL && PyErr_ExceptionMatches(self->restart_type)) {
+        PyObject *exc = take_exception();
+        PyObject *restart_args[5] = {entry.pickler, (PyObject *)entry.sink, obj, exc,
+                                     callback == NULL ? Py_None : callback};
+        done = data = PyObject_Vectorcall(self->restart, restart_args, 5, NULL);
+        Py_DECREF(exc);
+        Py_CLEAR(entry.sink->callback);
+        if (data != NULL && !PyBytes_CheckExact(data)) {
+            Py_CLEAR(data);
+            done = NULL;
+            PyErr_SetString(PyExc_TypeError, "graphpickle: restart() must return bytes");
+        }
+    }
     if (done == NULL) {
         /* Not reused: what a failed dump leaves behind is of no use. */
         Py_CLEAR(entry.sink->first);
@@ -1786,8 +1838,10 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         }
         return NULL;
     }
-    Py_DECREF(done);
-    PyObject *data = sink_take(self->st, entry.sink);
+    if (data == NULL) {
+        Py_DECREF(done);
+        data = sink_take(self->st, entry.sink);
+    }
     if (data == NULL || entry_reset(self, &entry, PyBytes_GET_SIZE(data), protocol) < 0
         || !settings_unchanged(entry.pickler, entry.tag) || !pool_give(self, protocol, &entry, generation)) {
         entry_drop(&entry);
@@ -1837,15 +1891,21 @@ reduce_by_qualname(PyObject *self, PyObject *unused)
 static PyObject *
 dumper_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *make, *slow, *failed, *dump, *clear_memo, *switch_ns;
+    PyObject *make, *slow, *failed, *dump, *clear_memo, *switch_ns, *restart = Py_None;
     int signature, deep_limit;
     Py_ssize_t max_types;
     static char *kwlist[] = {"make",      "slow",       "failed",    "dump",
                              "clear_memo", "signature", "deep_limit", "max_types",
-                             "switch",    NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOiinO!:Dumper", kwlist, &make, &slow,
+                             "switch",    "restart",   NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOiinO!|$O:Dumper", kwlist, &make, &slow,
                                      &failed, &dump, &clear_memo, &signature, &deep_limit,
-                                     &max_types, &PyDict_Type, &switch_ns)) {
+                                     &max_types, &PyDict_Type, &switch_ns, &restart)) {
+        return NULL;
+    }
+    if (restart != Py_None
+        && (!PyTuple_Check(restart) || PyTuple_GET_SIZE(restart) != 2
+            || !PyExceptionClass_Check(PyTuple_GET_ITEM(restart, 0)))) {
+        PyErr_SetString(PyExc_TypeError, "restart must be None or (exception type, handler)");
         return NULL;
     }
     SpeedupsState *st = PyType_GetModuleState(type);
@@ -1884,6 +1944,10 @@ dumper_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->signature = signature;
     self->deep_limit = deep_limit;
     self->max_types = max_types;
+    if (restart != Py_None) {
+        self->restart_type = Py_NewRef(PyTuple_GET_ITEM(restart, 0));
+        self->restart = Py_NewRef(PyTuple_GET_ITEM(restart, 1));
+    }
     self->vectorcall = dumper_vectorcall;
     return (PyObject *)self;
 }
@@ -1900,6 +1964,8 @@ dumper_traverse(DumperObject *self, visitproc visit, void *arg)
     Py_VISIT(self->init);
     Py_VISIT(self->switch_ns);
     Py_VISIT(self->module);
+    Py_VISIT(self->restart_type);
+    Py_VISIT(self->restart);
     Py_VISIT(self->dict);
     for (int p = 0; p < N_PROTOCOLS; p++) {
         for (Py_ssize_t i = 0; i < self->npool[p]; i++) {
@@ -1923,6 +1989,8 @@ dumper_clear(DumperObject *self)
     Py_CLEAR(self->init);
     Py_CLEAR(self->switch_ns);
     Py_CLEAR(self->module);
+    Py_CLEAR(self->restart_type);
+    Py_CLEAR(self->restart);
     Py_CLEAR(self->dict);
     return 0;
 }
@@ -1971,7 +2039,7 @@ static PyMemberDef dumper_members[] = {
 
 static PyType_Slot dumper_slots[] = {
     {Py_tp_doc, (void *)PyDoc_STR("Dumper(make, slow, failed, dump, clear_memo, signature, "
-                                  "deep_limit, max_types, switch): dumps() on pooled picklers.")},
+                                  "deep_limit, max_types, switch, *, restart=None): dumps() on pooled picklers.")},
     {Py_tp_new, dumper_new},
     {Py_tp_dealloc, dumper_dealloc},
     {Py_tp_traverse, dumper_traverse},
@@ -2023,6 +2091,38 @@ data_overruns(PyObject *data)
     return overruns;
 }
 
+/* The first byte of a payload in two parts (classes_first.MARKER: no pickle
+ * opcode). */
+#define CLASSES_FIRST_MARKER 0xFF
+
+/* Whether `data` (bytes, bytearray or a contiguous memoryview) starts with
+ * CLASSES_FIRST_MARKER; anything else is not looked at (0). */
+static int
+starts_classes_first(PyObject *data)
+{
+    const char *start = NULL;
+    Py_ssize_t size = 0;
+    if (PyBytes_CheckExact(data)) {
+        start = PyBytes_AS_STRING(data);
+        size = PyBytes_GET_SIZE(data);
+    }
+    else if (PyByteArray_CheckExact(data)) {
+        start = PyByteArray_AS_STRING(data);
+        size = PyByteArray_GET_SIZE(data);
+    }
+    else if (PyMemoryView_Check(data)) { /* (through the buffer protocol: it may be released) */
+        Py_buffer view;
+        if (PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Clear(); /* the load says what is wrong with it */
+            return 0;
+        }
+        int marked = view.len > 0 && ((unsigned char *)view.buf)[0] == CLASSES_FIRST_MARKER;
+        PyBuffer_Release(&view);
+        return marked;
+    }
+    return size > 0 && (unsigned char)start[0] == CLASSES_FIRST_MARKER;
+}
+
 typedef struct {
     PyObject_HEAD
     PyObject *loads;  /* _pickle.loads */
@@ -2069,6 +2169,9 @@ loader_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         result = PyObject_Vectorcall(self->loads, args, nargsf, kwnames);
     }
     else { /* distributed's loads(x, *, buffers=()): buffers only when there are some */
+        if (starts_classes_first(args[0])) {
+            return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+        }
         PyObject *buffers = NULL;
         if (nkw == 1 && is_name(PyTuple_GET_ITEM(kwnames, 0), st->str_buffers)) {
             buffers = args[1];
@@ -3003,7 +3106,7 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 23) < 0 /* VERSION: native.py */
+        || add_version(module, 24) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {

@@ -78,7 +78,7 @@ __all__ = [
 
 #: The version of the layouts below, and of code blocks once per connection;
 #: both ends must have the same.
-FORMAT = 5
+FORMAT = 6
 
 #: The largest code block sent or read: bigger code travels as cloudpickle's
 #: reduction. A receiver keeps up to _MAX_KEPT code objects, or blocks of up to

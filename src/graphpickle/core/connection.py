@@ -151,7 +151,8 @@ class Receiver:
     __slots__ = ("_lock", "held", "held_bytes")
 
     def __init__(self) -> None:
-        # (a code block's code object, or a function block's parts: a tuple)
+        # (a code block's code object, a function block's parts: a tuple, or
+        # a classes' part: its bytes)
         self.held: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()
         self.held_bytes = 0
         self._lock = threading.Lock()
@@ -186,6 +187,13 @@ class Receiver:
             raise UnpicklingError(_miss(name, "function"))
         return found[0]
 
+    def classes(self, name: bytes) -> bytes:
+        """The classes' part (``classes_first.py``) this connection sent under ``name``."""
+        found = self.held.get(name) if type(name) is bytes else None
+        if found is None or type(found[0]) is not bytes:
+            raise UnpicklingError(_miss(name, "classes"))
+        return found[0]
+
 
 def _miss(name: Any, kind: str = "code") -> str:
     shown = name.hex() if type(name) is bytes else repr(name)
@@ -212,6 +220,14 @@ def receiving_function(name: bytes) -> tuple[Any, ...]:
     if receiver is None:
         raise UnpicklingError(_miss(name, "function"))
     return receiver.function(name)
+
+
+def receiving_classes(name: bytes) -> bytes:
+    """The current connection's classes' part for ``name`` (``classes_first.parts``)."""
+    receiver = RECEIVER.get()
+    if receiver is None:
+        raise UnpicklingError(_miss(name, "classes"))
+    return receiver.classes(name)
 
 
 def received(block: bytes, value: Any) -> None:

@@ -28,6 +28,8 @@ from ..errors import UnpicklingError
 from ..restricted.unpickler import AllowList, compile_allowed, restricted_load
 from . import connection as _connection
 from .captures import no_capture_warnings
+from .classes_first import ClassesFirst
+from .classes_first import restart as restart_classes_first
 from .locate import pickling_error
 from .native import speedups as _speedups  # tests set it to None: the Python hook
 from .overrun import refuse_overrun
@@ -204,6 +206,7 @@ def _dump_failed(pickler: Pickler, obj: Any, exc: Exception) -> NoReturn:
     # test_bad_init expects pickle's PicklingError from it.)
     state = getattr(pickler, "_state", None)
     if state is not None:
+        state.sink = None  # (the search below writes its classes inline)
         _connection.dump_failed(state.blocks)
     if error is exc:
         raise exc  # its own type and traceback, with notes saying where
@@ -399,11 +402,15 @@ def accelerated_dumps(
     reducer_lookup: ReducerLookup | None,
     signature: str,
     code_blocks: ContextVar[Any] | None = None,
+    *,
+    classes_first: bool = False,
 ) -> _F:
     """A C stand-in for ``reference`` (a ``dumps`` with graphpickle's or
     distributed's signature) that pickles on pooled ``Pickler(file, protocol,
     buffer_callback, reducer_lookup=reducer_lookup, code_blocks=code_blocks)``s;
-    ``reference`` itself without the extension."""
+    ``reference`` itself without the extension. With ``classes_first``, a
+    payload for a connection that keeps blocks writes its by-value classes
+    first (``classes_first.py``)."""
     if _speedups is None:
         return reference
 
@@ -416,6 +423,8 @@ def accelerated_dumps(
             reducer_lookup=reducer_lookup,
             code_blocks=code_blocks,
         )
+        if classes_first:
+            pickler._state.sink = sink
         return pickler, sink, pickler.reducer_override
 
     dumper = _speedups.Dumper(
@@ -432,6 +441,7 @@ def accelerated_dumps(
         MAX_SHARED_TYPES if CACHING else -1,
         # Tests set this module's _speedups to None to run the Python hook.
         globals(),
+        restart=(ClassesFirst, restart_classes_first) if classes_first else None,
     )
     on_tables_changed(dumper.clear)
     return _standing_for(dumper, reference)

@@ -34,6 +34,7 @@ from . import captures as _captures
 from . import connection as _connection
 from . import snapshots as _snapshots
 from .captures import warn_about_large_captures
+from .classes_first import ClassesFirst
 from .native import speedups as _speedups
 from .policy import (
     REGISTRIES,
@@ -73,7 +74,15 @@ class PicklerState:
     in deterministic mode what that mode needs (``None`` otherwise), and
     whether code blocks may be sent."""
 
-    __slots__ = ("blocks", "by_value", "deterministic", "globals_ref", "protocol")
+    __slots__ = (
+        "blocks",
+        "by_value",
+        "class_part",
+        "deterministic",
+        "globals_ref",
+        "protocol",
+        "sink",
+    )
 
     def __init__(
         self,
@@ -91,6 +100,11 @@ class PicklerState:
         # Set once anything is pickled by value: such payloads load only on the
         # same Python minor version (the wire envelope checks it).
         self.by_value = False
+        # A pooled dask pickler's Sink (pickler.accelerated_dumps): then a
+        # by-value class met in a task for a connection raises ClassesFirst,
+        # unless class_part is set (see classes_first.py). None elsewhere.
+        self.sink: Any = None
+        self.class_part = False
 
     def reset(self) -> None:
         """Forget what a dump wrote: a pooled pickler (``_speedups.Dumper``) starts
@@ -616,6 +630,13 @@ def _reduce_class(state: PicklerState, cls: type) -> Any:
         reduction = _builtin_type_reductions[cls] = cp.reduce_class_by_value(cls)
         return reduction
     state.by_value = True
+    if (
+        state.sink is not None
+        and not state.class_part
+        and state.sink.handed == 0
+        and _session(state) is not None
+    ):
+        raise ClassesFirst(cls)  # (the Dumper writes the task again, this class first)
     if state.deterministic is None:
         reduction = cp.reduce_class_by_value(cls)
         if _blocks_wanted(state) and reduction[0] is cp.make_skeleton_class:

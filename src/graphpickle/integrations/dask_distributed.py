@@ -44,7 +44,7 @@ from contextvars import ContextVar
 from typing import Any, NoReturn
 
 from .._switches import CACHING
-from ..core import blocks, connection
+from ..core import blocks, classes_first, connection
 from ..core.pickler import (
     DEFAULT_PROTOCOL,
     Pickler,
@@ -218,6 +218,8 @@ def loads(x: Any, *, buffers: Any = ()) -> Any:
     distributed raises inside the worker's connection to the scheduler, which
     then stops reading: the task never ends, nor does any later one."""
     try:
+        if classes_first.is_framed(x):
+            return classes_first.load(x, buffers)
         if buffers:
             return _pickle.loads(x, buffers=buffers)
         return _pickle.loads(x)
@@ -229,7 +231,13 @@ def _load_failed(exc: Exception, data: Any) -> Any:
     """``loads(data)`` raised ``exc``: a task's payload gives a task that raises
     ``exc`` (with its note) when it runs; anything else raises it."""
     # The blocks it carried are this connection's all the same: later payloads name them.
-    blocks.recover(data)
+    if classes_first.is_framed(data):
+        try:
+            data = classes_first.recover(data)
+        except Exception:
+            _loads_failed(exc, data)  # not a payload in two parts this worker can read
+    else:
+        blocks.recover(data)
     task_class = _task_class_of(data)
     if task_class is None:
         _loads_failed(exc, data)
@@ -284,7 +292,9 @@ def _task_class_of(data: Any) -> type | None:
 
 # A scheduler pickles each task on its own: in C, on pooled picklers (see
 # graphpickle.core.pickler), when the extension is built.
-dumps = accelerated_dumps(dumps, _dask_serialize_lookup, "distributed", _CODE_BLOCKS)
+dumps = accelerated_dumps(
+    dumps, _dask_serialize_lookup, "distributed", _CODE_BLOCKS, classes_first=True
+)
 loads = accelerated_loads(loads, "distributed", _load_failed)
 
 

@@ -1,0 +1,174 @@
+"""A task's by-value classes once per connection: the classes first, then the task.
+
+A dask task whose argument is an instance of a ``__main__`` dataclass carries the
+whole class (its skeleton, its fields, its methods) in every payload: about eight
+times the bytes of the same task with an importable class. The class cannot
+travel as a pickle of its own that the task names, because the two would share
+objects (the ``__main__`` globals dict its methods and the task's function
+share, say), and a split pickle would make two of each.
+
+So, on a connection whose receiver keeps blocks (``connection.py``), the pooled
+dask pickler (``_speedups.Dumper``, ``restart=``) writes such a task in two
+parts with **one pickler**: ``dump(classes)``, then ``dump(task)``. A pickler's
+memo carries over from one dump to the next, and an unpickler's from one load to
+the next, so the task refers to the classes' objects as one payload would; and
+the classes' part starts at memo 0, so it is the same bytes in every payload
+that pickles the same classes in the same state. It travels once, and then as
+the digest of its bytes:
+
+- ``b"\\xff" KEEP <length: 4 bytes LE> <classes' part> <task's part>``: the
+  receiver keeps the classes' part under the digest it computes of it (before
+  loading anything: it keeps them even if the task fails to load);
+- ``b"\\xff" NAMED <digest: 16 bytes> <task's part>``: the classes' part this
+  connection sent under that digest (a miss fails that task, naming the digest);
+- ``b"\\xff" ONCE <length> <classes' part> <task's part>``: a part bigger than
+  :data:`MAX_PART`, never kept.
+
+No pickle starts with ``0xff``. The receiver loads the classes' part again for
+every task, as if it were inline: the class state is applied in every load, as
+cloudpickle applies it, and nothing but bytes is kept between payloads. One
+thing a load can observe differs (README, "Differences"): the classes' state is
+applied before the task's other objects load, not where the first instance
+appears in the task.
+
+How the sender finds the classes: it does not guess them. A pooled pickler
+dumps the task; the first by-value class it meets raises :class:`ClassesFirst`
+(``reducers._reduce_class``), and :func:`restart` dumps again with that class
+first, then any other class met the same way (at most :data:`MAX_CLASSES`; later
+ones stay inline). So the classes' part holds exactly the classes the task
+pickles by value. A class met after a buffer went out of band to the caller's
+``buffer_callback`` is written inline (a restart would hand that buffer over
+twice), and the classes' part is written with every buffer in band (a held part
+cannot name a buffer of another message).
+"""
+
+from __future__ import annotations
+
+import _pickle
+import io
+from typing import Any
+
+from ..errors import UnpicklingError
+from . import blocks, connection
+
+__all__ = [
+    "MARKER", "MAX_CLASSES", "MAX_PART", "ClassesFirst", "is_framed", "load", "parts", "recover", "restart", "split",
+]  # fmt: skip
+
+#: The first byte of a payload in two parts (no pickle opcode is 0xff).
+MARKER = 0xFF
+_KEEP, _NAMED, _ONCE = 1, 2, 3
+_LENGTH = 4
+#: At most this many classes go first in one payload; a task with more writes
+#: the others inline.
+MAX_CLASSES = 8
+#: A classes' part bigger than this travels with every payload (ONCE): a
+#: receiver holds a connection's parts within connection.MAX_HELD_BYTES.
+MAX_PART = connection.MAX_HELD_BYTES // 64
+
+
+class ClassesFirst(Exception):
+    """A pooled pickler met ``cls``, a by-value class, in a task it writes for a
+    connection: the task is written again with the class first (never seen
+    outside ``_speedups.Dumper``)."""
+
+    def __init__(self, cls: type) -> None:
+        super().__init__(cls)
+        self.cls = cls
+
+
+def restart(pickler: Any, sink: Any, obj: Any, first: ClassesFirst, callback: Any) -> bytes:
+    """The payload of ``obj`` with its by-value classes first (the Dumper calls it
+    when a dump of ``obj`` on ``pickler`` raised ``first``)."""
+    state = pickler._state
+    session = state.blocks.get(None)
+    classes = [first.cls]
+    while True:
+        # What the failed dump wrote, and the blocks it counted as carried, are
+        # forgotten (a later payload of this write carries those blocks again).
+        sink.take()
+        session.forget()
+        _pickle.Pickler.clear_memo(pickler)
+        state.reset()
+        state.class_part = True  # (its own classes: bases, annotations, inline)
+        _pickle.Pickler.dump(pickler, tuple(classes))
+        head = sink.take()
+        state.class_part = len(classes) >= MAX_CLASSES
+        sink.lend(callback)
+        try:
+            _pickle.Pickler.dump(pickler, obj)
+        except ClassesFirst as more:
+            classes.append(more.cls)
+            continue
+        finally:
+            sink.lend(None)
+        body = sink.take()
+        state.class_part = False
+        return _frame(head, body, session)
+
+
+def _frame(head: bytes, body: bytes, session: connection.Session) -> bytes:
+    size = len(head).to_bytes(_LENGTH, "little")
+    if len(head) > MAX_PART:
+        return b"".join((bytes((MARKER, _ONCE)), size, head, body))
+    name = connection.digest(head)
+    if session.carries(head, name):
+        return b"".join((bytes((MARKER, _KEEP)), size, head, body))
+    return b"".join((bytes((MARKER, _NAMED)), name, body))
+
+
+def is_framed(data: Any) -> bool:
+    """Whether ``data`` is a payload in two parts."""
+    try:
+        return bool(memoryview(data).cast("B")[0] == MARKER)
+    except (TypeError, ValueError, IndexError):
+        return False
+
+
+def split(data: Any) -> tuple[int, bytes, memoryview]:
+    """A framed payload's kind, its classes' part (a digest, for NAMED) and its
+    task's part, as they are written."""
+    view = memoryview(data).cast("B")
+    kind = view[1] if view.nbytes > 1 else None
+    if kind == _NAMED:
+        start = 2
+        end = start + connection.DIGEST_SIZE
+    elif kind in (_KEEP, _ONCE) and view.nbytes >= 2 + _LENGTH:
+        start = 2 + _LENGTH
+        end = start + int.from_bytes(view[2:start], "little")
+    else:
+        raise UnpicklingError(f"graphpickle: a payload in two parts of unknown kind {kind}")
+    if end > view.nbytes:
+        raise UnpicklingError("graphpickle: a payload in two parts is shorter than its header says")
+    return kind, bytes(view[start:end]), view[end:]
+
+
+def parts(data: Any) -> tuple[bytes, memoryview]:
+    """The classes' part and the task's part of a framed payload: the classes'
+    part kept by the receiving connection (KEEP), or the one it holds (NAMED)."""
+    kind, head, body = split(data)
+    if kind == _NAMED:
+        return connection.receiving_classes(head), body
+    if kind == _KEEP and len(head) <= MAX_PART:
+        connection.received(head, head)
+    return head, body
+
+
+def recover(data: Any) -> memoryview:
+    """The task's part of a framed payload that failed to load, whose classes'
+    part (kept before the load) and task's part keep the blocks they carried
+    (``blocks.recover``)."""
+    kind, head, body = split(data)
+    if kind != _NAMED:
+        blocks.recover(head)
+    blocks.recover(body)
+    return body
+
+
+def load(data: Any, buffers: Any = ()) -> Any:
+    """The task of a framed payload: its classes' part, then its task's part,
+    loaded by one unpickler."""
+    head, body = parts(data)
+    unpickler = _pickle.Unpickler(io.BytesIO(head + body), buffers=buffers)
+    unpickler.load()
+    return unpickler.load()

@@ -1,0 +1,277 @@
+"""A task's by-value classes once per connection (graphpickle.core.classes_first):
+the pooled dask pickler writes the classes first, then the task, with one
+pickler; the classes' part travels once per connection, then as its digest.
+
+What a sequence of such payloads gives a fresh receiver, against cloudpickle's
+payloads, is checked by test_connection_classes.py and by the property test of
+test_connection.py (its state has a class); these tests pin the frame itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+import sys
+import types
+
+import pytest
+from conftest import run_python
+from test_connection import READ_SCRIPT, WRITE_SCRIPT, read, write
+
+import graphpickle.integrations.dask_distributed as gpd
+from graphpickle._switches import CACHING
+from graphpickle.core import classes_first, connection
+from graphpickle.core.native import speedups
+from graphpickle.errors import UnpicklingError
+
+pytestmark = [
+    pytest.mark.skipif(not CACHING, reason="GRAPHPICKLE_NO_CACHE=1: nothing is kept"),
+    pytest.mark.skipif(speedups is None, reason="the classes go first on the C path only"),
+]
+
+_KINDS = {1: "keep", 2: "named", 3: "once"}
+
+
+def kind(payload: bytes) -> str:
+    """How a payload travels: "inline" (a plain pickle), or its frame's kind."""
+    return _KINDS[classes_first.split(payload)[0]] if classes_first.is_framed(payload) else "inline"
+
+
+def module_class(source: str, name: str = "Point") -> type:
+    """``name`` from ``source`` run as a ``__main__`` module would (by value)."""
+    namespace: dict = {"__name__": "__main__", "__package__": None}
+    exec("import dataclasses\n" + source, namespace)
+    return namespace[name]
+
+
+_POINT = "@dataclasses.dataclass\nclass Point:\n    x: int\n    y: float = 0.0\n"
+
+
+def test_the_classes_part_goes_once_then_by_its_digest():
+    point = module_class(_POINT)
+    sender, receiver = connection.Sender(), connection.Receiver()
+    payloads = [write(sender, [point(i), i]) for i in range(4)]
+    # The first part names the methods' blocks once; from the second on they are
+    # the connection's, so the part is other bytes, kept once, then named.
+    assert [kind(p) for p in payloads] == ["keep", "keep", "named", "named"]
+    assert len(payloads[3]) < len(payloads[1]) // 4
+    loaded = [read(receiver, p) for p in payloads]
+    assert loaded == [[point(i), i] for i in range(4)]
+    assert len({type(v[0]) for v in loaded}) == 1  # one class, as cloudpickle's tracker gives
+
+
+def test_without_a_connection_a_class_goes_inline():
+    point = module_class(_POINT)
+    assert kind(gpd.dumps(point(1))) == "inline"
+    token = gpd._CODE_BLOCKS.set(True)  # (a receiver that loads blocks but keeps none)
+    try:
+        assert kind(gpd.dumps(point(1))) == "inline"
+    finally:
+        gpd._CODE_BLOCKS.reset(token)
+
+
+def test_a_reference_to_a_part_this_connection_never_sent_fails_that_task_only():
+    from dask._task_spec import Task
+
+    point = module_class(_POINT)
+    sender = connection.Sender()
+    first, _ = (write(sender, Task(("t", i), repr, point(i))) for i in range(2))
+    named = write(sender, Task(("t", 2), repr, point(2)))
+    assert kind(named) == "named"
+    # Another connection (or this one after its part was evicted) holds nothing.
+    task = read(connection.Receiver(), named)
+    name = classes_first.split(named)[1].hex()
+    with pytest.raises(UnpicklingError, match=f"holds no classes block {name}"):
+        task()
+    # The same bytes made into a part of another kind are refused, not guessed.
+    forged = bytes((classes_first.MARKER, 9)) + named[2:]
+    with pytest.raises(UnpicklingError, match="unknown kind 9"):
+        gpd.loads(forged)
+    # A length past the end is refused too.
+    with pytest.raises(UnpicklingError, match="shorter than its header"):
+        gpd.loads(first[:6] + b"\x00")
+
+
+def test_a_payload_that_fails_to_load_keeps_its_classes_part(monkeypatch):
+    from dask._task_spec import Task
+
+    point = module_class(_POINT)
+    missing = types.ModuleType("only_on_the_sender")
+    exec("def double(x):\n    return 2 * x\n", missing.__dict__)
+    monkeypatch.setitem(sys.modules, "only_on_the_sender", missing)
+    sender = connection.Sender()
+    first = write(sender, Task(("t", 0), repr, point(0)))  # (the methods' blocks)
+    failing = write(sender, Task(("t", 1), missing.double, point(1)))
+    named = write(sender, Task(("t", 2), repr, point(2)))
+    assert [kind(p) for p in (first, failing, named)] == ["keep", "keep", "named"]
+    monkeypatch.delitem(sys.modules, "only_on_the_sender")
+    receiver = connection.Receiver()
+    assert read(receiver, first)() == repr(point(0))
+    with pytest.raises(ModuleNotFoundError, match="only_on_the_sender"):
+        read(receiver, failing)()  # that task fails, the worker goes on
+    assert read(receiver, named)() == repr(point(2))
+
+
+def test_buffers_out_of_band_are_handed_over_once_and_the_part_holds_none():
+    point = module_class(_POINT + "    blob = bytearray(b'class-level bytes')\n")
+    data = [bytearray(b"before"), bytearray(b"after")]
+    sender, receiver = connection.Sender(), connection.Receiver()
+
+    def dumped(value: object) -> tuple[bytes, list]:
+        handed: list = []
+        session = sender.session()
+        token = gpd._CODE_BLOCKS.set(session)
+        try:
+            payload = gpd.dumps(value, buffer_callback=handed.append, protocol=5)
+        finally:
+            gpd._CODE_BLOCKS.reset(token)
+        sender.commit(session)
+        return payload, handed
+
+    # A buffer handed over before the class is met: the class stays inline (a
+    # restart would hand the buffer over twice).
+    payload, handed = dumped([pickle.PickleBuffer(data[0]), point(1)])
+    assert kind(payload) == "inline" and len(handed) == 1
+    token = connection.RECEIVER.set(receiver)
+    try:
+        assert bytes(gpd.loads(payload, buffers=handed)[0]) == b"before"
+    finally:
+        connection.RECEIVER.reset(token)
+    # After it: the classes go first; the buffer is handed over once.
+    for _ in range(3):
+        payload, handed = dumped([point(1), pickle.PickleBuffer(data[1])])
+        assert kind(payload) != "inline" and [bytes(b) for b in handed] == [b"after"]
+        token = connection.RECEIVER.set(receiver)
+        try:
+            value = gpd.loads(payload, buffers=handed)
+        finally:
+            connection.RECEIVER.reset(token)
+        assert value[0] == point(1) and bytes(value[1]) == b"after"
+        # The class attribute travelled in band in the part, not as a buffer.
+        assert bytes(type(value[0]).blob) == b"class-level bytes"
+    assert kind(payload) == "named"
+
+
+def test_a_task_with_many_classes_puts_the_first_ones_first():
+    namespace: dict = {"__name__": "__main__"}
+    exec(
+        "import dataclasses\n"
+        + "".join(
+            f"@dataclasses.dataclass\nclass C{i}:\n    x: int = {i}\n"
+            for i in range(classes_first.MAX_CLASSES + 3)
+        ),
+        namespace,
+    )
+    values = [namespace[f"C{i}"]() for i in range(classes_first.MAX_CLASSES + 3)]
+    sender, receiver = connection.Sender(), connection.Receiver()
+    payloads = [write(sender, values) for _ in range(3)]
+    assert [kind(p) for p in payloads] == ["keep", "keep", "named"]
+    first = read(connection.Receiver(), classes_first.split(payloads[0])[1])
+    assert [c.__name__ for c in first] == [f"C{i}" for i in range(classes_first.MAX_CLASSES)]
+    for payload in payloads:
+        loaded = read(receiver, payload)
+        assert [v.x for v in loaded] == list(range(classes_first.MAX_CLASSES + 3))
+
+
+def test_the_classes_part_holds_only_classes_the_task_pickles():
+    # A class reached only through another (its base, an annotation) goes with
+    # that class, not on its own; a by-value class the task names as a value
+    # goes first too.
+    namespace: dict = {"__name__": "__main__"}
+    exec(
+        "import dataclasses\n"
+        "class Base:\n    pass\n"
+        "class Tag:\n    pass\n"
+        "@dataclasses.dataclass\nclass Point(Base):\n    x: int = 0\n",
+        namespace,
+    )
+    sender = connection.Sender()
+    payload = write(sender, [namespace["Point"](), namespace["Tag"]])
+    head = read(connection.Receiver(), classes_first.split(payload)[1])
+    assert [c.__name__ for c in head] == ["Point", "Tag"]
+
+
+def test_a_part_bigger_than_the_bound_travels_every_time(monkeypatch):
+    monkeypatch.setattr(classes_first, "MAX_PART", 64)
+    point = module_class(_POINT)
+    sender, receiver = connection.Sender(), connection.Receiver()
+    payloads = [write(sender, point(i)) for i in range(3)]
+    assert [kind(p) for p in payloads] == ["once"] * 3
+    assert [read(receiver, p) for p in payloads] == [point(i) for i in range(3)]
+    assert not any(type(value) is bytes for value, _ in receiver.held.values())
+
+
+def test_an_evicted_part_is_a_miss_that_names_it(monkeypatch):
+    point = module_class(_POINT)
+    sender, receiver = connection.Sender(), connection.Receiver()
+    payloads = [write(sender, point(i)) for i in range(3)]
+    for payload in payloads[:2]:
+        read(receiver, payload)
+    monkeypatch.setattr(connection, "MAX_HELD", 2)
+    for i in range(3):  # three other blocks: the part is the oldest, and goes
+        receiver.keep(bytes([i]), (i,))
+    with pytest.raises(UnpicklingError, match="holds no classes block"):
+        read(receiver, payloads[2])
+
+
+def test_a_pooled_pickler_starts_the_next_payload_afresh_after_a_restart():
+    point = module_class(_POINT)
+    sender, receiver = connection.Sender(), connection.Receiver()
+    for i in range(3):
+        read(receiver, write(sender, point(i)))
+    # The same pooled pickler then writes a payload with no class: nothing of
+    # the restart (its memo, its globals dict, its callback) is left.
+    handed: list = []
+    plain = gpd.dumps(
+        [dataclasses.replace, pickle.PickleBuffer(b"x")], buffer_callback=handed.append
+    )
+    assert kind(plain) == "inline" and len(handed) == 1
+    assert pickle.loads(plain, buffers=handed)[0] is dataclasses.replace
+    assert read(receiver, write(sender, point(9))) == point(9)
+
+
+_SENDER = (
+    WRITE_SCRIPT
+    + """
+import dataclasses, pickle, sys
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    scale = 1
+
+    def scaled(self):
+        return self.x * Point.scale
+
+sender = connection.Sender()
+rows = []
+for i in range(5):
+    if i == 3:
+        Point.scale = 10  # the sender changes the class between tasks
+    rows.append(write(sender, (Point.scaled, Point(i))))
+with open(sys.argv[1], "wb") as out:
+    pickle.dump(rows, out)
+"""
+)
+
+_RECEIVER = (
+    READ_SCRIPT
+    + """
+import graphpickle.integrations.dask_distributed as gpd
+from graphpickle.core import classes_first
+seen = []
+for data in sent:
+    method, point = gpd.loads(data)
+    seen.append([classes_first.split(data)[0] if classes_first.is_framed(data) else 0, method(point)])
+    type(point).scale = -1  # the worker changes it: the next task applies the sender's again
+print(json.dumps(seen))
+"""
+)
+
+
+def test_a_fresh_receiver_sees_each_change_of_the_sender_and_none_of_its_own(tmp_path):
+    sent = tmp_path / "rows.pkl"
+    run_python(_SENDER, str(sent), cwd=tmp_path)
+    seen = json.loads(run_python(_RECEIVER, str(sent), cwd=tmp_path))
+    # keep (blocks inline), keep (blocks named), named, keep (a new state), named
+    assert seen == [[1, 0], [1, 1], [2, 2], [1, 30], [2, 40]]
