@@ -35,7 +35,8 @@ class Dumper:
         max_types: int,
         switch: dict[str, Any],
         *,
-        restart: tuple[type[BaseException], Callable[[Any, Sink, Any, Any, Any], bytes]] | None = None,
+        restart: tuple[type[BaseException], Callable[[Any, Sink, Any, Any, Any], bytes]]
+        | None = None,
     ) -> None: ...
     def __call__(self, *args: Any, **kwargs: Any) -> bytes: ...
     def clear(self) -> None: ...
