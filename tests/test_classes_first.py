@@ -275,3 +275,87 @@ def test_a_fresh_receiver_sees_each_change_of_the_sender_and_none_of_its_own(tmp
     seen = json.loads(run_python(_RECEIVER, str(sent), cwd=tmp_path))
     # keep (blocks inline), keep (blocks named), named, keep (a new state), named
     assert seen == [[1, 0], [1, 1], [2, 2], [1, 30], [2, 40]]
+
+
+_CLUSTER = """
+import collections, dataclasses, json
+from distributed import Client, LocalCluster
+from graphpickle.integrations import dask_distributed as gpd
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    scale = 1
+
+def scaled(p):
+    return p.x * Point.scale
+
+def count_kinds():
+    # On the worker: the kind of every payload in two parts its loads reads.
+    from graphpickle.core import classes_first
+    kinds = collections.Counter()
+    split = classes_first.split
+    def counting(data):
+        found = split(data)
+        kinds[found[0]] += 1
+        return found
+    classes_first.split = counting
+    classes_first.kinds_seen = kinds  # (a function sent by value has globals of its own)
+
+def kinds_seen():
+    from graphpickle.core import classes_first
+    return dict(classes_first.kinds_seen)
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        gpd.install(client)
+        client.run(count_kinds)
+        results = [client.gather(client.map(scaled, [Point(i) for i in range(50)], pure=False))]
+        Point.scale = 3  # a change on the client reaches the worker
+        results.append(client.gather(client.map(scaled, [Point(i) for i in range(5)], pure=False)))
+        (seen,) = client.run(kinds_seen).values()
+        client.restart()  # new workers, new connections: every part is sent again
+        client.run(count_kinds)
+        results.append(client.gather(client.map(scaled, [Point(i) for i in range(5)], pure=False)))
+        (again,) = client.run(kinds_seen).values()
+    print(json.dumps([results, seen, again]))
+"""
+
+
+def test_a_cluster_sends_a_class_once_per_worker_and_its_changes(tmp_path):
+    pytest.importorskip("dask._task_spec", reason="run specs are dask._task_spec objects")
+    results, seen, again = json.loads(run_python(_CLUSTER, cwd=tmp_path, timeout=300).split("\n")[-2])
+    assert results == [[i for i in range(50)], [3 * i for i in range(5)], [3 * i for i in range(5)]]
+    # Kept (a new state, or the methods' blocks named for the first time), then named.
+    assert seen.get("1", 0) <= 8 and seen.get("2", 0) >= 45, seen
+    assert again.get("1", 0) >= 1 and again.get("2", 0) >= 1, again
+
+
+def test_a_restart_carries_again_only_what_its_own_payload_carried():
+    point = module_class(_POINT)
+    namespace: dict = {"__name__": "__main__"}
+    exec("def f(x):\n    return ('f', x)\ndef g(x):\n    return ('g', x)\n", namespace)
+    f, g = namespace["f"], namespace["g"]
+    sender, receiver = connection.Sender(), connection.Receiver()
+    session = sender.session()  # one write of two payloads, as a batched stream sends
+    token = gpd._CODE_BLOCKS.set(session)
+    try:
+        first = gpd.dumps([f, 1])
+        second = gpd.dumps([g, f, point(1)])  # g's block carried, then a restart at Point
+    finally:
+        gpd._CODE_BLOCKS.reset(token)
+    sender.commit(session)
+    assert kind(first) == "inline" and kind(second) == "keep"
+    token = connection.RECEIVER.set(receiver)
+    try:
+        (f_block,) = connection.carried_by(first)
+    finally:
+        connection.RECEIVER.reset(token)
+    # f's block went with the first payload and is named in the second.
+    assert f_block not in second and connection.digest(f_block) in second
+    loaded = [read(receiver, p) for p in (first, second)]
+    assert loaded[0][0](1) == ("f", 1) and loaded[1][0](2) == ("g", 2) and loaded[1][2] == point(1)
+    # Everything the sender counts as sent, g's block (which the restarted dump
+    # had counted) among them, the worker holds.
+    assert len(session.carried) == 7 and set(session.carried) <= set(receiver.held)

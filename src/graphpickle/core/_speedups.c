@@ -1324,6 +1324,7 @@ typedef struct {
     PyObject *rest;     /* a list of the later chunks, or NULL */
     PyObject *callback; /* the current dump's buffer_callback, or NULL */
     Py_ssize_t handed;  /* buffers given to a callback since the last take */
+    PyObject *mark;     /* where the dump's blocks start in its write's session, or NULL */
 } SinkObject;
 
 static PyObject *
@@ -1414,6 +1415,7 @@ sink_traverse(SinkObject *self, visitproc visit, void *arg)
     Py_VISIT(self->first);
     Py_VISIT(self->rest);
     Py_VISIT(self->callback);
+    Py_VISIT(self->mark);
     return 0;
 }
 
@@ -1423,6 +1425,7 @@ sink_clear(SinkObject *self)
     Py_CLEAR(self->first);
     Py_CLEAR(self->rest);
     Py_CLEAR(self->callback);
+    Py_CLEAR(self->mark);
     return 0;
 }
 
@@ -1453,6 +1456,25 @@ static PyMemberDef sink_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+static PyObject *
+sink_get_mark(SinkObject *self, void *unused)
+{
+    return Py_NewRef(self->mark == NULL ? Py_None : self->mark);
+}
+
+static int
+sink_set_mark(SinkObject *self, PyObject *mark, void *unused)
+{
+    Py_XSETREF(self->mark, mark == NULL || mark == Py_None ? NULL : Py_NewRef(mark));
+    return 0;
+}
+
+static PyGetSetDef sink_getset[] = {
+    {"mark", (getter)sink_get_mark, (setter)sink_set_mark,
+     PyDoc_STR("Where the current dump's blocks start in its write's session (None: none yet)."), NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyType_Slot sink_slots[] = {
     {Py_tp_doc, (void *)PyDoc_STR("Sink(): the output file and buffer_callback of a pooled pickler.")},
     {Py_tp_new, PyType_GenericNew},
@@ -1461,6 +1483,7 @@ static PyType_Slot sink_slots[] = {
     {Py_tp_clear, sink_clear},
     {Py_tp_methods, sink_methods},
     {Py_tp_members, sink_members},
+    {Py_tp_getset, sink_getset},
     {0, NULL},
 };
 
@@ -1801,6 +1824,7 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     Py_XINCREF(callback);
     entry.sink->callback = callback;
     entry.sink->handed = 0;
+    Py_CLEAR(entry.sink->mark);
     PyObject *dump_args[2] = {entry.pickler, obj};
     PyObject *done = PyObject_Vectorcall(self->dump, dump_args, 2, NULL);
     Py_CLEAR(entry.sink->callback);

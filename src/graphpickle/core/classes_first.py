@@ -82,12 +82,14 @@ def restart(pickler: Any, sink: Any, obj: Any, first: ClassesFirst, callback: An
     when a dump of ``obj`` on ``pickler`` raised ``first``)."""
     state = pickler._state
     session = state.blocks.get(None)
+    # Where this payload's blocks start in its write (reducers._carries marks it).
+    mark = sink.mark if sink.mark is not None else session.mark()
     classes = [first.cls]
     while True:
         # What the failed dump wrote, and the blocks it counted as carried, are
-        # forgotten (a later payload of this write carries those blocks again).
+        # forgotten: the dumps below carry them again.
         sink.take()
-        session.forget()
+        session.undo(mark)
         _pickle.Pickler.clear_memo(pickler)
         state.reset()
         state.class_part = True  # (its own classes: bases, annotations, inline)

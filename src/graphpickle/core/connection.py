@@ -110,12 +110,13 @@ class Session:
     """The blocks one write carries (the same block once per write: a later
     payload of the same write names it)."""
 
-    __slots__ = ("carried", "carried_bytes", "sender")
+    __slots__ = ("carried", "carried_bytes", "forgotten", "sender")
 
     def __init__(self, sender: Sender) -> None:
         self.sender = sender
-        self.carried: dict[bytes, int] = {}
+        self.carried: dict[bytes, int] = {}  # (in the order carried)
         self.carried_bytes = 0
+        self.forgotten = 0  # how many times forget() ran
 
     def carries(self, block: bytes, name: bytes) -> bool:
         """Whether a payload of this write carries ``block``, whose digest is
@@ -136,6 +137,21 @@ class Session:
         carries the block again)."""
         self.carried.clear()
         self.carried_bytes = 0
+        self.forgotten += 1
+
+    def mark(self) -> tuple[int, int]:
+        """Where what a payload carries starts (for :meth:`undo`)."""
+        return (self.forgotten, len(self.carried))
+
+    def undo(self, mark: tuple[int, int]) -> None:
+        """A payload whose dump started at ``mark`` is written again: what it
+        carried was not sent (everything, if the write forgot since)."""
+        forgotten, size = mark
+        if forgotten != self.forgotten:
+            self.forget()
+            return
+        for name in list(self.carried)[size:]:
+            self.carried_bytes -= self.carried.pop(name)
 
 
 def dump_failed(blocks: ContextVar[Any] | None) -> None:

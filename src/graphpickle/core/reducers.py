@@ -451,6 +451,16 @@ def _blocks_wanted(state: PicklerState) -> bool:
     return wanted is not False and wanted is not None
 
 
+def _carries(state: PicklerState, session: _connection.Session, block: bytes, name: bytes) -> bool:
+    """``session.carries(block, name)``; a pooled dask pickler's first block of a
+    payload marks where the payload starts in the session, so that a restart
+    with the classes first (classes_first.restart) undoes what it carried."""
+    sink = state.sink
+    if sink is not None and sink.mark is None:
+        sink.mark = session.mark()
+    return session.carries(block, name)
+
+
 def _session(state: PicklerState) -> _connection.Session | None:
     """The connection's session this dump writes for, if any (caching on)."""
     wanted = state.blocks.get(False) if state.blocks is not None else None
@@ -526,7 +536,7 @@ def _held_reduction(
             flat, code, items, block, _blocks.sent_slots(flat), values,
             _connection.digest(block),
         )  # fmt: skip
-    carried = session.carries(made[3], made[6])
+    carried = _carries(state, session, made[3], made[6])
     named = made[3] if carried else made[6]
     make = _blocks.function_once if carried else _blocks.function_ref
     if type(base) is _blocks.HeldGlobals and base.sent_as is None:
@@ -675,7 +685,7 @@ def _reduce_code(state: PicklerState, code: types.CodeType) -> Any:
     if session is not None and answer[0] is _blocks.load_code:
         block = answer[1][0]  # once per connection, then its digest
         digest = _connection.digest(block)
-        carried = session.carries(block, digest)
+        carried = _carries(state, session, block, digest)
         return (_blocks.code_once, (block,)) if carried else (_blocks.code_ref, (digest,))
     return answer
 
