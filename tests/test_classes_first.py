@@ -359,3 +359,30 @@ def test_a_restart_carries_again_only_what_its_own_payload_carried():
     # Everything the sender counts as sent, g's block (which the restarted dump
     # had counted) among them, the worker holds.
     assert len(session.carried) == 7 and set(session.carried) <= set(receiver.held)
+
+
+def test_threads_each_on_a_connection_of_their_own():
+    from dask._task_spec import Task
+
+    classes = [module_class(_POINT), module_class(_POINT.replace("Point", "Other"), "Other")]
+    failures: list = []
+
+    def connection_of_its_own(seed: int) -> None:
+        sender, receiver = connection.Sender(), connection.Receiver()
+        try:
+            for i in range(60):
+                value = classes[(i + seed) % 2](i, seed)
+                payload = write(sender, Task(("t", seed, i), repr, value))
+                if read(receiver, payload)() != repr(value):
+                    failures.append((seed, i))
+        except Exception as exc:  # (reported below: a thread's exception is lost)
+            failures.append((seed, repr(exc)))
+
+    import threading
+
+    threads = [threading.Thread(target=connection_of_its_own, args=(s,)) for s in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []

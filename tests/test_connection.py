@@ -432,6 +432,9 @@ CHANGES = {
     "new defaults": "f.__defaults__ = ({'x': 'worker'},)",
     "change a default in place": "f.__defaults__[0]['x'] = 'worker'",
     "an attribute": "f.tag = 'worker'",
+    "a class attribute": (
+        "if 'Holder' in f.__globals__: f.__globals__['Holder'].attr = ('changed on the worker',)"
+    ),
 }
 seen = []
 for action, ours, theirs in sent:
@@ -449,7 +452,7 @@ print(json.dumps(seen))
 )
 
 _WORKER_CHANGES = ["set a global", "new code", "new defaults", "change a default in place",
-                   "an attribute", ""]  # fmt: skip
+                   "an attribute", "a class attribute", ""]  # fmt: skip
 
 
 @settings(

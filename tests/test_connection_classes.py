@@ -1,10 +1,11 @@
 """What a ``__main__`` class sent again and again on one connection must keep:
 what a fresh cloudpickle load of each task gives.
 
-Classes are not sent once per connection (docs/performance.md, "Why a class
-still travels in every payload"): these tests pin the two things a class held
-by the receiver between payloads would get wrong, so that any such cache has
-to pass them:
+A class's bytes go once per connection (graphpickle.core.classes_first), its
+objects are made again in every load (docs/performance.md, "A class once per
+connection: its bytes, not its objects"): these tests pin the two things a
+class held by the receiver between payloads would get wrong, so that any such
+cache has to pass them:
 
 - in one payload, a ``__main__`` function and the methods of a ``__main__``
   class share one globals dict (cloudpickle's one per module and payload): a

@@ -422,9 +422,12 @@ def message_payload(lib: str, message: Any) -> bytes:
     if lib == BLOCKS:
         from ..core import connection
 
-        # A connection of its own, whose every payload the worker's end loaded.
+        # A connection of its own, whose every payload the worker's end loaded,
+        # in its steady state: a task's classes' part names the methods' blocks
+        # from the second payload on, so that part is named from the third.
         sender = connection.Sender()
-        loads_on_the_connection(to_a_worker_that_loads_blocks(message, None, sender))
+        for _ in range(2):
+            loads_on_the_connection(to_a_worker_that_loads_blocks(message, None, sender))
         return to_a_worker_that_loads_blocks(message, None, sender)
     return graphpickle_dumps(message)
 

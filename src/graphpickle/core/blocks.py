@@ -76,8 +76,8 @@ __all__ = [
     "sent_slots", "subimport",
 ]  # fmt: skip
 
-#: The version of the layouts below, and of code blocks once per connection;
-#: both ends must have the same.
+#: The version of the layouts below, of code blocks once per connection and of
+#: payloads with their classes first (classes_first.py); both ends must have the same.
 FORMAT = 6
 
 #: The largest code block sent or read: bigger code travels as cloudpickle's
