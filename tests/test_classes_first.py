@@ -393,3 +393,41 @@ def test_threads_each_on_a_connection_of_their_own():
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+def test_an_error_after_a_restart_names_the_object_that_failed():
+    import threading
+
+    point = module_class(_POINT)
+    sender = connection.Sender()
+    with pytest.raises(TypeError) as raised:
+        write(sender, [point(1), threading.Lock()])
+    where = str(raised.value) + "\n".join(getattr(raised.value, "__notes__", []))
+    assert "lock" in where and "root[1]" in where, where
+    assert "ClassesFirst" not in where and "root[0]" not in where, where
+
+
+def test_a_failed_payload_keeps_blocks_its_task_part_names_through_the_classes_part(monkeypatch):
+    # The task's part refers to the classes' part's memo (function_once, the
+    # global its methods' blocks went by); a payload that fails before loading
+    # g keeps g's block all the same, so the next payload, which names it, loads.
+    Task = pytest.importorskip(
+        "dask._task_spec", reason="run specs are dask._task_spec objects"
+    ).Task
+    point = module_class("from dask._task_spec import Task\n" + _POINT + "    kind = Task\n")
+    namespace: dict = {"__name__": "__main__"}
+    exec("def g(p):\n    return ('g', p.x)\n", namespace)
+    g = namespace["g"]
+    missing = types.ModuleType("only_on_the_sender")
+    exec("def double(x):\n    return 2 * x\n", missing.__dict__)
+    monkeypatch.setitem(sys.modules, "only_on_the_sender", missing)
+    sender = connection.Sender()
+    failing = write(sender, Task(("t", 0), missing.double, g, point(0)))
+    named = write(sender, Task(("t", 1), g, point(1)))
+    monkeypatch.delitem(sys.modules, "only_on_the_sender")
+    receiver = connection.Receiver()
+    task = read(receiver, failing)  # a task that raises (its class read through the memo)
+    assert type(task) is Task
+    with pytest.raises(ModuleNotFoundError):
+        task()
+    assert read(receiver, named)() == ("g", 1)

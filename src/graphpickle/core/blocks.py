@@ -170,11 +170,12 @@ def code_ref(digest: bytes) -> types.CodeType:
     return _connection.receiving_held(digest)
 
 
-def recover(data: Any) -> None:
-    """A payload failed to load: the receiving connection holds the blocks it
-    carried all the same (later payloads may name them), each checked as
-    :func:`load_code` or :func:`function_once` checks it."""
-    for block in _connection.carried_by(data):
+def recover(*parts: Any) -> None:
+    """A payload (or the parts of one: ``connection.pushes``) failed to load:
+    the receiving connection holds the blocks it carried all the same (later
+    payloads may name them), each checked as :func:`load_code` or
+    :func:`function_once` checks it."""
+    for block in _connection.carried_by(*parts):
         for read in (load_code, _read_function_block):  # (a block is one or the other)
             try:
                 _connection.received(block, read(block))

@@ -156,15 +156,19 @@ def parts(data: Any) -> tuple[bytes, memoryview]:
     return head, body
 
 
-def recover(data: Any) -> memoryview:
-    """The task's part of a framed payload that failed to load, whose classes'
-    part (kept before the load) and task's part keep the blocks they carried
-    (``blocks.recover``)."""
+def recover(data: Any) -> tuple[bytes, memoryview]:
+    """The two parts of a framed payload that failed to load (its classes' part:
+    none if the connection does not hold the one it names), whose blocks the
+    connection holds all the same (``blocks.recover``: the task's part reads the
+    classes' part's memo)."""
     kind, head, body = split(data)
-    if kind != _NAMED:
-        blocks.recover(head)
-    blocks.recover(body)
-    return body
+    if kind == _NAMED:
+        try:
+            head = connection.receiving_classes(head)
+        except UnpicklingError:
+            head = b""
+    blocks.recover(*(head, body) if head else (body,))
+    return head, body
 
 
 def load(data: Any, buffers: Any = ()) -> Any:

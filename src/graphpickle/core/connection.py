@@ -39,6 +39,7 @@ import hashlib
 import pickletools
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from contextvars import ContextVar
 from types import CodeType
 from typing import Any
@@ -262,21 +263,21 @@ _STRINGS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"
 _BYTES = frozenset({"SHORT_BINBYTES", "BINBYTES", "BINBYTES8"})
 
 
-def carried_by(data: Any) -> list[bytes]:
-    """The bytes of each ``code_once`` (or ``function_once``) call a payload of the current connection
-    makes (read from its opcodes: ``blocks.recover`` holds them when the payload
-    failed to load); none if no connection is receiving, or caching is off."""
-    if RECEIVER.get() is None or not CACHING:
-        return []
-    found: list[bytes] = []
-    recent: list[Any] = [None, None]  # what the last two opcodes pushed (via the memo too)
+def pushes(*parts: Any) -> Iterator[tuple[int, str, Any, Any, Any]]:
+    """``(part, opcode name, argument, pushed, pushed before)`` for each opcode
+    of ``parts``, pickles loaded one after the other by one unpickler (one
+    memo: a payload with its classes first). What an opcode pushed is read only
+    for strings, globals (``(module, name)``) and memo gets of those; None for
+    anything else. Raises what ``pickletools.genops`` raises on bad bytes."""
     memo: list[Any] = []
-    try:
+    for index, data in enumerate(parts):
+        before: Any = None
+        last: Any = None  # what the last two opcodes pushed (via the memo too)
         arg: Any
         for opcode, arg, _ in pickletools.genops(memoryview(data).tobytes()):
             name = opcode.name
             if name == "MEMOIZE":
-                memo.append(recent[-1])
+                memo.append(last)
                 continue
             if name in ("FRAME", "MARK"):
                 continue
@@ -286,10 +287,24 @@ def carried_by(data: Any) -> list[bytes]:
             elif name in ("BINGET", "LONG_BINGET"):
                 pushed = memo[arg] if 0 <= arg < len(memo) else None
             elif name == "STACK_GLOBAL":
-                pushed = tuple(recent)
-            elif name in _BYTES and recent[-1] in _ONCE:
+                pushed = (before, last)
+            yield index, name, arg, pushed, last
+            before, last = last, pushed
+
+
+def carried_by(*parts: Any) -> list[bytes]:
+    """The bytes of each ``code_once`` (or ``function_once``) call a payload of
+    the current connection makes (its parts, if its classes go first: see
+    :func:`pushes`), read from its opcodes (``blocks.recover`` holds them when
+    the payload failed to load); none if no connection is receiving, or caching
+    is off."""
+    if RECEIVER.get() is None or not CACHING:
+        return []
+    found: list[bytes] = []
+    try:
+        for _, name, arg, _, before in pushes(*parts):
+            if name in _BYTES and before in _ONCE:
                 found.append(arg)
-            recent = [recent[-1], pushed]
     except Exception:
         pass  # read what could be read: the payload fails as it is
     return found

@@ -200,13 +200,14 @@ def _dump_failed(pickler: Pickler, obj: Any, exc: Exception) -> NoReturn:
     # cycle collector, in an order that crashes CPython when its memo holds
     # memoryviews (3.11). Nothing written after a failure is usable.
     pickler.clear_memo()
-    error = pickling_error(pickler, obj, exc)  # (which pickles parts of obj again)
-    # The blocks this dump (and that search) carried for a connection were not sent.
     # (A subclass whose __init__ never called ours has no state: CPython's own
     # test_bad_init expects pickle's PicklingError from it.)
     state = getattr(pickler, "_state", None)
     if state is not None:
-        state.sink = None  # (the search below writes its classes inline)
+        state.sink = None  # the search writes its classes inline: no ClassesFirst
+    error = pickling_error(pickler, obj, exc)  # (which pickles parts of obj again)
+    # The blocks this dump (and that search) carried for a connection were not sent.
+    if state is not None:
         _connection.dump_failed(state.blocks)
     if error is exc:
         raise exc  # its own type and traceback, with notes saying where

@@ -34,7 +34,6 @@ import contextlib
 import importlib
 import io
 import pickle
-import pickletools
 import sys
 import uuid
 import warnings
@@ -231,14 +230,15 @@ def _load_failed(exc: Exception, data: Any) -> Any:
     """``loads(data)`` raised ``exc``: a task's payload gives a task that raises
     ``exc`` (with its note) when it runs; anything else raises it."""
     # The blocks it carried are this connection's all the same: later payloads name them.
+    parts: tuple[Any, ...] = (data,)
     if classes_first.is_framed(data):
         try:
-            data = classes_first.recover(data)
+            parts = tuple(part for part in classes_first.recover(data) if part)
         except Exception:
             _loads_failed(exc, data)  # not a payload in two parts this worker can read
     else:
         blocks.recover(data)
-    task_class = _task_class_of(data)
+    task_class = _task_class_of(*parts)
     if task_class is None:
         _loads_failed(exc, data)
     _note_load_failure(exc)
@@ -258,32 +258,26 @@ def _raise_load_failure(exc: Exception) -> NoReturn:
     raise exc
 
 
-def _task_class_of(data: Any) -> type | None:
-    """The dask task class (``dask._task_spec.GraphNode``'s) that a payload
-    builds at its top level, read from its first opcodes (the class is pushed
-    first, before its arguments); None for anything else, or unreadable bytes.
-    Only failed loads are read."""
+def _task_class_of(*parts: Any) -> type | None:
+    """The dask task class (``dask._task_spec.GraphNode``'s) that a payload (its
+    last part, if its classes go first) builds at its top level, read from its
+    first opcodes (the class is pushed first, before its arguments); None for
+    anything else, or unreadable bytes. Only failed loads are read."""
     task_spec = sys.modules.get("dask._task_spec")
     if task_spec is None:
         return None
-    strings: list[str] = []
+    found: Any = None
     try:
-        for opcode, arg, _ in pickletools.genops(memoryview(data).tobytes()):
-            if opcode.name in ("PROTO", "FRAME", "MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"):
-                continue
-            if isinstance(arg, str) and opcode.name.endswith("UNICODE"):
-                strings.append(arg)
-                if len(strings) <= 2:
-                    continue
-            if opcode.name == "STACK_GLOBAL" and len(strings) == 2:
-                module, name = strings
-                break
-            return None
-        else:
-            return None
+        for index, name, _, pushed, _ in connection.pushes(*parts):
+            if index < len(parts) - 1 or name == "PROTO" or name.endswith("UNICODE"):
+                continue  # (the strings: the module and name of the global that follows)
+            if name in ("STACK_GLOBAL", "BINGET", "LONG_BINGET") and type(pushed) is tuple:
+                module, qualname = pushed
+                if module == task_spec.__name__ and type(qualname) is str:
+                    found = getattr(task_spec, qualname, None)
+            break
     except Exception:
         return None  # not a pickle we can read: it fails as it is
-    found = getattr(task_spec, name, None) if module == task_spec.__name__ else None
     graph_node = getattr(task_spec, "GraphNode", None)
     if isinstance(found, type) and graph_node is not None and issubclass(found, graph_node):
         return found
