@@ -367,10 +367,6 @@ def test_a_restart_carries_again_only_what_its_own_payload_carried():
 
 
 def test_threads_each_on_a_connection_of_their_own():
-    Task = pytest.importorskip(
-        "dask._task_spec", reason="run specs are dask._task_spec objects"
-    ).Task
-
     classes = [module_class(_POINT), module_class(_POINT.replace("Point", "Other"), "Other")]
     failures: list = []
 
