@@ -427,3 +427,20 @@ def test_a_failed_payload_keeps_blocks_its_task_part_names_through_the_classes_p
     with pytest.raises(ModuleNotFoundError):
         task()
     assert read(receiver, named)() == ("g", 1)
+
+
+def test_a_class_met_after_the_dump_wrote_out_a_frame_stays_inline():
+    # Starting again would write those bytes again: the class goes inline.
+    point = module_class(_POINT)
+    sender, receiver = connection.Sender(), connection.Receiver()
+    big = b"x" * 200_000
+    late, early = write(sender, [big, point(1)]), write(sender, [point(2), big])
+    assert (kind(late), kind(early)) == ("inline", "keep")
+    assert read(receiver, late) == [big, point(1)] and read(receiver, early) == [point(2), big]
+
+
+def test_the_digests_a_sender_remembers_are_bounded_in_bytes():
+    for i in range(40):  # classes' parts of a class whose state changes in every task
+        connection.digest(bytes([i]) * (1024 * 1024))
+    assert connection._digested <= connection._MAX_DIGESTED
+    assert sum(map(len, connection._digests)) == connection._digested

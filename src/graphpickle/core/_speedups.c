@@ -1324,6 +1324,8 @@ typedef struct {
     PyObject *rest;     /* a list of the later chunks, or NULL */
     PyObject *callback; /* the current dump's buffer_callback, or NULL */
     Py_ssize_t handed;  /* buffers given to a callback since the last take */
+    Py_ssize_t written; /* bytes written since the last take */
+    Py_ssize_t peak;    /* the most bytes one take of the current dump gave */
     PyObject *mark;     /* where the dump's blocks start in its write's session, or NULL */
 } SinkObject;
 
@@ -1341,6 +1343,7 @@ sink_write(SinkObject *self, PyObject *data)
         }
     }
     if (self->first == NULL) {
+        self->written += PyBytes_GET_SIZE(chunk);
         self->first = chunk;
         Py_RETURN_NONE;
     }
@@ -1348,6 +1351,7 @@ sink_write(SinkObject *self, PyObject *data)
         Py_DECREF(chunk);
         return NULL;
     }
+    self->written += PyBytes_GET_SIZE(chunk);
     int failed = PyList_Append(self->rest, chunk);
     Py_DECREF(chunk);
     if (failed) {
@@ -1392,6 +1396,10 @@ sink_take(SpeedupsState *st, SinkObject *self)
     PyObject *first = self->first, *rest = self->rest;
     self->first = self->rest = NULL;
     self->handed = 0;
+    if (self->written > self->peak) {
+        self->peak = self->written;
+    }
+    self->written = 0;
     if (first == NULL) {
         Py_XDECREF(rest);
         return Py_NewRef(st->empty_bytes);
@@ -1453,6 +1461,8 @@ static PyMethodDef sink_methods[] = {
 static PyMemberDef sink_members[] = {
     {"handed", Py_T_PYSSIZET, offsetof(SinkObject, handed), Py_READONLY,
      PyDoc_STR("How many buffers went to a callback since the last take.")},
+    {"written", Py_T_PYSSIZET, offsetof(SinkObject, written), Py_READONLY,
+     PyDoc_STR("How many bytes were written since the last take.")},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -1823,7 +1833,7 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
     }
     Py_XINCREF(callback);
     entry.sink->callback = callback;
-    entry.sink->handed = 0;
+    entry.sink->handed = entry.sink->written = entry.sink->peak = 0;
     Py_CLEAR(entry.sink->mark);
     PyObject *dump_args[2] = {entry.pickler, obj};
     PyObject *done = PyObject_Vectorcall(self->dump, dump_args, 2, NULL);
@@ -1866,7 +1876,8 @@ dumper_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *
         Py_DECREF(done);
         data = sink_take(self->st, entry.sink);
     }
-    if (data == NULL || entry_reset(self, &entry, PyBytes_GET_SIZE(data), protocol) < 0
+    /* (a restart's parts grew the pickler's buffer and memo as a payload that size would) */
+    if (data == NULL || entry_reset(self, &entry, Py_MAX(PyBytes_GET_SIZE(data), entry.sink->peak), protocol) < 0
         || !settings_unchanged(entry.pickler, entry.tag) || !pool_give(self, protocol, &entry, generation)) {
         entry_drop(&entry);
         if (data != NULL && PyErr_Occurred()) {

@@ -36,10 +36,13 @@ dumps the task; the first by-value class it meets raises :class:`ClassesFirst`
 (``reducers._reduce_class``), and :func:`restart` dumps again with that class
 first, then any other class met the same way (at most :data:`MAX_CLASSES`; later
 ones stay inline). So the classes' part holds exactly the classes the task
-pickles by value. A class met after a buffer went out of band to the caller's
-``buffer_callback`` is written inline (a restart would hand that buffer over
-twice), and the classes' part is written with every buffer in band (a held part
-cannot name a buffer of another message).
+pickles by value. What the task's dump met before the class is reduced again
+(a ``__reduce__`` there runs twice). A class met after a buffer went out of band
+to the caller's ``buffer_callback`` is written inline (a restart would hand that
+buffer over twice), and so is one met after the dump wrote its first frame (64
+KiB) or a large ``bytes`` out to the sink (a restart would write it again); the
+classes' part is written with every buffer in band (a held part cannot name a
+buffer of another message).
 """
 
 from __future__ import annotations

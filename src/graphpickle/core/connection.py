@@ -61,18 +61,24 @@ DIGEST_SIZE = 16
 RECEIVER: ContextVar[Receiver | None] = ContextVar("graphpickle_receiver", default=None)
 
 _digests: dict[bytes, bytes] = {}
+_digested = 0  # the bytes of the blocks _digests holds
+_MAX_DIGESTED = 16 * 1024 * 1024
 
 
 def digest(block: bytes) -> bytes:
     """The digest that names ``block`` (BLAKE2b, 16 bytes), remembered by the
     block's bytes (a sender names the same few blocks in payload after
-    payload)."""
+    payload), for at most MAX_HELD blocks or 16 MiB of them."""
+    global _digested
     found = _digests.get(block)
     if found is None:
         found = hashlib.blake2b(block, digest_size=DIGEST_SIZE).digest()
-        if len(_digests) >= MAX_HELD:
+        if len(_digests) >= MAX_HELD or _digested + len(block) > _MAX_DIGESTED:
             _digests.clear()
-        _digests[block] = found
+            _digested = 0
+        if len(block) <= _MAX_DIGESTED:
+            _digests[block] = found
+            _digested += len(block)
     return found
 
 

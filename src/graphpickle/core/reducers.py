@@ -640,13 +640,12 @@ def _reduce_class(state: PicklerState, cls: type) -> Any:
         reduction = _builtin_type_reductions[cls] = cp.reduce_class_by_value(cls)
         return reduction
     state.by_value = True
-    if (
-        state.sink is not None
-        and not state.class_part
-        and state.sink.handed == 0
-        and _session(state) is not None
-    ):
-        raise ClassesFirst(cls)  # (the Dumper writes the task again, this class first)
+    # On a pooled dask pickler, for a connection, before anything went out of the
+    # dump: the Dumper writes the task again, this class first (classes_first.py).
+    sink = state.sink
+    restart = sink is not None and not state.class_part and not (sink.handed or sink.written)
+    if restart and _session(state) is not None:
+        raise ClassesFirst(cls)
     if state.deterministic is None:
         reduction = cp.reduce_class_by_value(cls)
         if _blocks_wanted(state) and reduction[0] is cp.make_skeleton_class:
