@@ -234,10 +234,10 @@ def test_a_pooled_pickler_starts_the_next_payload_afresh_after_a_restart():
     assert read(receiver, write(sender, point(9))) == point(9)
 
 
-_SENDER = (
-    WRITE_SCRIPT
-    + """
-import dataclasses, pickle, sys
+#: A ``__main__`` dataclass with a class attribute that the sender (or the
+#: worker) changes between tasks, for the scripts below.
+_SCALED_POINT = """
+import dataclasses
 
 @dataclasses.dataclass
 class Point:
@@ -246,6 +246,13 @@ class Point:
 
     def scaled(self):
         return self.x * Point.scale
+"""
+
+_SENDER = (
+    WRITE_SCRIPT
+    + _SCALED_POINT
+    + """
+import pickle, sys
 
 sender = connection.Sender()
 rows = []
@@ -281,18 +288,12 @@ def test_a_fresh_receiver_sees_each_change_of_the_sender_and_none_of_its_own(tmp
     assert seen == [[1, 0], [1, 1], [2, 2], [1, 30], [2, 40]]
 
 
-_CLUSTER = """
-import collections, dataclasses, json
+_CLUSTER = (
+    _SCALED_POINT
+    + """
+import collections, json
 from distributed import Client, LocalCluster
 from graphpickle.integrations import dask_distributed as gpd
-
-@dataclasses.dataclass
-class Point:
-    x: int
-    scale = 1
-
-def scaled(p):
-    return p.x * Point.scale
 
 def count_kinds():
     # On the worker: the kind of every payload in two parts its loads reads.
@@ -315,16 +316,17 @@ if __name__ == "__main__":
                       dashboard_address=None) as cluster, Client(cluster) as client:
         gpd.install(client)
         client.run(count_kinds)
-        results = [client.gather(client.map(scaled, [Point(i) for i in range(50)], pure=False))]
+        results = [client.gather(client.map(Point.scaled, [Point(i) for i in range(50)], pure=False))]
         Point.scale = 3  # a change on the client reaches the worker
-        results.append(client.gather(client.map(scaled, [Point(i) for i in range(5)], pure=False)))
+        results.append(client.gather(client.map(Point.scaled, [Point(i) for i in range(5)], pure=False)))
         (seen,) = client.run(kinds_seen).values()
         client.restart()  # new workers, new connections: every part is sent again
         client.run(count_kinds)
-        results.append(client.gather(client.map(scaled, [Point(i) for i in range(5)], pure=False)))
+        results.append(client.gather(client.map(Point.scaled, [Point(i) for i in range(5)], pure=False)))
         (again,) = client.run(kinds_seen).values()
     print(json.dumps([results, seen, again]))
 """
+)
 
 
 def test_a_cluster_sends_a_class_once_per_worker_and_its_changes(tmp_path):
