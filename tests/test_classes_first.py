@@ -16,6 +16,8 @@ import types
 
 import pytest
 from conftest import run_python
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_connection import READ_SCRIPT, WRITE_SCRIPT, read, write
 
 import graphpickle.integrations.dask_distributed as gpd
@@ -446,3 +448,71 @@ def test_the_digests_a_sender_remembers_are_bounded_in_bytes():
         connection.digest(bytes([i]) * (1024 * 1024))
     assert connection._digested <= connection._MAX_DIGESTED
     assert sum(map(len, connection._digests)) == connection._digested
+
+
+_ELEMENT = st.one_of(
+    st.tuples(st.just("point"), st.integers(0, 2), st.integers(0, 9)),
+    st.tuples(st.just("buffer"), st.integers(1, 3)),
+    st.tuples(st.just("big"), st.integers(1, 2)),
+    st.tuples(st.just("function"), st.integers(0, 2)),
+)
+_STEP = st.one_of(
+    st.tuples(st.just("send"), st.lists(_ELEMENT, max_size=6)),
+    st.tuples(st.just("change"), st.integers(0, 2), st.integers(0, 3)),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_STEP, min_size=1, max_size=10), st.booleans())
+def test_random_payloads_on_one_connection_load_as_they_were_sent(steps, out_of_band):
+    # Classes, functions, buffers in and out of band and frames past 64 KiB in any
+    # order, the sender's classes changing between payloads: every payload loads
+    # as it was sent, every buffer is handed over once, and everything the
+    # sender counts as sent the worker holds.
+    namespace: dict = {"__name__": "__main__"}
+    exec(
+        "import dataclasses\n"
+        + "".join(
+            f"@dataclasses.dataclass\nclass C{i}:\n    x: int\n    tag = 0\n"
+            f"def f{i}(x):\n    return (C{i}.tag, x)\n"
+            for i in range(3)
+        ),
+        namespace,
+    )
+    made = {
+        "point": lambda c, x: namespace[f"C{c}"](x),
+        "buffer": lambda n: pickle.PickleBuffer(bytearray(b"b" * n)),
+        "big": lambda n: b"B" * (70_000 * n),
+        "function": lambda k: namespace[f"f{k}"],
+    }
+    sender, receiver = connection.Sender(), connection.Receiver()
+    for step in steps:
+        if step[0] == "change":
+            namespace[f"C{step[1]}"].tag = step[2]
+            continue
+        value = [made[kind](*args) for kind, *args in step[1]]
+        handed: list = []
+        session = sender.session()
+        token = gpd._CODE_BLOCKS.set(session)
+        try:
+            payload = gpd.dumps(
+                value, buffer_callback=handed.append if out_of_band else None, protocol=5
+            )
+        finally:
+            gpd._CODE_BLOCKS.reset(token)
+        sender.commit(session)
+        token = connection.RECEIVER.set(receiver)
+        try:
+            loaded = gpd.loads(payload, buffers=handed)
+        finally:
+            connection.RECEIVER.reset(token)
+        assert len(handed) == (sum(kind == "buffer" for kind, *_ in step[1]) if out_of_band else 0)
+        expected = [bytes(v.raw()) if isinstance(v, pickle.PickleBuffer) else v for v in value]
+        got = [
+            bytes(v) if isinstance(v, (bytearray, memoryview, pickle.PickleBuffer)) else v
+            for v in loaded
+        ]
+        assert [g if not callable(g) or isinstance(g, type) else g(1) for g in got] == [
+            e if not callable(e) or isinstance(e, type) else e(1) for e in expected
+        ]
+    assert set(sender.held) <= set(receiver.held)
