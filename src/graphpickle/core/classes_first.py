@@ -27,7 +27,7 @@ the digest of its bytes:
 No pickle starts with ``0xff``. The receiver loads the classes' part again for
 every task, as if it were inline: the class state is applied in every load, as
 cloudpickle applies it, and nothing but bytes is kept between payloads. One
-thing a load can observe differs (README, "Differences"): the classes' state is
+thing a load can observe differs (README, "Limits"): the classes' state is
 applied before the task's other objects load, not where the first instance
 appears in the task.
 

@@ -7,7 +7,8 @@ travels once, as ``blocks.code_once(block)``; after that a payload names it by
 its digest, ``blocks.code_ref(digest)``, and the receiver hands back the code
 object it made from the block that connection sent. A function block
 (``blocks.function_once``/``function_ref``: a code block and the immutable
-parts of a function) travels and is held the same way, in the same table.
+parts of a function) travels and is held the same way, in the same table, and
+so does a task's classes' part (``classes_first.py``: held as its bytes).
 
 - **The sender** (:class:`Sender`, one per connection) counts a block as held by
   the receiver only once the write that carried it returned: each write is a
