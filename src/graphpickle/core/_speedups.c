@@ -156,7 +156,7 @@ typedef struct {
 /* Every field of SpeedupsState, for the module's traverse and clear. */
 #define FOR_EACH_STATE_FIELD(DO)                                                                  \
     DO(dispatch_type) DO(sink_type) DO(dumper_type) DO(loader_type) DO(str_module)               \
-    DO(str_by_value) DO(str_memo) DO(str_join) DO(str_qualname) DO(str_protocol)   \
+    DO(str_by_value) DO(str_memo) DO(str_join) DO(str_qualname) DO(str_protocol)                 \
     DO(str_buffer_callback) DO(str_deterministic) DO(str_buffers) DO(str_blocks) DO(str_fix_imports) \
     DO(str_encoding) DO(str_errors) DO(str_speedups) DO(str_buffer) DO(str_generation)           \
     DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(str_locals)    \
@@ -1342,8 +1342,9 @@ sink_write(SinkObject *self, PyObject *data)
             return NULL;
         }
     }
+    /* (counted if it is kept or not: a write that fails fails the dump) */
+    self->written += PyBytes_GET_SIZE(chunk);
     if (self->first == NULL) {
-        self->written += PyBytes_GET_SIZE(chunk);
         self->first = chunk;
         Py_RETURN_NONE;
     }
@@ -1351,7 +1352,6 @@ sink_write(SinkObject *self, PyObject *data)
         Py_DECREF(chunk);
         return NULL;
     }
-    self->written += PyBytes_GET_SIZE(chunk);
     int failed = PyList_Append(self->rest, chunk);
     Py_DECREF(chunk);
     if (failed) {

@@ -159,19 +159,20 @@ def parts(data: Any) -> tuple[bytes, memoryview]:
     return head, body
 
 
-def recover(data: Any) -> tuple[bytes, memoryview]:
-    """The two parts of a framed payload that failed to load (its classes' part:
-    none if the connection does not hold the one it names), whose blocks the
-    connection holds all the same (``blocks.recover``: the task's part reads the
-    classes' part's memo)."""
+def recover(data: Any) -> tuple[Any, ...]:
+    """The parts of a framed payload that failed to load, its classes' part
+    first (left out if the connection does not hold the one it names), whose
+    blocks the connection holds all the same (``blocks.recover``: the task's
+    part reads the classes' part's memo)."""
     kind, head, body = split(data)
+    parts: tuple[Any, ...] = (head, body)
     if kind == _NAMED:
         try:
-            head = connection.receiving_classes(head)
+            parts = (connection.receiving_classes(head), body)
         except UnpicklingError:
-            head = b""
-    blocks.recover(*(head, body) if head else (body,))
-    return head, body
+            parts = (body,)
+    blocks.recover(*parts)
+    return parts
 
 
 def load(data: Any, buffers: Any = ()) -> Any:

@@ -278,8 +278,9 @@ def pushes(*parts: Any) -> Iterator[tuple[int, str, Any, Any, Any]]:
     anything else. Raises what ``pickletools.genops`` raises on bad bytes."""
     memo: list[Any] = []
     for index, data in enumerate(parts):
+        # What the last two opcodes pushed (via the memo too).
         before: Any = None
-        last: Any = None  # what the last two opcodes pushed (via the memo too)
+        last: Any = None
         arg: Any
         for opcode, arg, _ in pickletools.genops(memoryview(data).tobytes()):
             name = opcode.name

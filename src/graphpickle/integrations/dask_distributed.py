@@ -233,7 +233,7 @@ def _load_failed(exc: Exception, data: Any) -> Any:
     parts: tuple[Any, ...] = (data,)
     if classes_first.is_framed(data):
         try:
-            parts = tuple(part for part in classes_first.recover(data) if part)
+            parts = classes_first.recover(data)
         except Exception:
             _loads_failed(exc, data)  # not a payload in two parts this worker can read
     else:
