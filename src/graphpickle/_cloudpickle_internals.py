@@ -534,3 +534,15 @@ def class_tracker_id(cls: type) -> str:
     payloads as ``cls`` itself."""
     tracker_id: str = _cp._get_or_create_tracker_id(cls)
     return tracker_id
+
+
+#: The classes cloudpickle's receiver tracks (weakly), by the id their payloads
+#: name: ``_make_skeleton_class`` returns the class tracked under its id.
+CLASSES_BY_TRACKER_ID: typing.MutableMapping[str, type] = _cp._DYNAMIC_CLASS_TRACKER_BY_ID
+
+
+def tracked_id(cls: type) -> str | None:
+    """The id under which this process tracks ``cls`` (None if it does not)."""
+    with _cp._DYNAMIC_CLASS_TRACKER_LOCK:
+        found: str | None = _cp._DYNAMIC_CLASS_TRACKER_BY_CLASS.get(cls)
+    return found

@@ -2879,6 +2879,364 @@ same_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(same_items(args[0], args[1]));
 }
 
+/* ---- what a classes' part the receiver reuses is made of ---------------
+ *
+ * held_snapshot(probes, missing): what each probe reads now, as one flat tuple;
+ * held_unchanged(probes, reading, missing): whether it would read `reading`, the
+ * very same objects position by position (sizes, exact ints, by value), read
+ * and compared as it goes (it stops at the first change). held_classes.py
+ * builds the probes, and reuses a loaded classes' part while they read the
+ * same. No Python code of the user's runs: the probes read the fields of
+ * functions, cells, exact dicts, lists and sets, the slots of plain objects
+ * (classes that define no hooks: checked when the probes were made), classes'
+ * dicts, and globals (a module's attribute, as a load's find_class reads it).
+ * A probe is a tuple (kind, target[, argument]); `missing` stands for what is
+ * not there. */
+enum {
+    PROBE_ATTR, PROBE_ITEMS, PROBE_CLASS_ITEMS, PROBE_LIST, PROBE_CELL, PROBE_GLOBAL, PROBE_MODULE,
+    PROBE_ANNOTATIONS, PROBE_SET, PROBE_FUNCTION, PROBE_PLAIN
+};
+
+/* The settable fields of a function, as PROBE_FUNCTION reads them (held_classes.py
+ * uses it only if these are the settable attributes it finds on a function). */
+static const char *function_fields[] = {
+    "__code__", "__defaults__", "__kwdefaults__", "__doc__", "__name__", "__qualname__",
+    "__module__", "__dict__", "__annotations__",
+#if PY_VERSION_HEX >= 0x030C0000
+    "__type_params__",
+#endif
+#if PY_VERSION_HEX >= 0x030E0000
+    "__annotate__",
+#endif
+};
+#define FUNCTION_FIELDS ((Py_ssize_t)(sizeof(function_fields) / sizeof(function_fields[0])))
+
+static int
+is_dunder(PyObject *name)
+{
+    return PyUnicode_GET_LENGTH(name) >= 2 && PyUnicode_READ_CHAR(name, 0) == '_'
+           && PyUnicode_READ_CHAR(name, 1) == '_';
+}
+
+/* Where the objects probes read go: appended to `out` (a snapshot), or compared
+ * with `reading` (`same` drops to 0 at the first difference). */
+typedef struct {
+    PyObject *out, *reading, *missing;
+    Py_ssize_t at;
+    int same;
+    PyObject *modules; /* sys.modules, read once (borrowed; NULL until a global is read) */
+} Probed;
+
+static int
+emit(Probed *p, PyObject *value) /* (borrowed; NULL: missing) */
+{
+    value = value == NULL ? p->missing : value;
+    if (p->out != NULL) {
+        return PyList_Append(p->out, value);
+    }
+    PyObject *then = p->at < PyTuple_GET_SIZE(p->reading) ? PyTuple_GET_ITEM(p->reading, p->at) : NULL;
+    p->at++;
+    if (value != then
+        && !(then != NULL && PyLong_CheckExact(value) && PyLong_CheckExact(then)
+             && PyObject_RichCompareBool(value, then, Py_EQ) == 1)) {
+        p->same = 0;
+    }
+    return 0;
+}
+
+static int
+emit_new(Probed *p, PyObject *value) /* (a new reference: NULL is an error) */
+{
+    if (value == NULL) {
+        return -1;
+    }
+    int failed = emit(p, value);
+    Py_DECREF(value);
+    return failed;
+}
+
+static int
+emit_size(Probed *p, Py_ssize_t size)
+{
+    return emit_new(p, PyLong_FromSsize_t(size));
+}
+
+/* An exact dict's size, then its keys and values in order (None: no exact dict). */
+static int
+emit_items(Probed *p, PyObject *dict)
+{
+    if (dict == NULL || !PyDict_CheckExact(dict)) {
+        return emit(p, Py_None);
+    }
+    if (emit_size(p, PyDict_GET_SIZE(dict)) < 0) {
+        return -1;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (p->same && PyDict_Next(dict, &pos, &key, &value)) {
+        if (emit(p, key) < 0 || emit(p, value) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int
+emit_attribute(Probed *p, PyObject *target, PyObject *name)
+{
+    PyObject *value = PyObject_GetAttr(target, name);
+    if (value == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return emit(p, NULL);
+    }
+    return emit_new(p, value);
+}
+
+/* What find_class finds for (module, names): sys.modules[module].a.b.c. A
+ * module's own name (no dunder: no attribute of module objects) is read from its
+ * dict, as getattr would find it. */
+static int
+emit_global(Probed *p, PyObject *module_name, PyObject *names)
+{
+    if (p->modules == NULL) {
+        p->modules = PySys_GetObject("modules");
+    }
+    PyObject *found = p->modules != NULL && PyDict_CheckExact(p->modules)
+                          ? PyDict_GetItemWithError(p->modules, module_name) : NULL;
+    if (found == NULL) {
+        return PyErr_Occurred() ? -1 : emit(p, NULL);
+    }
+    Py_INCREF(found);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i), *next = NULL;
+        if (i == 0 && PyModule_CheckExact(found) && PyUnicode_CheckExact(name)
+            && !is_dunder(name)) {
+            next = Py_XNewRef(PyDict_GetItemWithError(PyModule_GetDict(found), name));
+            if (next == NULL && PyErr_Occurred()) {
+                Py_DECREF(found);
+                return -1;
+            }
+        }
+        if (next == NULL) {
+            next = PyObject_GetAttr(found, name);
+        }
+        Py_DECREF(found);
+        if (next == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                return -1;
+            }
+            PyErr_Clear();
+            return emit(p, NULL);
+        }
+        found = next;
+    }
+    return emit_new(p, found);
+}
+
+static int
+emit_function(Probed *p, PyObject *target)
+{
+    if (!PyFunction_Check(target)) {
+        return emit(p, Py_None);
+    }
+    PyFunctionObject *func = (PyFunctionObject *)target;
+    PyObject *fields[] = {
+        func->func_code, func->func_defaults, func->func_kwdefaults, func->func_doc, func->func_name,
+        func->func_qualname, func->func_module, func->func_dict, func->func_annotations,
+#if PY_VERSION_HEX >= 0x030C0000
+        func->func_typeparams,
+#endif
+#if PY_VERSION_HEX >= 0x030E0000
+        func->func_annotate,
+#endif
+    };
+    Py_BUILD_ASSERT(sizeof(fields) / sizeof(fields[0]) == FUNCTION_FIELDS);
+    for (Py_ssize_t i = 0; i < FUNCTION_FIELDS && p->same; i++) {
+        if (emit(p, fields[i]) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A plain object (held_classes._plain): its class, its __dict__ (None if its
+ * class gives it none), and each slot (member descriptors in `slots`). */
+static int
+emit_plain(Probed *p, PyObject *target, PyObject *slots)
+{
+    PyTypeObject *type = Py_TYPE(target);
+    if (emit(p, (PyObject *)type) < 0) {
+        return -1;
+    }
+    if (type->tp_dictoffset == 0) {
+        if (emit(p, Py_None) < 0) {
+            return -1;
+        }
+    }
+    else if (emit_new(p, PyObject_GenericGetDict(target, NULL)) < 0) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots) && p->same; i++) {
+        PyObject *slot = PyTuple_GET_ITEM(slots, i);
+        descrgetfunc get = Py_TYPE(slot)->tp_descr_get;
+        PyObject *value = get == NULL ? NULL : get(slot, target, (PyObject *)type);
+        if (value == NULL) {
+            if (get != NULL && !PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                return -1;
+            }
+            PyErr_Clear(); /* an empty slot */
+            if (emit(p, NULL) < 0) {
+                return -1;
+            }
+        }
+        else if (emit_new(p, value) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int
+read_probe(Probed *p, PyObject *probe)
+{
+    if (!PyTuple_CheckExact(probe) || PyTuple_GET_SIZE(probe) < 2) {
+        PyErr_SetString(PyExc_TypeError, "held_snapshot: a probe is (kind, target[, argument])");
+        return -1;
+    }
+    long kind = PyLong_AsLong(PyTuple_GET_ITEM(probe, 0));
+    PyObject *target = PyTuple_GET_ITEM(probe, 1);
+    PyObject *argument = PyTuple_GET_SIZE(probe) > 2 ? PyTuple_GET_ITEM(probe, 2) : NULL;
+    switch (kind) {
+    case PROBE_ATTR:
+        if (argument == NULL) {
+            break;
+        }
+        return emit_attribute(p, target, argument);
+    case PROBE_ITEMS:
+        return emit_items(p, target);
+    case PROBE_CLASS_ITEMS: {
+        if (!PyType_Check(target)) {
+            return emit(p, Py_None);
+        }
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *dict = PyType_GetDict((PyTypeObject *)target);
+#else
+        PyObject *dict = Py_XNewRef(((PyTypeObject *)target)->tp_dict);
+#endif
+        int failed = emit_items(p, dict);
+        Py_XDECREF(dict);
+        return failed;
+    }
+    case PROBE_LIST:
+        if (!PyList_CheckExact(target)) {
+            return emit(p, Py_None);
+        }
+        if (emit_size(p, PyList_GET_SIZE(target)) < 0) {
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(target) && p->same; i++) {
+            if (emit(p, PyList_GET_ITEM(target, i)) < 0) {
+                return -1;
+            }
+        }
+        return 0;
+    case PROBE_SET: { /* an exact set's size, then its items in its order (its iterator: C) */
+        if (!PySet_CheckExact(target)) {
+            return emit(p, Py_None);
+        }
+        if (emit_size(p, PySet_GET_SIZE(target)) < 0) {
+            return -1;
+        }
+        PyObject *iterator = PyObject_GetIter(target), *item;
+        if (iterator == NULL) {
+            return -1;
+        }
+        while ((item = PyIter_Next(iterator)) != NULL) {
+            if (emit_new(p, item) < 0) {
+                Py_DECREF(iterator);
+                return -1;
+            }
+        }
+        Py_DECREF(iterator);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    case PROBE_CELL:
+        return emit(p, PyCell_Check(target) ? PyCell_GET(target) : NULL);
+    case PROBE_GLOBAL:
+        if (argument == NULL || !PyTuple_CheckExact(argument)) {
+            break;
+        }
+        return emit_global(p, target, argument);
+    case PROBE_MODULE:
+    {
+        PyObject *no_names = PyTuple_New(0);
+        if (no_names == NULL) {
+            return -1;
+        }
+        int failed = emit_global(p, target, no_names);
+        Py_DECREF(no_names);
+        return failed;
+    }
+    case PROBE_ANNOTATIONS: /* the field itself: reading __annotations__ may call __annotate__ (3.14+) */
+        return emit(p, PyFunction_Check(target) ? ((PyFunctionObject *)target)->func_annotations : NULL);
+    case PROBE_FUNCTION:
+        return emit_function(p, target);
+    case PROBE_PLAIN:
+        if (argument == NULL || !PyTuple_CheckExact(argument)) {
+            break;
+        }
+        return emit_plain(p, target, argument);
+    }
+    if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "held_snapshot: a probe of unknown kind");
+    }
+    return -1;
+}
+
+static int
+read_probes(Probed *p, PyObject *probes)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(probes) && p->same; i++) {
+        if (read_probe(p, PyTuple_GET_ITEM(probes, i)) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+held_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "held_snapshot(probes: tuple, missing)");
+        return NULL;
+    }
+    Probed p = {PyList_New(0), NULL, args[1], 0, 1, NULL};
+    if (p.out == NULL) {
+        return NULL;
+    }
+    PyObject *snapshot = read_probes(&p, args[0]) < 0 ? NULL : PyList_AsTuple(p.out);
+    Py_DECREF(p.out);
+    return snapshot;
+}
+
+static PyObject *
+held_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyTuple_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "held_unchanged(probes: tuple, reading: tuple, missing)");
+        return NULL;
+    }
+    Probed p = {NULL, args[1], args[2], 0, 1, NULL};
+    if (read_probes(&p, args[0]) < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(p.same && p.at == PyTuple_GET_SIZE(args[1]));
+}
+
 #if PY_VERSION_HEX >= 0x030C0000
 /* The events of the dicts watched as sys.modules, counted (only ever up, under
  * the GIL): a dict watcher's callback reaches no module state, so this is the
@@ -3030,6 +3388,10 @@ static PyMethodDef speedups_methods[] = {
                "the function cloudpickle's receiver makes (graphpickle.core.blocks).")},
     {"same_objects", (PyCFunction)(void (*)(void))same_objects, METH_FASTCALL,
      PyDoc_STR("same_objects(a, b): two flat tuples of the same objects, position by position.")},
+    {"held_unchanged", (PyCFunction)(void (*)(void))held_unchanged, METH_FASTCALL,
+     PyDoc_STR("held_unchanged(probes, reading, missing): held_snapshot(probes, missing) is reading.")},
+    {"held_snapshot", (PyCFunction)(void (*)(void))held_snapshot, METH_FASTCALL,
+     PyDoc_STR("held_snapshot(probes, missing): what each probe of a held classes' part reads now, flat.")},
     {"modules_items", modules_items, METH_NOARGS,
      PyDoc_STR("modules_items(): sys.modules's keys and values, flat; the same tuple while it does not change.")},
     {"same_modules", same_modules, METH_O,
@@ -3141,8 +3503,9 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 24) < 0 /* VERSION: native.py */
+        || add_version(module, 25) < 0 /* VERSION: native.py */
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
+        || add_layout(module, "FUNCTION_FIELDS", function_fields, FUNCTION_FIELDS) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0
         || add_layout(module, "PARTS_FIELDS", PARTS_FIELDS, PARTS_SIZE) < 0) {
         return -1;

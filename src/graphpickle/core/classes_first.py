@@ -48,11 +48,10 @@ buffer of another message).
 from __future__ import annotations
 
 import _pickle
-import io
 from typing import Any
 
 from ..errors import UnpicklingError
-from . import blocks, connection
+from . import blocks, connection, held_classes
 
 __all__ = [
     "MARKER", "MAX_CLASSES", "MAX_PART", "ClassesFirst", "is_framed", "load", "parts", "recover", "restart", "split",
@@ -124,39 +123,46 @@ def _frame(head: bytes, body: bytes, session: connection.Session) -> bytes:
 
 def is_framed(data: Any) -> bool:
     """Whether ``data`` is a payload in two parts."""
+    if type(data) is bytes:
+        return data[:1] == _MARKER_BYTE
     try:
         return bool(memoryview(data).cast("B")[0] == MARKER)
     except (TypeError, ValueError, IndexError):
         return False
 
 
-def split(data: Any) -> tuple[int, bytes, memoryview]:
+_MARKER_BYTE = bytes((MARKER,))
+
+
+def split(data: Any) -> tuple[int, bytes, Any]:
     """A framed payload's kind, its classes' part (a digest, for NAMED) and its
-    task's part, as they are written."""
-    view = memoryview(data).cast("B")
-    kind = view[1] if view.nbytes > 1 else None
+    task's part (bytes, or a memoryview of what is not bytes), as they are written."""
+    view = data if type(data) is bytes else memoryview(data).cast("B")
+    size = len(view)
+    kind = view[1] if size > 1 else None
     if kind == _NAMED:
         start = 2
         end = start + connection.DIGEST_SIZE
-    elif kind in (_KEEP, _ONCE) and view.nbytes >= 2 + _LENGTH:
+    elif kind in (_KEEP, _ONCE) and size >= 2 + _LENGTH:
         start = 2 + _LENGTH
         end = start + int.from_bytes(view[2:start], "little")
     else:
         raise UnpicklingError(f"graphpickle: a payload in two parts of unknown kind {kind}")
-    if end > view.nbytes:
+    if end > size:
         raise UnpicklingError("graphpickle: a payload in two parts is shorter than its header says")
     return kind, bytes(view[start:end]), view[end:]
 
 
-def parts(data: Any) -> tuple[bytes, memoryview]:
-    """The classes' part and the task's part of a framed payload: the classes'
-    part kept by the receiving connection (KEEP), or the one it holds (NAMED)."""
+def parts(data: Any) -> tuple[bytes | None, bytes, Any]:
+    """The digest of a framed payload's classes' part (None if it is not held),
+    that part, and its task's part: the classes' part kept by the receiving
+    connection (KEEP), or the one it holds (NAMED)."""
     kind, head, body = split(data)
     if kind == _NAMED:
-        return connection.receiving_classes(head), body
+        return head, connection.receiving_classes(head), body
     if kind == _KEEP and len(head) <= MAX_PART:
-        connection.received(head, head)
-    return head, body
+        return connection.received(head, head), head, body
+    return None, head, body
 
 
 def recover(data: Any) -> tuple[Any, ...]:
@@ -177,8 +183,16 @@ def recover(data: Any) -> tuple[Any, ...]:
 
 def load(data: Any, buffers: Any = ()) -> Any:
     """The task of a framed payload: its classes' part, then its task's part,
-    loaded by one unpickler."""
-    head, body = parts(data)
-    unpickler = _pickle.Unpickler(io.BytesIO(head + body), buffers=buffers)
-    unpickler.load()
-    return unpickler.load()
+    loaded by one unpickler, or loaded after the objects the receiving
+    connection's last load of that classes' part made, if nothing they are
+    made of changed since (``held_classes.py``)."""
+    name, head, body = parts(data)
+    receiver = connection.RECEIVER.get()
+    if (
+        name is None
+        or receiver is None
+        or not held_classes.SEEDING
+        or len(head) > held_classes.MAX_PART
+    ):
+        return held_classes.load_together(head, body, buffers)
+    return held_classes.load(receiver, name, head, body, buffers)

@@ -172,18 +172,20 @@ def dump_failed(blocks: ContextVar[Any] | None) -> None:
 class Receiver:
     """One connection's blocks, by the digest of their bytes (computed here)."""
 
-    __slots__ = ("_lock", "held", "held_bytes")
+    __slots__ = ("_lock", "held", "held_bytes", "loaded")
 
     def __init__(self) -> None:
         # (a code block's code object, a function block's parts: a tuple, or
         # a classes' part: its bytes)
         self.held: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()
         self.held_bytes = 0
+        # the objects of classes' parts it loaded, by digest (held_classes.py)
+        self.loaded: OrderedDict[bytes, Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    def keep(self, block: bytes, value: Any) -> None:
+    def keep(self, block: bytes, value: Any) -> bytes:
         """Hold ``value``, made from ``block``, under the block's digest (the
-        newest; the oldest blocks go beyond the bounds)."""
+        newest; the oldest blocks go beyond the bounds); return the digest."""
         name = hashlib.blake2b(block, digest_size=DIGEST_SIZE).digest()
         with self._lock:
             old = self.held.pop(name, None)
@@ -196,6 +198,7 @@ class Receiver:
                 self.held_bytes -= size
             self.held[name] = (value, len(block))
             self.held_bytes += len(block)
+        return name
 
     def code(self, name: bytes) -> CodeType:
         """The code object this connection sent under ``name``."""
@@ -254,13 +257,14 @@ def receiving_classes(name: bytes) -> bytes:
     return receiver.classes(name)
 
 
-def received(block: bytes, value: Any) -> None:
+def received(block: bytes, value: Any) -> bytes | None:
     """``blocks.code_once`` (or ``function_once``) made ``value`` from
     ``block``: the current connection holds it (if a connection is receiving,
-    and caching is on)."""
+    and caching is on), under the digest returned (else None)."""
     receiver = RECEIVER.get()
     if receiver is not None and CACHING:
-        receiver.keep(block, value)
+        return receiver.keep(block, value)
+    return None
 
 
 # The calls whose first argument is a block (a function block's call pushes a
@@ -270,13 +274,15 @@ _STRINGS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"
 _BYTES = frozenset({"SHORT_BINBYTES", "BINBYTES", "BINBYTES8"})
 
 
-def pushes(*parts: Any) -> Iterator[tuple[int, str, Any, Any, Any]]:
+def pushes(*parts: Any, memo: list[Any] | None = None) -> Iterator[tuple[int, str, Any, Any, Any]]:
     """``(part, opcode name, argument, pushed, pushed before)`` for each opcode
     of ``parts``, pickles loaded one after the other by one unpickler (one
     memo: a payload with its classes first). What an opcode pushed is read only
     for strings, globals (``(module, name)``) and memo gets of those; None for
-    anything else. Raises what ``pickletools.genops`` raises on bad bytes."""
-    memo: list[Any] = []
+    anything else. ``memo``, if given, gets what each MEMOIZE memoized. Raises
+    what ``pickletools.genops`` raises on bad bytes."""
+    if memo is None:
+        memo = []
     for index, data in enumerate(parts):
         # What the last two opcodes pushed (via the memo too).
         before: Any = None

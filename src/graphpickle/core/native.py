@@ -13,13 +13,13 @@ import types
 from .. import _native
 
 #: The VERSION of ``_speedups.c`` this package's Python files expect.
-VERSION = 24
+VERSION = 25
 NAMES = (
     "Dispatch", "Dumper", "Loader", "Sink", "bytearray8_overruns", "function_ref",
-    "function_snapshot", "make_function", "modules_items", "remember_by_reference", "same_modules", "same_objects",
+    "function_snapshot", "held_snapshot", "held_unchanged", "make_function", "modules_items", "remember_by_reference", "same_modules", "same_objects",
     "set_by_reference_policy", "set_function_layouts", "set_function_refs", "set_remembered",
     "set_session_reductions", "subimport",
-    "ENTRY_FIELDS",
+    "ENTRY_FIELDS", "FUNCTION_FIELDS",
     "PARTS_FIELDS", "SNAPSHOT_FIELDS",
 )  # fmt: skip
 

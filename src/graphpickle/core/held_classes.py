@@ -1,0 +1,424 @@
+"""A classes' part loaded once per connection, its objects reused while nothing changed.
+
+A task whose classes go first (``classes_first.py``) names a classes' part the
+receiver holds. Loading that part again for every task makes every method,
+every dataclass ``Field`` and the class state anew: most of the task's load.
+A receiver may instead reuse what the part's last load made, if a fresh load
+would make the same thing (objects of the same values; tasks may share them:
+the one difference from a fresh cloudpickle load, identity across tasks). It
+would, as long as nothing the load made has changed since, and every global
+the part names is still the object the load found.
+
+So, after a part's load, the receiver walks what it made (the unpickler's memo:
+every object a pickle makes is memoized, or is an int, a float or a bool) and
+writes down *probes*: for each object, what of it could change (a function's
+settable attributes, a dict's items, a cell's contents, a class's ``__dict__``,
+a plain object's ``__class__``, ``__dict__`` and slots), and for each global,
+its module and name. ``_speedups.held_snapshot`` reads the probes in C, and the
+part is reused while a new reading is the very same objects
+(``same_objects``). The walk fails closed: an object of a type it does not know
+the whole state of (a property, an instance of a class with
+``__setstate__`` or ``__getattr__``, a module made by value...) makes the part
+not reusable, and it is loaded for every task as before.
+
+The task's part then loads with an unpickler whose memo is a copy of the part's
+(``Unpickler.memo``): CPython does not carry the memo's length over with it, so
+the unpickler first loads a pickle that memoizes that many Nones
+(:func:`_memo_prefix`); :data:`SEEDING` checks at import that this interpreter
+loads a task's part this way as one unpickler would, and nothing is reused if
+it does not.
+
+What differs from a fresh load, on purpose (README, "Limits"): tasks share the
+part's objects (a change one task makes is seen by a task that loads while it
+runs); and a reused part makes no ``pickle.find_class`` audit events.
+"""
+
+from __future__ import annotations
+
+import _pickle
+import builtins
+import gc
+import io
+import pickle
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+from .. import _cloudpickle_internals as cp
+from . import connection
+from .native import speedups
+
+__all__ = ["MAX_HELD", "MAX_PART", "SEEDING", "NotReusable", "load", "load_together", "probes_of"]
+
+#: A receiver keeps the objects of at most this many classes' parts (the newest).
+MAX_HELD = 16
+#: A bigger classes' part is loaded for every task.
+MAX_PART = 64 * 1024
+#: A part whose reuse failed this many times is loaded for every task from then on.
+_MAX_STRIKES = 3
+
+#: The kinds of probe (_speedups.c's PROBE_..., in its order).
+(
+    _ATTR, _ITEMS, _CLASS_ITEMS, _LIST, _CELL, _GLOBAL, _MODULE, _ANNOTATIONS, _SET, _FUNCTION, _PLAIN,
+) = range(11)  # fmt: skip
+
+#: What a part's pickle may hold for its memo to be read here (what protocol 4
+#: and 5 writers write, without buffers out of band or persistent ids).
+_OPCODES = frozenset({
+    "PROTO", "FRAME", "MEMOIZE", "BINGET", "LONG_BINGET", "SHORT_BINUNICODE", "BINUNICODE",
+    "BINUNICODE8", "SHORT_BINBYTES", "BINBYTES", "BINBYTES8", "BYTEARRAY8", "BININT", "BININT1",
+    "BININT2", "LONG1", "LONG4", "BINFLOAT", "NONE", "NEWTRUE", "NEWFALSE", "EMPTY_TUPLE", "TUPLE1",
+    "TUPLE2", "TUPLE3", "TUPLE", "MARK", "EMPTY_LIST", "APPEND", "APPENDS", "EMPTY_DICT", "SETITEM",
+    "SETITEMS", "EMPTY_SET", "ADDITEMS", "FROZENSET", "STACK_GLOBAL", "REDUCE", "NEWOBJ",
+    "NEWOBJ_EX", "BUILD", "POP", "POP_MARK", "DUP", "STOP",
+})  # fmt: skip
+
+#: Objects nothing can change (a tuple or a frozenset: nothing but what it holds).
+_ATOMS = frozenset({
+    str, bytes, int, float, complex, bool, type(None), type(...), type(NotImplemented),
+    types.CodeType, types.GetSetDescriptorType, types.MemberDescriptorType,
+    types.WrapperDescriptorType, types.MethodDescriptorType,
+})  # fmt: skip
+
+#: What a class may define that would run code of the user's when one of its
+#: instances is made by a load, or when a probe reads its attributes.
+_HOOKS = frozenset({
+    "__getattribute__", "__getattr__", "__setattr__", "__delattr__", "__class__", "__new__",
+    "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__",
+    "__getnewargs_ex__",
+})  # fmt: skip
+
+#: The C module (the probes are read in C; nothing is reused without it).
+_speedups: Any = speedups
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+_IMMUTABLETYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE (3.10+): setattr on it raises
+_MISSING = object()  # what a probe reads where there is nothing (walked: nothing to walk)
+
+
+class NotReusable(Exception):
+    """A classes' part made an object whose whole state the walk does not know."""
+
+
+def _function_attributes() -> tuple[tuple[str, bool], ...]:
+    """``(name, settable)`` of each attribute a function's type defines in C,
+    found on this interpreter, not listed: an attribute a new Python adds is
+    probed too."""
+
+    def probe() -> None: ...
+
+    found: dict[str, bool] = {}
+    for klass in type(probe).__mro__:
+        for name, descriptor in vars(klass).items():
+            kind = type(descriptor)
+            if name in found or kind not in (
+                types.GetSetDescriptorType,
+                types.MemberDescriptorType,
+            ):
+                continue
+            try:
+                value = getattr(probe, name)
+            except AttributeError:
+                found[name] = True  # (unset on a new function: probed all the same)
+                continue
+            try:
+                setattr(probe, name, value)
+                found[name] = True
+            except (AttributeError, TypeError):
+                found[name] = False  # read-only (__globals__, __closure__, __class__...)
+    return tuple(found.items())
+
+
+_FUNCTION_ATTRIBUTES = _function_attributes()
+#: Whether the C module reads every settable attribute of a function from its
+#: fields, in one probe (else each is read by name).
+_FUNCTION_FIELDS = _speedups is not None and set(_speedups.FUNCTION_FIELDS) == {
+    name for name, settable in _FUNCTION_ATTRIBUTES if settable
+}
+
+
+class _Walk:
+    """The probes of what a part's load made (see the module's docstring)."""
+
+    def __init__(self, by_reference: list[Any]) -> None:
+        # What a fresh load would find, not make: the part's globals, and the
+        # builtins a loaded function's globals get.
+        fixed = [builtins, vars(builtins), cp.BUILTINS_OF_CLOUDPICKLE, *by_reference]
+        self.seen = {id(obj) for obj in fixed} | {id(_MISSING)}
+        self.kept = fixed  # (their ids stay theirs)
+        self.probes: list[tuple[Any, ...]] = []
+
+    def read(self, *probe: Any) -> Any:
+        """Probe ``probe`` from now on, and what it reads now."""
+        return self.read_all(*probe)[0]
+
+    def read_all(self, *probe: Any) -> tuple[Any, ...]:
+        """Probe ``probe`` from now on, and all it reads now."""
+        self.probes.append(probe)
+        reading: tuple[Any, ...] = _speedups.held_snapshot((probe,), _MISSING)
+        return reading
+
+    def walk(self, obj: Any) -> None:
+        if type(obj) in _ATOMS or id(obj) in self.seen or _immutable_class(obj):
+            return
+        self.seen.add(id(obj))
+        self.kept.append(obj)
+        handler = _HANDLERS.get(type(obj))
+        if handler is None:
+            if not _plain(type(obj)):
+                raise NotReusable(type(obj))
+            handler = _Walk.plain
+        handler(self, obj)
+
+    def walk_all(self, objects: Any) -> None:
+        for obj in objects:
+            self.walk(obj)
+
+    def items(self, mapping: dict[Any, Any]) -> None:
+        self.read(_ITEMS, mapping)
+        for key, value in list(mapping.items()):
+            self.walk(key)
+            self.walk(value)
+
+    def frozen_mapping(self, mapping: Any) -> None:
+        self.walk_all([*mapping.keys(), *mapping.values()])
+
+    def mappingproxy(self, proxy: types.MappingProxyType[Any, Any]) -> None:
+        # It cannot change what it shows: what it shows can (an exact dict only).
+        shown = gc.get_referents(proxy)
+        if len(shown) != 1 or type(shown[0]) is not dict:
+            raise NotReusable(types.MappingProxyType)
+        self.walk(shown[0])
+
+    def list(self, items: list[Any]) -> None:
+        self.read(_LIST, items)
+        self.walk_all(list(items))
+
+    def set(self, items: set[Any]) -> None:
+        self.read(_SET, items)
+        self.walk_all(list(items))
+
+    def cell(self, cell: types.CellType) -> None:
+        contents = self.read(_CELL, cell)
+        if contents is not _MISSING:
+            self.walk(contents)
+
+    def module(self, module: types.ModuleType) -> None:
+        # A module a fresh load would import by name; not one made by value.
+        name = vars(module).get("__name__")
+        if type(name) is not str or self.read(_MODULE, name) is not module:
+            raise NotReusable(module)
+
+    def cls(self, cls: type) -> None:
+        # A class cloudpickle tracks (a fresh load returns it, then applies its
+        # state: what its __dict__ holds). It stays tracked while it is held:
+        # the tracker replaces no class it holds, and holds this one weakly.
+        tracker = cp.tracked_id(cls) if type(cls) is type else None
+        if tracker is None or cp.CLASSES_BY_TRACKER_ID.get(tracker) is not cls:
+            raise NotReusable(cls)
+        self.read(_CLASS_ITEMS, cls)
+        for key, value in list(vars(cls).items()):
+            self.walk(key)
+            self.walk(value)
+
+    def function(self, func: types.FunctionType) -> None:
+        if _FUNCTION_FIELDS:
+            self.walk_all(self.read_all(_FUNCTION, func))
+        for name, settable in _FUNCTION_ATTRIBUTES:
+            if settable and _FUNCTION_FIELDS:
+                continue
+            if name == "__annotations__":  # (its field: reading it may call __annotate__)
+                value = self.read(_ANNOTATIONS, func)
+            elif settable:
+                value = self.read(_ATTR, func, name)
+            else:  # (read-only: __globals__, __closure__, __builtins__: what they hold is walked)
+                value = getattr(func, name, _MISSING)
+            self.walk(value)
+
+    def plain(self, obj: Any) -> None:
+        slots = tuple(
+            descriptor
+            for klass in type(obj).__mro__[:-1]
+            for descriptor in vars(klass).values()
+            if type(descriptor) is types.MemberDescriptorType
+        )
+        # Its class, then its __dict__ and slots: the class is probed, not walked
+        # (one the load made is in the memo; a fresh load finds any other as it is).
+        self.walk_all(self.read_all(_PLAIN, obj, slots)[1:])
+
+
+_HANDLERS: dict[type, Callable[[_Walk, Any], None]] = {
+    tuple: _Walk.walk_all,
+    frozenset: _Walk.walk_all,
+    dict: _Walk.items,
+    list: _Walk.list,
+    set: _Walk.set,
+    types.MappingProxyType: _Walk.mappingproxy,
+    types.CellType: _Walk.cell,
+    types.ModuleType: _Walk.module,
+    type: _Walk.cls,
+    types.FunctionType: _Walk.function,
+}
+if hasattr(builtins, "frozendict"):  # 3.15+: it holds what it holds
+    _HANDLERS[builtins.frozendict] = _Walk.frozen_mapping
+
+
+def _immutable_class(obj: Any) -> bool:
+    """A class whose attributes cannot be set (int, FunctionType, a C type)."""
+    return isinstance(obj, type) and bool(obj.__flags__ & _IMMUTABLETYPE)
+
+
+def _plain(kind: type) -> bool:
+    """Whether ``kind``'s instances are their ``__class__``, ``__dict__`` and
+    slots and nothing else (classes of the user's with no hooks, on ``object``),
+    and each slot's name finds its own slot."""
+    if type(kind) is not type or kind.__mro__[-1] is not object:
+        return False
+    for klass in kind.__mro__[:-1]:
+        if not klass.__flags__ & _HEAPTYPE or _HOOKS & vars(klass).keys():
+            return False
+        for name, descriptor in vars(klass).items():
+            if type(descriptor) is types.MemberDescriptorType:
+                owner = next(k for k in kind.__mro__ if name in vars(k))
+                if vars(owner)[name] is not descriptor:
+                    return False
+    return True
+
+
+def probes_of(head: bytes, memo: dict[int, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """``(probes, what they read now)`` for a classes' part ``head`` whose load
+    made ``memo``; raises :class:`NotReusable`."""
+    pushed: list[Any] = []
+    for _, name, *_ in connection.pushes(head, memo=pushed):
+        if name not in _OPCODES:
+            raise NotReusable(name)
+    if connection.carried_by(head):
+        # Its load keeps blocks on the connection (their newest copy): not skipped.
+        raise NotReusable("blocks carried")
+    if len(pushed) != len(memo):
+        raise NotReusable("memo")
+    walk = _Walk([memo[i] for i, made in enumerate(pushed) if type(made) is tuple])
+    for index, made in enumerate(pushed):
+        if type(made) is tuple:  # a global (module, name): a fresh load finds it again
+            module, name = made
+            if type(module) is not str or type(name) is not str:
+                raise NotReusable("global")
+            if walk.read(_GLOBAL, module, tuple(name.split("."))) is not memo[index]:
+                raise NotReusable(made)
+    for index in range(len(pushed)):
+        walk.walk(memo[index])
+    probes = tuple(walk.probes)
+    return probes, _speedups.held_snapshot(probes, _MISSING)
+
+
+class _Held:
+    """What a receiver knows of a classes' part it loaded: seen once (``probes``
+    None, ``walked`` False), reusable (the unpickler that loaded it: its memo;
+    its probes, and what they read then), or not reusable. Never changed once
+    made: a thread that read one uses one consistent state."""
+
+    __slots__ = ("prefix", "probes", "reading", "strikes", "unpickler", "walked")
+
+    def __init__(
+        self,
+        strikes: int = 0,
+        walked: bool = False,
+        probes: tuple[Any, ...] | None = None,
+        reading: tuple[Any, ...] = (),
+        unpickler: Any = None,
+    ) -> None:
+        self.strikes = strikes
+        self.walked = walked
+        self.probes = probes
+        self.reading = reading
+        self.unpickler = unpickler
+        self.prefix = b"" if unpickler is None else _memo_prefix(len(unpickler.memo.copy()))
+
+
+def _memo_prefix(size: int) -> bytes:
+    """A pickle that memoizes ``size`` Nones: an unpickler that loaded it goes
+    on memoizing from ``size`` (a task's part numbers its memo after its
+    classes' part). In one frame: the unpickler reads it from its file at once."""
+    frame = b"N" + b"\x94" * size + b"."
+    return b"\x80\x05\x95" + len(frame).to_bytes(8, "little") + frame
+
+
+def _load_with(unpickler: Any, prefix: bytes, body: Any, buffers: Any) -> Any:
+    loader = _pickle.Unpickler(io.BytesIO(prefix + body), buffers=buffers)
+    loader.load()
+    loader.memo = unpickler.memo  # (a copy of its memo; the length stays the prefix's)
+    return loader.load()
+
+
+def _seeding_works() -> bool:
+    """Whether a task's part loads after a memo copied from its classes' part
+    as one unpickler loads the two (see the module's docstring)."""
+    shared, other = ["a"], ["b"]
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=5)
+    pickler.dump((shared, other))
+    head = out.getvalue()
+    out.seek(0)
+    out.truncate()
+    new: list[Any] = []
+    pickler.dump((new, new, shared, other, [1], [2], shared, other))
+    first = _pickle.Unpickler(io.BytesIO(head))
+    held = first.load()
+    try:
+        loaded = _load_with(first, _memo_prefix(len(first.memo.copy())), out.getvalue(), ())
+    except Exception:
+        return False
+    return (
+        loaded[0] is loaded[1] and loaded[2] is loaded[6] is held[0] and loaded[3] is loaded[7] is held[1]
+        and loaded[0] == [] and held == (["a"], ["b"])
+    )  # fmt: skip
+
+
+#: Whether this interpreter reuses classes' parts (C module, and the memo seeding).
+SEEDING = _speedups is not None and _seeding_works()
+
+_lock = threading.Lock()
+
+
+def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buffers: Any) -> Any:
+    """The task of a payload whose classes' part ``head`` (digest ``name``) the
+    receiving connection holds. The first time, both parts load together; the
+    second, the part is loaded on its own and walked; from then on its objects
+    are reused while nothing they are made of changed, and loaded and walked
+    again when something did (a few times: then both parts load together)."""
+    held = receiver.loaded.get(name)
+    if held is None or (held.walked and held.probes is None):
+        if held is None:
+            _hold(receiver, name, _Held())
+        return load_together(head, body, buffers)
+    strikes = held.strikes
+    if held.probes is not None:
+        if _speedups.held_unchanged(held.probes, held.reading, _MISSING):
+            return _load_with(held.unpickler, held.prefix, body, buffers)
+        strikes += 1
+    unpickler = _pickle.Unpickler(io.BytesIO(head))
+    unpickler.load()
+    again = _Held(strikes, walked=True)
+    if strikes < _MAX_STRIKES:
+        try:
+            probes, reading = probes_of(head, unpickler.memo.copy())
+            again = _Held(strikes, True, probes, reading, unpickler)
+        except NotReusable:
+            pass
+    _hold(receiver, name, again)
+    return _load_with(unpickler, _memo_prefix(len(unpickler.memo.copy())), body, buffers)
+
+
+def _hold(receiver: connection.Receiver, name: bytes, held: _Held) -> None:
+    with _lock:
+        receiver.loaded[name] = held
+        receiver.loaded.move_to_end(name)
+        while len(receiver.loaded) > MAX_HELD:
+            receiver.loaded.popitem(last=False)
+
+
+def load_together(head: bytes, body: Any, buffers: Any) -> Any:
+    """The task of a classes' part and a task's part, loaded by one unpickler."""
+    unpickler = _pickle.Unpickler(io.BytesIO(head + body), buffers=buffers)
+    unpickler.load()
+    return unpickler.load()

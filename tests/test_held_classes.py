@@ -1,0 +1,345 @@
+"""A classes' part's objects reused by the receiver while nothing they are made
+of changed (graphpickle.core.held_classes).
+
+The matrix below runs in a fresh receiver (it has none of the sender's
+classes): each case loads a task three times on one connection, changes
+something of what the loads made (or of the worker), then loads the same task
+again. What it sees must be what a fresh load of that payload gives; and the
+same change with the check switched off must show (the case can fail)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from conftest import run_python
+from test_classes_first import kind, module_class
+from test_connection import READ_SCRIPT, WRITE_SCRIPT, read, write
+
+from graphpickle._switches import CACHING
+from graphpickle.core import classes_first, connection, held_classes
+from graphpickle.core.native import speedups
+
+pytestmark = [
+    pytest.mark.skipif(not CACHING, reason="GRAPHPICKLE_NO_CACHE=1: nothing is kept"),
+    pytest.mark.skipif(not held_classes.SEEDING, reason="parts are reused on the C path only"),
+]
+
+_SOURCE = """
+import dataclasses, textwrap
+
+K = 10
+
+def _shifting(offset):
+    def shifted(self):
+        return self.x + offset + K
+    return shifted
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: float = 0.0
+    limit = 3
+    items = [1, 2]
+    seen = {1}
+    helper = textwrap.dedent
+    shifted = _shifting(5)
+
+    def scaled(self, factor=2, *, extra=0):
+        "Scaled."
+        return self.x * factor + extra + K
+"""
+
+#: name: (what the worker does to the class a task loaded, what is observed of
+#: a class; whether a fresh load gives the state as sent: False for what a load
+#: does not reset, or finds again on the worker).
+_CASES = {
+    "nothing": ("pass", "cls(1).scaled()", True),
+    "defaults": ("cls.scaled.__defaults__ = (5,)", "cls(1).scaled()", True),
+    "kwdefaults": ("cls.scaled.__kwdefaults__ = {'extra': 100}", "cls(1).scaled()", True),
+    "code": (
+        "cls.scaled.__code__ = (lambda self, factor=2, *, extra=0: -1).__code__",
+        "cls(1).scaled()",
+        True,
+    ),
+    "function attribute": ("cls.scaled.tag = 1", "sorted(vars(cls.scaled))", True),
+    "function __dict__": ("cls.scaled.__dict__ = {'a': 1}", "sorted(vars(cls.scaled))", True),
+    "name": ("cls.scaled.__name__ = 'renamed'", "cls.scaled.__name__", True),
+    "qualname": ("cls.scaled.__qualname__ = 'renamed'", "cls.scaled.__qualname__", True),
+    "doc": ("cls.scaled.__doc__ = 'other'", "cls.scaled.__doc__", True),
+    "module": ("cls.scaled.__module__ = 'other'", "cls.scaled.__module__", True),
+    "annotations": (
+        "cls.scaled.__annotations__['q'] = int",
+        "sorted(cls.scaled.__annotations__)",
+        True,
+    ),
+    "closure cell": ("cls.shifted.__closure__[0].cell_contents = 50", "cls(1).shifted()", True),
+    "globals": ("cls.scaled.__globals__['K'] = 1000", "cls(1).scaled()", True),
+    "class attribute": ("cls.limit = 99", "cls.limit", True),
+    "class attribute deleted": ("del cls.limit", "getattr(cls, 'limit', None)", True),
+    "method replaced": ("cls.scaled = lambda self, *a, **k: 0", "cls(1).scaled()", True),
+    "class-level list": ("cls.items.append(3)", "list(cls.items)", True),
+    "class-level set": ("cls.seen.add(2)", "sorted(cls.seen)", True),
+    "field default": (
+        "cls.__dataclass_fields__['y'].default = 9.5",
+        "cls.__dataclass_fields__['y'].default",
+        True,
+    ),
+    "field's __dict__-less slot emptied": (
+        "del cls.__dataclass_fields__['y'].repr",
+        "hasattr(cls.__dataclass_fields__['y'], 'repr')",
+        True,
+    ),
+    "fields dict": (
+        "cls.__dataclass_fields__['z'] = cls.__dataclass_fields__['x']",
+        "sorted(cls.__dataclass_fields__)",
+        True,
+    ),
+    "dataclass params": (
+        "cls.__dataclass_params__.frozen = True",
+        "cls.__dataclass_params__.frozen",
+        True,
+    ),
+    "match args": ("cls.__match_args__ = ()", "cls.__match_args__", True),
+    # What a fresh load does not reset: an attribute the class did not have
+    # stays; a global the part names is found again.
+    "attribute added": ("cls.extra = 1", "getattr(cls, 'extra', None)", False),
+    "global rebound": (
+        "import textwrap; textwrap.dedent = lambda text: 'fake'",
+        "cls.helper('  x')",
+        False,
+    ),
+}
+
+_SENDER = (
+    WRITE_SCRIPT
+    + """
+import pickle, sys
+from test_held_classes_source import SOURCE, CASES
+
+rows = {}
+for case in CASES:
+    for checked in (True, False):
+        namespace = {"__name__": "__main__"}
+        exec(SOURCE, namespace)
+        sender = connection.Sender()
+        rows[f"{case}/{checked}"] = [write(sender, [namespace["Point"](i)]) for i in range(4)]
+with open(sys.argv[1], "wb") as out:
+    pickle.dump(rows, out)
+"""
+)
+
+_RECEIVER = (
+    READ_SCRIPT
+    + """
+import textwrap, types
+import graphpickle.integrations.dask_distributed as gpd
+from graphpickle.core import classes_first, connection, held_classes
+from test_held_classes_source import CASES
+
+def read(receiver, payload):
+    token = connection.RECEIVER.set(receiver)
+    try:
+        return gpd.loads(payload)
+    finally:
+        connection.RECEIVER.reset(token)
+
+def fresh(receiver, payload):
+    # A fresh load of the payload: both parts, one unpickler, nothing reused.
+    token = connection.RECEIVER.set(receiver)
+    try:
+        _, head, body = classes_first.parts(payload)
+        return held_classes.load_together(head, body, ())
+    finally:
+        connection.RECEIVER.reset(token)
+
+checking = held_classes._speedups
+unchecked = types.SimpleNamespace(
+    held_unchanged=lambda *args: True, held_snapshot=checking.held_snapshot
+)
+dedent = textwrap.dedent
+seen = {}
+for name, payloads in sent.items():
+    case, checked = name.split("/")
+    change, observe, _ = CASES[case]
+    held_classes._speedups = checking if checked == "True" else unchecked
+    receiver = connection.Receiver()
+    loaded = [read(receiver, p)[0] for p in payloads[:3]]
+    cls = type(loaded[2])
+    method = cls.scaled
+    exec(change, {"cls": cls})
+    mutated = repr(eval(observe, {"cls": cls}))
+    again = read(receiver, payloads[3])[0]
+    cls = type(again)
+    reused = repr(eval(observe, {"cls": cls}))
+    shared = cls.scaled is method
+    cls = type(fresh(receiver, payloads[3])[0])
+    seen[name] = {
+        "mutated": mutated, "reused": reused, "fresh": repr(eval(observe, {"cls": cls})),
+        "shared": shared, "x": again.x,
+    }
+    textwrap.dedent = dedent
+print(json.dumps(seen))
+"""
+)
+
+
+@pytest.fixture(scope="module")
+def seen(tmp_path_factory):
+    """What a fresh receiver saw of each case (see the module's docstring)."""
+    path = tmp_path_factory.mktemp("held")
+    (path / "test_held_classes_source.py").write_text(f"SOURCE = {_SOURCE!r}\nCASES = {_CASES!r}\n")
+    run_python(_SENDER, str(path / "rows.pkl"), cwd=path)
+    return json.loads(run_python(_RECEIVER, str(path / "rows.pkl"), cwd=path))
+
+
+@pytest.mark.parametrize("case", list(_CASES))
+def test_a_reused_part_gives_what_a_fresh_load_gives(seen, case):
+    checked, unchecked = seen[f"{case}/True"], seen[f"{case}/False"]
+    assert checked["x"] == 3
+    assert checked["reused"] == checked["fresh"], checked
+    resets = _CASES[case][2]
+    if case == "nothing":
+        assert checked["shared"] and unchecked["shared"]  # (reused: the same method)
+    elif resets:
+        # The change shows on the loaded class, and a part reused unchecked keeps it.
+        assert checked["mutated"] != checked["fresh"], checked
+        assert unchecked["reused"] != unchecked["fresh"], unchecked
+        assert not checked["shared"]  # (loaded again)
+    elif case == "global rebound":
+        assert unchecked["reused"] != unchecked["fresh"], unchecked
+    else:
+        assert checked["mutated"] == checked["fresh"], checked
+
+
+def _payloads(source: str, count: int = 4, name: str = "Point") -> list[bytes]:
+    cls = module_class(source, name)
+    sender = connection.Sender()
+    return [write(sender, [cls(i)]) for i in range(count)]
+
+
+_POINT = "@dataclasses.dataclass\nclass Point:\n    x: int\n    y: float = 0.0\n"
+
+
+def test_a_part_is_walked_once_and_then_reused():
+    payloads = _payloads(_POINT)
+    assert [kind(p) for p in payloads] == ["keep", "keep", "named", "named"]
+    receiver = connection.Receiver()
+    loaded = [read(receiver, p)[0] for p in payloads[:2]]
+    named = classes_first.split(payloads[3])[1]
+    assert not receiver.loaded[named].walked  # (a part seen once is loaded with its task)
+    loaded.append(read(receiver, payloads[2])[0])
+    init = vars(type(loaded[2]))["__init__"]
+    loaded.append(read(receiver, payloads[3])[0])
+    assert [v.x for v in loaded] == [0, 1, 2, 3]
+    held = receiver.loaded[named]
+    assert held.probes is not None and held.strikes == 0
+    assert vars(type(loaded[3]))["__init__"] is init  # (reused: a load would make another)
+    # The first part carried the methods' blocks: its load keeps them, every time.
+    first = connection.digest(classes_first.split(payloads[0])[1])
+    assert read(receiver, payloads[0])[0].x == 0
+    assert receiver.loaded[first].walked and receiver.loaded[first].probes is None
+
+
+@pytest.mark.parametrize(
+    "attribute",
+    [
+        "    @property\n    def double(self):\n        return 2 * self.x\n",
+        "    registry = types.SimpleNamespace()\n",
+        "    buffer = bytearray(b'x')\n",
+    ],
+    ids=["property", "an object with a C base", "a bytearray"],
+)
+def test_a_part_holding_what_the_walk_does_not_know_is_loaded_every_time(attribute):
+    payloads = _payloads("import types\n" + _POINT + attribute)
+    receiver = connection.Receiver()
+    loaded = [read(receiver, p)[0] for p in payloads]
+    assert [v.x for v in loaded] == [0, 1, 2, 3]
+    held = receiver.loaded[classes_first.split(payloads[3])[1]]
+    assert held.probes is None
+    # Loaded afresh: a change on the worker is reset by the next task.
+    cls = type(loaded[3])
+    first = vars(cls)["__init__"]
+    assert type(read(receiver, payloads[3])[0]).__init__ is not first
+
+
+def test_a_part_that_every_task_changes_is_no_longer_walked():
+    # The task's function shares the part's globals and writes a new list into
+    # them at every load: the check fails every time, and after a few walks the
+    # part is loaded with the task, as it was before reuse.
+    source = (
+        _POINT + "    def total(self):\n        return self.x + OFFSET\n"
+        "OFFSET = 0\nCONFIG = [1]\ndef uses(p):\n    return p.total() + CONFIG[0]\n"
+    )
+    namespace: dict = {"__name__": "__main__", "__package__": None}
+    exec("import dataclasses\n" + source, namespace)
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["uses"], namespace["Point"](i)]) for i in range(8)]
+    receiver = connection.Receiver()
+    for i, payload in enumerate(payloads):
+        uses, point = read(receiver, payload)
+        assert uses(point) == i + 1
+    held = receiver.loaded[classes_first.split(payloads[-1])[1]]
+    assert held.probes is None and held.strikes == held_classes._MAX_STRIKES
+
+
+def test_a_receiver_holds_the_objects_of_a_bounded_number_of_parts(monkeypatch):
+    monkeypatch.setattr(held_classes, "MAX_HELD", 2)
+    receiver = connection.Receiver()
+    for i in range(4):
+        payloads = _payloads(_POINT + f"    z: int = {i}\n", count=3)
+        assert [read(receiver, p)[0].z for p in payloads] == [i] * 3
+    assert len(receiver.loaded) == 2
+
+
+def test_threads_reuse_one_part_at_once():
+    payloads = _payloads(_POINT, count=3)
+    receiver = connection.Receiver()
+    read(receiver, payloads[0])
+    read(receiver, payloads[1])
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for _ in range(200):
+                assert read(receiver, payloads[2])[0].x == 2
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_a_function_s_settable_attributes_are_the_fields_the_c_module_reads():
+    # A Python that adds a settable attribute to functions is caught here (the
+    # walk then probes each by name, slower: update FUNCTION_FIELDS).
+    settable = {name for name, can in held_classes._FUNCTION_ATTRIBUTES if can}
+    assert settable == set(speedups.FUNCTION_FIELDS)
+    assert {"__code__", "__defaults__", "__dict__", "__closure__"} <= {
+        name for name, _ in held_classes._FUNCTION_ATTRIBUTES
+    }
+
+
+def test_the_probes_read_what_changes_and_stop_at_the_first_change():
+    box = {"a": [1]}
+    probes = ((held_classes._ITEMS, box), (held_classes._LIST, box["a"]))
+    reading = speedups.held_snapshot(probes, held_classes._MISSING)
+    assert reading == (1, "a", box["a"], 1, 1)
+    assert speedups.held_unchanged(probes, reading, held_classes._MISSING)
+    box["a"].append(2)
+    assert not speedups.held_unchanged(probes, reading, held_classes._MISSING)
+    box["a"].pop()
+    box["b"] = None
+    assert not speedups.held_unchanged(probes, reading, held_classes._MISSING)
+    with pytest.raises(ValueError, match="unknown kind"):
+        speedups.held_snapshot(((99, box),), held_classes._MISSING)
+
+
+def test_a_task_part_loads_after_a_copied_memo_as_one_unpickler_would():
+    assert held_classes.SEEDING  # (the module checks it at import: pinned here)
+    assert held_classes._seeding_works()
