@@ -3237,6 +3237,48 @@ held_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(p.same && p.at == PyTuple_GET_SIZE(args[1]));
 }
 
+/* held_restore(restores): each (dict, keys, values) made to hold these values
+ * under these keys again (exact str keys: no Python code runs), without
+ * removing what else it holds: a reused part's functions' globals, which
+ * every task's functions update (held_classes.py). */
+static PyObject *
+held_restore(PyObject *module, PyObject *restores)
+{
+    if (!PyTuple_CheckExact(restores)) {
+        PyErr_SetString(PyExc_TypeError, "held_restore(restores: tuple)");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(restores); i++) {
+        PyObject *restore = PyTuple_GET_ITEM(restores, i);
+        if (!PyTuple_CheckExact(restore) || PyTuple_GET_SIZE(restore) != 3) {
+            PyErr_SetString(PyExc_TypeError, "held_restore: (dict, keys, values)");
+            return NULL;
+        }
+        PyObject *dict = PyTuple_GET_ITEM(restore, 0), *keys = PyTuple_GET_ITEM(restore, 1),
+                 *values = PyTuple_GET_ITEM(restore, 2);
+        if (!PyDict_CheckExact(dict) || !PyTuple_CheckExact(keys) || !PyTuple_CheckExact(values)
+            || PyTuple_GET_SIZE(keys) != PyTuple_GET_SIZE(values)) {
+            PyErr_SetString(PyExc_TypeError, "held_restore: (dict, keys, values)");
+            return NULL;
+        }
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(keys); j++) {
+            PyObject *key = PyTuple_GET_ITEM(keys, j), *value = PyTuple_GET_ITEM(values, j);
+            if (!PyUnicode_CheckExact(key)) {
+                PyErr_SetString(PyExc_TypeError, "held_restore: keys are exact str");
+                return NULL;
+            }
+            PyObject *now = PyDict_GetItemWithError(dict, key);
+            if (now == value) {
+                continue;
+            }
+            if ((now == NULL && PyErr_Occurred()) || PyDict_SetItem(dict, key, value) < 0) {
+                return NULL;
+            }
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 #if PY_VERSION_HEX >= 0x030C0000
 /* The events of the dicts watched as sys.modules, counted (only ever up, under
  * the GIL): a dict watcher's callback reaches no module state, so this is the
@@ -3388,6 +3430,8 @@ static PyMethodDef speedups_methods[] = {
                "the function cloudpickle's receiver makes (graphpickle.core.blocks).")},
     {"same_objects", (PyCFunction)(void (*)(void))same_objects, METH_FASTCALL,
      PyDoc_STR("same_objects(a, b): two flat tuples of the same objects, position by position.")},
+    {"held_restore", held_restore, METH_O,
+     PyDoc_STR("held_restore(restores): each (dict, keys, values) holds these values under these keys again.")},
     {"held_unchanged", (PyCFunction)(void (*)(void))held_unchanged, METH_FASTCALL,
      PyDoc_STR("held_unchanged(probes, reading, missing): held_snapshot(probes, missing) is reading.")},
     {"held_snapshot", (PyCFunction)(void (*)(void))held_snapshot, METH_FASTCALL,

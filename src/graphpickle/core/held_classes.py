@@ -140,13 +140,15 @@ _FUNCTION_FIELDS = _speedups is not None and set(_speedups.FUNCTION_FIELDS) == {
 class _Walk:
     """The probes of what a part's load made (see the module's docstring)."""
 
-    def __init__(self, by_reference: list[Any]) -> None:
+    def __init__(self, by_reference: list[Any], globals_dicts: set[int]) -> None:
         # What a fresh load would find, not make: the part's globals, and the
         # builtins a loaded function's globals get.
         fixed = [builtins, vars(builtins), cp.BUILTINS_OF_CLOUDPICKLE, *by_reference]
         self.seen = {id(obj) for obj in fixed} | {id(_MISSING)}
         self.kept = fixed  # (their ids stay theirs)
         self.probes: list[tuple[Any, ...]] = []
+        self.globals_dicts = globals_dicts  # (the ids of the part's functions' globals)
+        self.restores: list[tuple[dict[str, Any], tuple[str, ...], tuple[Any, ...]]] = []
 
     def read(self, *probe: Any) -> Any:
         """Probe ``probe`` from now on, and what it reads now."""
@@ -175,10 +177,15 @@ class _Walk:
             self.walk(obj)
 
     def items(self, mapping: dict[Any, Any]) -> None:
-        self.read(_ITEMS, mapping)
-        for key, value in list(mapping.items()):
-            self.walk(key)
-            self.walk(value)
+        keys, values = tuple(mapping), tuple(mapping.values())
+        if id(mapping) in self.globals_dicts and all(type(key) is str for key in keys):
+            # The globals of the part's functions: every task's functions of the
+            # same module update them (a payload memoizes one per module). What
+            # the part put there is put back before each task (the rest stays).
+            self.restores.append((mapping, keys, values))
+        else:
+            self.read(_ITEMS, mapping)
+        self.walk_all(keys + values)
 
     def frozen_mapping(self, mapping: Any) -> None:
         self.walk_all([*mapping.keys(), *mapping.values()])
@@ -285,9 +292,11 @@ def _plain(kind: type) -> bool:
     return True
 
 
-def probes_of(head: bytes, memo: dict[int, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    """``(probes, what they read now)`` for a classes' part ``head`` whose load
-    made ``memo``; raises :class:`NotReusable`."""
+def probes_of(
+    head: bytes, memo: dict[int, Any]
+) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:
+    """``(probes, what they read now, restores)`` for a classes' part ``head``
+    whose load made ``memo``; raises :class:`NotReusable`."""
     pushed: list[Any] = []
     for _, name, *_ in connection.pushes(head, memo=pushed):
         if name not in _OPCODES:
@@ -297,7 +306,10 @@ def probes_of(head: bytes, memo: dict[int, Any]) -> tuple[tuple[Any, ...], tuple
         raise NotReusable("blocks carried")
     if len(pushed) != len(memo):
         raise NotReusable("memo")
-    walk = _Walk([memo[i] for i, made in enumerate(pushed) if type(made) is tuple])
+    found = [memo[i] for i, made in enumerate(pushed) if type(made) is tuple]
+    made = {id(obj) for obj in memo.values()} - {id(obj) for obj in found}
+    functions = [obj for obj in memo.values() if type(obj) is types.FunctionType]
+    walk = _Walk(found, {id(f.__globals__) for f in functions} & made)
     for index, made in enumerate(pushed):
         if type(made) is tuple:  # a global (module, name): a fresh load finds it again
             module, name = made
@@ -308,7 +320,7 @@ def probes_of(head: bytes, memo: dict[int, Any]) -> tuple[tuple[Any, ...], tuple
     for index in range(len(pushed)):
         walk.walk(memo[index])
     probes = tuple(walk.probes)
-    return probes, _speedups.held_snapshot(probes, _MISSING)
+    return probes, _speedups.held_snapshot(probes, _MISSING), tuple(walk.restores)
 
 
 class _Held:
@@ -317,7 +329,7 @@ class _Held:
     its probes, and what they read then), or not reusable. Never changed once
     made: a thread that read one uses one consistent state."""
 
-    __slots__ = ("prefix", "probes", "reading", "strikes", "unpickler", "walked")
+    __slots__ = ("prefix", "probes", "reading", "restores", "strikes", "unpickler", "walked")
 
     def __init__(
         self,
@@ -325,12 +337,14 @@ class _Held:
         walked: bool = False,
         probes: tuple[Any, ...] | None = None,
         reading: tuple[Any, ...] = (),
+        restores: tuple[Any, ...] = (),
         unpickler: Any = None,
     ) -> None:
         self.strikes = strikes
         self.walked = walked
         self.probes = probes
         self.reading = reading
+        self.restores = restores
         self.unpickler = unpickler
         self.prefix = b"" if unpickler is None else _memo_prefix(len(unpickler.memo.copy()))
 
@@ -394,6 +408,7 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
     strikes = held.strikes
     if held.probes is not None:
         if _speedups.held_unchanged(held.probes, held.reading, _MISSING):
+            _speedups.held_restore(held.restores)
             return _load_with(held.unpickler, held.prefix, body, buffers)
         strikes += 1
     unpickler = _pickle.Unpickler(io.BytesIO(head))
@@ -401,8 +416,8 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
     again = _Held(strikes, walked=True)
     if strikes < _MAX_STRIKES:
         try:
-            probes, reading = probes_of(head, unpickler.memo.copy())
-            again = _Held(strikes, True, probes, reading, unpickler)
+            probes, reading, restores = probes_of(head, unpickler.memo.copy())
+            again = _Held(strikes, True, probes, reading, restores, unpickler)
         except NotReusable:
             pass
     _hold(receiver, name, again)
