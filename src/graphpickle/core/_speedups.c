@@ -3237,46 +3237,53 @@ held_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(p.same && p.at == PyTuple_GET_SIZE(args[1]));
 }
 
-/* held_restore(restores): each (dict, keys, values) made to hold these values
- * under these keys again (exact str keys: no Python code runs), without
- * removing what else it holds: a reused part's functions' globals, which
- * every task's functions update (held_classes.py). */
+/* memo_gets(data, indices): whether the pickle `data` gets one of the memo
+ * entries `indices` (a tuple of ints), read as the unpickler reads it up to its
+ * STOP; True for what it cannot read (a GET by text, an unknown opcode): a
+ * reused classes' part is then not reused for it (held_classes.py). */
 static PyObject *
-held_restore(PyObject *module, PyObject *restores)
+memo_gets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!PyTuple_CheckExact(restores)) {
-        PyErr_SetString(PyExc_TypeError, "held_restore(restores: tuple)");
+    if (nargs != 2 || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "memo_gets(data, indices: tuple)");
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(restores); i++) {
-        PyObject *restore = PyTuple_GET_ITEM(restores, i);
-        if (!PyTuple_CheckExact(restore) || PyTuple_GET_SIZE(restore) != 3) {
-            PyErr_SetString(PyExc_TypeError, "held_restore: (dict, keys, values)");
-            return NULL;
-        }
-        PyObject *dict = PyTuple_GET_ITEM(restore, 0), *keys = PyTuple_GET_ITEM(restore, 1),
-                 *values = PyTuple_GET_ITEM(restore, 2);
-        if (!PyDict_CheckExact(dict) || !PyTuple_CheckExact(keys) || !PyTuple_CheckExact(values)
-            || PyTuple_GET_SIZE(keys) != PyTuple_GET_SIZE(values)) {
-            PyErr_SetString(PyExc_TypeError, "held_restore: (dict, keys, values)");
-            return NULL;
-        }
-        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(keys); j++) {
-            PyObject *key = PyTuple_GET_ITEM(keys, j), *value = PyTuple_GET_ITEM(values, j);
-            if (!PyUnicode_CheckExact(key)) {
-                PyErr_SetString(PyExc_TypeError, "held_restore: keys are exact str");
-                return NULL;
-            }
-            PyObject *now = PyDict_GetItemWithError(dict, key);
-            if (now == value) {
-                continue;
-            }
-            if ((now == NULL && PyErr_Occurred()) || PyDict_SetItem(dict, key, value) < 0) {
-                return NULL;
-            }
-        }
+    PyObject *indices = args[1];
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
     }
-    Py_RETURN_NONE;
+    const unsigned char *p = view.buf, *end = p + view.len;
+    int gets = 1;
+    while (p != NULL && p < end && *p != '.') {
+        Py_ssize_t index = -1;
+        if (*p == 'h' && end - p >= 2) {
+            index = p[1];
+        }
+        else if (*p == 'j' && end - p >= 5) {
+            index = (Py_ssize_t)read_le(p + 1, 4);
+        }
+        else if (*p == 'g') {
+            break; /* (a memo key as text: not read here) */
+        }
+        for (Py_ssize_t i = 0; index >= 0 && i < PyTuple_GET_SIZE(indices); i++) {
+            if (PyLong_AsSsize_t(PyTuple_GET_ITEM(indices, i)) == index) {
+                index = -2;
+            }
+        }
+        if (index == -2) {
+            break;
+        }
+        p = skip_opcode(p, end); /* (a FRAME: its content is opcodes, read on) */
+    }
+    if (p != NULL && p < end && *p == '.') {
+        gets = 0;
+    }
+    PyBuffer_Release(&view);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyBool_FromLong(gets);
 }
 
 #if PY_VERSION_HEX >= 0x030C0000
@@ -3430,8 +3437,8 @@ static PyMethodDef speedups_methods[] = {
                "the function cloudpickle's receiver makes (graphpickle.core.blocks).")},
     {"same_objects", (PyCFunction)(void (*)(void))same_objects, METH_FASTCALL,
      PyDoc_STR("same_objects(a, b): two flat tuples of the same objects, position by position.")},
-    {"held_restore", held_restore, METH_O,
-     PyDoc_STR("held_restore(restores): each (dict, keys, values) holds these values under these keys again.")},
+    {"memo_gets", (PyCFunction)(void (*)(void))memo_gets, METH_FASTCALL,
+     PyDoc_STR("memo_gets(data, indices): the pickle gets one of these memo entries.")},
     {"held_unchanged", (PyCFunction)(void (*)(void))held_unchanged, METH_FASTCALL,
      PyDoc_STR("held_unchanged(probes, reading, missing): held_snapshot(probes, missing) is reading.")},
     {"held_snapshot", (PyCFunction)(void (*)(void))held_snapshot, METH_FASTCALL,

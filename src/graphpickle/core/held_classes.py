@@ -1,36 +1,51 @@
-"""A classes' part loaded once per connection, its objects reused while nothing changed.
+"""A classes' part's objects, reused by the receiver while nothing they are made of changed.
 
 A task whose classes go first (``classes_first.py``) names a classes' part the
-receiver holds. Loading that part again for every task makes every method,
-every dataclass ``Field`` and the class state anew: most of the task's load.
-A receiver may instead reuse what the part's last load made, if a fresh load
-would make the same thing (objects of the same values; tasks may share them:
-the one difference from a fresh cloudpickle load, identity across tasks). It
-would, as long as nothing the load made has changed since, and every global
-the part names is still the object the load found.
+receiving connection holds. Loading that part for every task makes every
+method, every dataclass ``Field`` and the class state anew: most of the task's
+load. A fresh load would make the same objects again (objects of the same
+values: tasks may share them, the one difference from a fresh cloudpickle load
+allowed, identity across tasks) as long as nothing the last load made has
+changed since, and every global the part names is still the object that load
+found. So the receiver reuses them while that holds.
 
-So, after a part's load, the receiver walks what it made (the unpickler's memo:
-every object a pickle makes is memoized, or is an int, a float or a bool) and
-writes down *probes*: for each object, what of it could change (a function's
-settable attributes, a dict's items, a cell's contents, a class's ``__dict__``,
-a plain object's ``__class__``, ``__dict__`` and slots), and for each global,
-its module and name. ``_speedups.held_snapshot`` reads the probes in C, and the
-part is reused while a new reading is the very same objects
-(``same_objects``). The walk fails closed: an object of a type it does not know
-the whole state of (a property, an instance of a class with
-``__setstate__`` or ``__getattr__``, a module made by value...) makes the part
-not reusable, and it is loaded for every task as before.
+**The walk** (once per part, at its second use: a part seen once is loaded
+with its task). After the part's own load, the receiver walks its unpickler's
+memo (every object a pickle makes is memoized, or is an int, a float or a
+bool) and writes down *probes*: for each object the load made, what of it
+could change (every settable field of a function, read from the function
+itself; a dict's, list's or set's size and items; a cell's contents; a class's
+``__dict__``; a plain object's class, ``__dict__`` and slots; what a
+mappingproxy shows); for each global the part names, its module and name. An
+object of a kind whose whole state the walk does not know (a property, a
+classmethod, an instance of a C type or of a class with hooks such as
+``__setstate__`` or ``__getattr__``, a class with a metaclass, a module made by
+value), or a part whose load keeps code blocks on the connection, makes the
+part not reusable: it is loaded with its task, as before. It fails closed.
 
-The task's part then loads with an unpickler whose memo is a copy of the part's
-(``Unpickler.memo``): CPython does not carry the memo's length over with it, so
-the unpickler first loads a pickle that memoizes that many Nones
+**The check** (every later task). ``_speedups.held_unchanged`` reads the probes
+in C (no code of the user's runs) and compares what they read with what they
+read after the walk, by identity (sizes by value), stopping at the first
+change. If anything changed, the part is loaded and walked again (a few
+times; then it is loaded with its task for good).
+
+**The task's part** then loads with an unpickler whose memo is a copy of the
+part's (``Unpickler.memo``): the task refers to the part's objects as one
+unpickler would have it. CPython does not carry the memo's length over with the
+copy, so the unpickler first loads a pickle that memoizes that many Nones
 (:func:`_memo_prefix`); :data:`SEEDING` checks at import that this interpreter
-loads a task's part this way as one unpickler would, and nothing is reused if
-it does not.
+loads a task's part this way as one unpickler loads both, and nothing is reused
+if it does not. A task's part that gets the globals dict of one of the part's
+functions (the task's own function of the same module: a payload has one such
+dict per module) writes its function's globals into that dict as it loads;
+reused, the dict would be every task's, and a task's load would reset a global
+another task running had written. Such a task loads the part afresh.
 
 What differs from a fresh load, on purpose (README, "Limits"): tasks share the
-part's objects (a change one task makes is seen by a task that loads while it
-runs); and a reused part makes no ``pickle.find_class`` audit events.
+part's objects, so a change a task makes to them while another task runs is
+seen by it (as a class attribute is, with cloudpickle's one class per
+process); and a reused part's globals are read from ``sys.modules``, not
+imported again (no ``pickle.find_class`` audit event).
 """
 
 from __future__ import annotations
@@ -140,15 +155,13 @@ _FUNCTION_FIELDS = _speedups is not None and set(_speedups.FUNCTION_FIELDS) == {
 class _Walk:
     """The probes of what a part's load made (see the module's docstring)."""
 
-    def __init__(self, by_reference: list[Any], globals_dicts: set[int]) -> None:
+    def __init__(self, by_reference: list[Any]) -> None:
         # What a fresh load would find, not make: the part's globals, and the
         # builtins a loaded function's globals get.
         fixed = [builtins, vars(builtins), cp.BUILTINS_OF_CLOUDPICKLE, *by_reference]
         self.seen = {id(obj) for obj in fixed} | {id(_MISSING)}
         self.kept = fixed  # (their ids stay theirs)
         self.probes: list[tuple[Any, ...]] = []
-        self.globals_dicts = globals_dicts  # (the ids of the part's functions' globals)
-        self.restores: list[tuple[dict[str, Any], tuple[str, ...], tuple[Any, ...]]] = []
 
     def read(self, *probe: Any) -> Any:
         """Probe ``probe`` from now on, and what it reads now."""
@@ -177,15 +190,8 @@ class _Walk:
             self.walk(obj)
 
     def items(self, mapping: dict[Any, Any]) -> None:
-        keys, values = tuple(mapping), tuple(mapping.values())
-        if id(mapping) in self.globals_dicts and all(type(key) is str for key in keys):
-            # The globals of the part's functions: every task's functions of the
-            # same module update them (a payload memoizes one per module). What
-            # the part put there is put back before each task (the rest stays).
-            self.restores.append((mapping, keys, values))
-        else:
-            self.read(_ITEMS, mapping)
-        self.walk_all(keys + values)
+        self.read(_ITEMS, mapping)
+        self.walk_all([*mapping.keys(), *mapping.values()])
 
     def frozen_mapping(self, mapping: Any) -> None:
         self.walk_all([*mapping.keys(), *mapping.values()])
@@ -294,9 +300,10 @@ def _plain(kind: type) -> bool:
 
 def probes_of(
     head: bytes, memo: dict[int, Any]
-) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:
-    """``(probes, what they read now, restores)`` for a classes' part ``head``
-    whose load made ``memo``; raises :class:`NotReusable`."""
+) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, ...]]:
+    """``(probes, what they read now, shared)`` for a classes' part ``head``
+    whose load made ``memo``: ``shared``, the memo indices of its functions'
+    globals dicts; raises :class:`NotReusable`."""
     pushed: list[Any] = []
     for _, name, *_ in connection.pushes(head, memo=pushed):
         if name not in _OPCODES:
@@ -307,9 +314,7 @@ def probes_of(
     if len(pushed) != len(memo):
         raise NotReusable("memo")
     found = [memo[i] for i, made in enumerate(pushed) if type(made) is tuple]
-    made = {id(obj) for obj in memo.values()} - {id(obj) for obj in found}
-    functions = [obj for obj in memo.values() if type(obj) is types.FunctionType]
-    walk = _Walk(found, {id(f.__globals__) for f in functions} & made)
+    walk = _Walk(found)
     for index, made in enumerate(pushed):
         if type(made) is tuple:  # a global (module, name): a fresh load finds it again
             module, name = made
@@ -320,16 +325,19 @@ def probes_of(
     for index in range(len(pushed)):
         walk.walk(memo[index])
     probes = tuple(walk.probes)
-    return probes, _speedups.held_snapshot(probes, _MISSING), tuple(walk.restores)
+    globals_ids = {id(obj.__globals__) for obj in memo.values() if type(obj) is types.FunctionType}
+    shared = tuple(i for i, obj in memo.items() if type(obj) is dict and id(obj) in globals_ids)
+    return probes, _speedups.held_snapshot(probes, _MISSING), shared
 
 
 class _Held:
     """What a receiver knows of a classes' part it loaded: seen once (``probes``
     None, ``walked`` False), reusable (the unpickler that loaded it: its memo;
-    its probes, and what they read then), or not reusable. Never changed once
+    its probes, what they read then, its functions' globals in its memo), or
+    not reusable. Never changed once
     made: a thread that read one uses one consistent state."""
 
-    __slots__ = ("prefix", "probes", "reading", "restores", "strikes", "unpickler", "walked")
+    __slots__ = ("prefix", "probes", "reading", "shared", "strikes", "unpickler", "walked")
 
     def __init__(
         self,
@@ -337,14 +345,14 @@ class _Held:
         walked: bool = False,
         probes: tuple[Any, ...] | None = None,
         reading: tuple[Any, ...] = (),
-        restores: tuple[Any, ...] = (),
+        shared: tuple[int, ...] = (),
         unpickler: Any = None,
     ) -> None:
         self.strikes = strikes
         self.walked = walked
         self.probes = probes
         self.reading = reading
-        self.restores = restores
+        self.shared = shared
         self.unpickler = unpickler
         self.prefix = b"" if unpickler is None else _memo_prefix(len(unpickler.memo.copy()))
 
@@ -407,8 +415,9 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
         return load_together(head, body, buffers)
     strikes = held.strikes
     if held.probes is not None:
+        if _shares_globals(held, body):
+            return load_together(head, body, buffers)
         if _speedups.held_unchanged(held.probes, held.reading, _MISSING):
-            _speedups.held_restore(held.restores)
             return _load_with(held.unpickler, held.prefix, body, buffers)
         strikes += 1
     unpickler = _pickle.Unpickler(io.BytesIO(head))
@@ -416,12 +425,22 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
     again = _Held(strikes, walked=True)
     if strikes < _MAX_STRIKES:
         try:
-            probes, reading, restores = probes_of(head, unpickler.memo.copy())
-            again = _Held(strikes, True, probes, reading, restores, unpickler)
+            probes, reading, shared = probes_of(head, unpickler.memo.copy())
+            again = _Held(strikes, True, probes, reading, shared, unpickler)
         except NotReusable:
             pass
     _hold(receiver, name, again)
+    if _shares_globals(again, body):
+        return load_together(head, body, buffers)
     return _load_with(unpickler, _memo_prefix(len(unpickler.memo.copy())), body, buffers)
+
+
+def _shares_globals(held: _Held, body: Any) -> bool:
+    """Whether the task's part gets the globals dict of one of the part's
+    functions (its own functions of the same module: a payload has one such
+    dict per module). Its load writes their globals into that dict, which
+    every task reusing the part shares: such a task loads the part afresh."""
+    return bool(held.shared) and bool(_speedups.memo_gets(body, held.shared))
 
 
 def _hold(receiver: connection.Receiver, name: bytes, held: _Held) -> None:

@@ -16,7 +16,7 @@ from .. import _native
 VERSION = 25
 NAMES = (
     "Dispatch", "Dumper", "Loader", "Sink", "bytearray8_overruns", "function_ref",
-    "function_snapshot", "held_restore", "held_snapshot", "held_unchanged", "make_function", "modules_items", "remember_by_reference", "same_modules", "same_objects",
+    "function_snapshot", "held_snapshot", "held_unchanged", "make_function", "memo_gets", "modules_items", "remember_by_reference", "same_modules", "same_objects",
     "set_by_reference_policy", "set_function_layouts", "set_function_refs", "set_remembered",
     "set_session_reductions", "subimport",
     "ENTRY_FIELDS", "FUNCTION_FIELDS",
