@@ -306,7 +306,7 @@ def test_a_task_whose_functions_share_the_part_s_globals_loads_the_part_afresh()
         uses.__globals__["OFFSET"] = -1000  # a task rebinds the part's global
     assert len({id(m) for m in methods}) == len(methods)  # (made anew each time)
     held = receiver.loaded[classes_first.split(payloads[-1])[1]]
-    assert held.probes is not None and held.shared and held.strikes == 0
+    assert held.probes is not None and held.avoid and held.strikes == 0
 
 
 def test_a_task_part_s_memo_gets_are_read_as_the_unpickler_reads_them():

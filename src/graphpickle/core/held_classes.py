@@ -299,11 +299,14 @@ def _plain(kind: type) -> bool:
 
 
 def probes_of(
-    head: bytes, memo: dict[int, Any]
+    head: bytes, memo: dict[int, Any], root: Any
 ) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, ...]]:
-    """``(probes, what they read now, shared)`` for a classes' part ``head``
-    whose load made ``memo``: ``shared``, the memo indices of its functions'
-    globals dicts; raises :class:`NotReusable`."""
+    """``(probes, what they read now, avoid)`` for a classes' part ``head``
+    whose load made ``memo`` and gave ``root``; raises :class:`NotReusable`.
+    The probes are those of what ``root`` reaches (what a task can reach but
+    through the memo); ``avoid``, the memo indices a task's part must not get
+    for the part to be reused: what the load made that ``root`` does not reach
+    (its reductions' arguments and states), and its functions' globals dicts."""
     pushed: list[Any] = []
     for _, name, *_ in connection.pushes(head, memo=pushed):
         if name not in _OPCODES:
@@ -322,22 +325,28 @@ def probes_of(
                 raise NotReusable("global")
             if walk.read(_GLOBAL, module, tuple(name.split("."))) is not memo[index]:
                 raise NotReusable(made)
-    for index in range(len(pushed)):
-        walk.walk(memo[index])
+    walk.walk(root)
+    functions_globals = {
+        id(obj.__globals__) for obj in walk.kept if type(obj) is types.FunctionType
+    }
+    avoid = tuple(
+        index
+        for index, obj in memo.items()
+        if id(obj) in functions_globals
+        or not (id(obj) in walk.seen or type(obj) in _ATOMS or _immutable_class(obj))
+    )
     probes = tuple(walk.probes)
-    globals_ids = {id(obj.__globals__) for obj in memo.values() if type(obj) is types.FunctionType}
-    shared = tuple(i for i, obj in memo.items() if type(obj) is dict and id(obj) in globals_ids)
-    return probes, _speedups.held_snapshot(probes, _MISSING), shared
+    return probes, _speedups.held_snapshot(probes, _MISSING), avoid
 
 
 class _Held:
     """What a receiver knows of a classes' part it loaded: seen once (``probes``
     None, ``walked`` False), reusable (the unpickler that loaded it: its memo;
-    its probes, what they read then, its functions' globals in its memo), or
-    not reusable. Never changed once
+    its probes, what they read then, the memo indices a task's part must not
+    get), or not reusable. Never changed once
     made: a thread that read one uses one consistent state."""
 
-    __slots__ = ("prefix", "probes", "reading", "shared", "strikes", "unpickler", "walked")
+    __slots__ = ("avoid", "prefix", "probes", "reading", "strikes", "unpickler", "walked")
 
     def __init__(
         self,
@@ -345,14 +354,14 @@ class _Held:
         walked: bool = False,
         probes: tuple[Any, ...] | None = None,
         reading: tuple[Any, ...] = (),
-        shared: tuple[int, ...] = (),
+        avoid: tuple[int, ...] = (),
         unpickler: Any = None,
     ) -> None:
         self.strikes = strikes
         self.walked = walked
         self.probes = probes
         self.reading = reading
-        self.shared = shared
+        self.avoid = avoid
         self.unpickler = unpickler
         self.prefix = b"" if unpickler is None else _memo_prefix(len(unpickler.memo.copy()))
 
@@ -415,32 +424,34 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
         return load_together(head, body, buffers)
     strikes = held.strikes
     if held.probes is not None:
-        if _shares_globals(held, body):
+        if _gets_avoided(held, body):
             return load_together(head, body, buffers)
         if _speedups.held_unchanged(held.probes, held.reading, _MISSING):
             return _load_with(held.unpickler, held.prefix, body, buffers)
         strikes += 1
     unpickler = _pickle.Unpickler(io.BytesIO(head))
-    unpickler.load()
+    root = unpickler.load()
     again = _Held(strikes, walked=True)
     if strikes < _MAX_STRIKES:
         try:
-            probes, reading, shared = probes_of(head, unpickler.memo.copy())
-            again = _Held(strikes, True, probes, reading, shared, unpickler)
+            probes, reading, avoid = probes_of(head, unpickler.memo.copy(), root)
+            again = _Held(strikes, True, probes, reading, avoid, unpickler)
         except NotReusable:
             pass
     _hold(receiver, name, again)
-    if _shares_globals(again, body):
+    if _gets_avoided(again, body):
         return load_together(head, body, buffers)
     return _load_with(unpickler, _memo_prefix(len(unpickler.memo.copy())), body, buffers)
 
 
-def _shares_globals(held: _Held, body: Any) -> bool:
-    """Whether the task's part gets the globals dict of one of the part's
-    functions (its own functions of the same module: a payload has one such
-    dict per module). Its load writes their globals into that dict, which
-    every task reusing the part shares: such a task loads the part afresh."""
-    return bool(held.shared) and bool(_speedups.memo_gets(body, held.shared))
+def _gets_avoided(held: _Held, body: Any) -> bool:
+    """Whether the task's part gets what the part's load made that the classes
+    do not reach, or the globals dict of one of the part's functions (the task's
+    own function of the same module gets it: a payload has one per module, and
+    that function's load writes its globals into it; reused, the dict would be
+    every task's, and a task's load would reset a global another task running
+    wrote). Such a task loads the part afresh."""
+    return bool(held.avoid) and bool(_speedups.memo_gets(body, held.avoid))
 
 
 def _hold(receiver: connection.Receiver, name: bytes, held: _Held) -> None:
