@@ -9,11 +9,14 @@ same change with the check switched off must show (the case can fail)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 
 import pytest
 from conftest import run_python
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_classes_first import kind, module_class
 from test_connection import READ_SCRIPT, WRITE_SCRIPT, read, write
 
@@ -377,3 +380,73 @@ def test_the_probes_read_what_changes_and_stop_at_the_first_change():
 def test_a_task_part_loads_after_a_copied_memo_as_one_unpickler_would():
     assert held_classes.SEEDING  # (the module checks it at import: pinned here)
     assert held_classes._seeding_works()
+
+
+def test_without_the_c_function_fields_each_settable_attribute_is_probed(monkeypatch):
+    # (what a Python that adds a settable attribute to functions runs)
+    monkeypatch.setattr(held_classes, "_FUNCTION_FIELDS", False)
+    payloads = _payloads(_POINT + "    def twice(self, k=2):\n        return self.x * k\n", 5)
+    receiver = connection.Receiver()
+    loaded = [read(receiver, p)[0] for p in payloads[:3]]
+    held = receiver.loaded[classes_first.split(payloads[3])[1]]
+    kinds = {probe[0] for probe in held.probes}
+    assert held_classes._FUNCTION not in kinds and held_classes._ATTR in kinds
+    twice = vars(type(loaded[2]))["twice"]
+    assert vars(type(read(receiver, payloads[3])[0]))["twice"] is twice  # (reused)
+    twice.__defaults__ = (10,)  # a task changes it: the next task loads the part again
+    again = read(receiver, payloads[4])[0]
+    assert again.twice() == 8 and vars(type(again))["twice"] is not twice
+
+
+#: What a task may do to the class it loaded (in-process: the payloads are
+#: written first, so the sender's class is the one changed, as a worker's is).
+_CHANGES = [
+    "cls.scaled.__defaults__ = (7,)",
+    "cls.scaled.__kwdefaults__ = {'extra': 5}",
+    "cls.scaled.tag = 1",
+    "cls.shifted.__closure__[0].cell_contents = 40",
+    "cls.scaled.__globals__['K'] = 99",
+    "cls.limit = 5",
+    "del cls.limit",
+    "cls.items.append(9)",
+    "cls.items[:] = []",
+    "cls.seen.add(3)",
+    "cls.__dataclass_fields__['y'].default = 1.5",
+    "cls.__dataclass_params__.frozen = True",
+    "cls.extra = 2",
+    "cls.scaled = lambda self, *a, **k: -1",
+    "pass",
+]
+
+_OBSERVED = (
+    "(cls(1).scaled(), cls(1).shifted(), sorted(vars(cls.scaled)), getattr(cls, 'limit', None), "
+    "list(cls.items), sorted(cls.seen), cls.__dataclass_fields__['y'].default, "
+    "cls.__dataclass_params__.frozen, getattr(cls, 'extra', None), "
+    "cls.scaled.__defaults__, cls.scaled.__kwdefaults__)"
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(range(len(_CHANGES))), max_size=3), min_size=2, max_size=8)
+)
+def test_random_changes_between_tasks_give_what_a_fresh_load_gives(steps):
+    # Each step: some changes to what the last task loaded, then the next task.
+    # A fresh load of every task would show the class as sent (the payloads
+    # are written first), but for an attribute added, which stays.
+    namespace: dict = {"__name__": "__main__"}
+    exec(_SOURCE, namespace)
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(len(steps) + 2)]
+    receiver = connection.Receiver()
+    read(receiver, payloads[0])
+    cls = type(read(receiver, payloads[1])[0])
+    as_sent = list(eval(_OBSERVED, {"cls": cls}))
+    for payload, changes in zip(payloads[2:], steps, strict=True):
+        for change in changes:
+            with contextlib.suppress(AttributeError):  # (deleted twice)
+                exec(_CHANGES[change], {"cls": cls})
+            if _CHANGES[change] == "cls.extra = 2":
+                as_sent[8] = 2
+        cls = type(read(receiver, payload)[0])
+        assert list(eval(_OBSERVED, {"cls": cls})) == as_sent
