@@ -90,7 +90,7 @@ _CASES = {
         "cls.__dataclass_fields__['y'].default",
         True,
     ),
-    "field's __dict__-less slot emptied": (
+    "field slot emptied": (
         "del cls.__dataclass_fields__['y'].repr",
         "hasattr(cls.__dataclass_fields__['y'], 'repr')",
         True,
