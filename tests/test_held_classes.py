@@ -52,6 +52,14 @@ class Point:
     def scaled(self, factor=2, *, extra=0):
         "Scaled."
         return self.x * factor + extra + K
+
+    @classmethod
+    def make(cls, x):
+        return cls(x)
+
+    @staticmethod
+    def double(value):
+        return 2 * value
 """
 
 #: name: (what the worker does to the class a task loaded, what is observed of
@@ -83,6 +91,16 @@ _CASES = {
     "class attribute": ("cls.limit = 99", "cls.limit", True),
     "class attribute deleted": ("del cls.limit", "getattr(cls, 'limit', None)", True),
     "method replaced": ("cls.scaled = lambda self, *a, **k: 0", "cls(1).scaled()", True),
+    "classmethod swapped": (
+        "vars(cls)['make'].__init__(lambda c, x: None)",
+        "repr(cls.make(3))",
+        True,
+    ),
+    "staticmethod attribute": (
+        "vars(cls)['double'].tag = 1",
+        "sorted(vars(vars(cls)['double']))",
+        True,
+    ),
     "class-level list": ("cls.items.append(3)", "list(cls.items)", True),
     "class-level set": ("cls.seen.add(2)", "sorted(cls.seen)", True),
     "field default": (

@@ -15,10 +15,11 @@ memo (every object a pickle makes is memoized, or is an int, a float or a
 bool) and writes down *probes*: for each object the load made, what of it
 could change (every settable field of a function, read from the function
 itself; a dict's, list's or set's size and items; a cell's contents; a class's
-``__dict__``; a plain object's class, ``__dict__`` and slots; what a
-mappingproxy shows); for each global the part names, its module and name. An
-object of a kind whose whole state the walk does not know (a property, a
-classmethod, an instance of a C type or of a class with hooks such as
+``__dict__``; a plain object's class, ``__dict__`` and slots; a classmethod's
+or staticmethod's function and ``__dict__``; what a mappingproxy shows); for
+each global the part names, its module and name. An
+object of a kind whose whole state the walk does not know (a property, an
+instance of a C type or of a class with hooks such as
 ``__setstate__`` or ``__getattr__``, a class with a metaclass, a module made by
 value), or a part whose load keeps code blocks on the connection, makes the
 part not reusable: it is loaded with its task, as before. It fails closed.
@@ -248,6 +249,16 @@ class _Walk:
                 value = getattr(func, name, _MISSING)
             self.walk(value)
 
+    def method_wrapper(self, wrapper: Any) -> None:
+        # A classmethod or staticmethod: its function (a new __init__ can swap
+        # it) and its __dict__ (the function's names, copied when it was made;
+        # 3.14+ keeps its annotations there too, as they are read).
+        func = self.read(_ATTR, wrapper, "__func__")
+        if type(func) is not types.FunctionType:
+            raise NotReusable(type(wrapper))
+        self.walk(func)
+        self.walk(self.read(_ATTR, wrapper, "__dict__"))
+
     def plain(self, obj: Any) -> None:
         slots = tuple(
             descriptor
@@ -271,6 +282,8 @@ _HANDLERS: dict[type, Callable[[_Walk, Any], None]] = {
     types.ModuleType: _Walk.module,
     type: _Walk.cls,
     types.FunctionType: _Walk.function,
+    classmethod: _Walk.method_wrapper,
+    staticmethod: _Walk.method_wrapper,
 }
 if hasattr(builtins, "frozendict"):  # 3.15+: it holds what it holds
     _HANDLERS[builtins.frozendict] = _Walk.frozen_mapping
