@@ -331,12 +331,19 @@ def test_a_task_whose_functions_share_the_part_s_globals_loads_the_part_afresh()
 
 
 def test_a_task_part_s_memo_gets_are_read_as_the_unpickler_reads_them():
-    gets = speedups.memo_gets
-    assert gets(b"\x80\x05h\x03.", (3,)) and not gets(b"\x80\x05h\x03.", (4,))
-    assert gets(b"\x80\x05j\x00\x01\x00\x00.", (256,))
-    assert not gets(b"\x80\x05\x8c\x02hh\x94.", (0x68,))  # (inside a string: no get)
-    assert gets(b"\x80\x05g3\n.", (9,))  # (a get by text: taken as one)
-    assert gets(b"\x80\x05h", (9,))  # (no STOP: taken as one)
+    def gets(data: bytes, *indices: int) -> bool:
+        mask = bytearray(300)
+        for index in indices:
+            mask[index] = 1
+        return bool(speedups.memo_gets(data, bytes(mask)))
+
+    assert gets(b"\x80\x05h\x03.", 3) and not gets(b"\x80\x05h\x03.", 4)
+    assert gets(b"\x80\x05j\x00\x01\x00\x00.", 256)
+    assert not gets(b"\x80\x05j\x00\x01\x00\x00.", 255)
+    assert not gets(b"\x80\x05\x8c\x02hh\x94.", 0x68)  # (inside a string: no get)
+    assert gets(b"\x80\x05g3\n.", 9)  # (a get by text: taken as one)
+    assert gets(b"\x80\x05h", 9)  # (no STOP: taken as one)
+    assert not speedups.memo_gets(b"\x80\x05j\x00\x10\x00\x00.", b"\x01")  # (past the mask)
 
 
 def test_a_receiver_holds_the_objects_of_a_bounded_number_of_parts(monkeypatch):

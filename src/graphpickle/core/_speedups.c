@@ -3237,24 +3237,24 @@ held_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(p.same && p.at == PyTuple_GET_SIZE(args[1]));
 }
 
-/* memo_gets(data, indices): whether the pickle `data` gets one of the memo
- * entries `indices` (a tuple of ints), read as the unpickler reads it up to its
- * STOP; True for what it cannot read (a GET by text, an unknown opcode): a
- * reused classes' part is then not reused for it (held_classes.py). */
+/* memo_gets(data, mask): whether the pickle `data` gets a memo entry whose
+ * byte in `mask` is not 0, read as the unpickler reads it up to its STOP; True
+ * for what it cannot read (a GET by text, an unknown opcode): a reused classes'
+ * part is then not reused for it (held_classes.py). */
 static PyObject *
 memo_gets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyTuple_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "memo_gets(data, indices: tuple)");
+    if (nargs != 2 || !PyBytes_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "memo_gets(data, mask: bytes)");
         return NULL;
     }
-    PyObject *indices = args[1];
+    const unsigned char *mask = (const unsigned char *)PyBytes_AS_STRING(args[1]);
+    Py_ssize_t masked = PyBytes_GET_SIZE(args[1]);
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_C_CONTIGUOUS) < 0) {
         return NULL;
     }
     const unsigned char *p = view.buf, *end = p + view.len;
-    int gets = 1;
     while (p != NULL && p < end && *p != '.') {
         Py_ssize_t index = -1;
         if (*p == 'h' && end - p >= 2) {
@@ -3266,23 +3266,13 @@ memo_gets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         else if (*p == 'g') {
             break; /* (a memo key as text: not read here) */
         }
-        for (Py_ssize_t i = 0; index >= 0 && i < PyTuple_GET_SIZE(indices); i++) {
-            if (PyLong_AsSsize_t(PyTuple_GET_ITEM(indices, i)) == index) {
-                index = -2;
-            }
-        }
-        if (index == -2) {
+        if (index >= 0 && index < masked && mask[index]) {
             break;
         }
         p = skip_opcode(p, end); /* (a FRAME: its content is opcodes, read on) */
     }
-    if (p != NULL && p < end && *p == '.') {
-        gets = 0;
-    }
+    int gets = !(p != NULL && p < end && *p == '.');
     PyBuffer_Release(&view);
-    if (PyErr_Occurred()) {
-        return NULL;
-    }
     return PyBool_FromLong(gets);
 }
 
@@ -3438,7 +3428,7 @@ static PyMethodDef speedups_methods[] = {
     {"same_objects", (PyCFunction)(void (*)(void))same_objects, METH_FASTCALL,
      PyDoc_STR("same_objects(a, b): two flat tuples of the same objects, position by position.")},
     {"memo_gets", (PyCFunction)(void (*)(void))memo_gets, METH_FASTCALL,
-     PyDoc_STR("memo_gets(data, indices): the pickle gets one of these memo entries.")},
+     PyDoc_STR("memo_gets(data, mask): the pickle gets a memo entry the mask marks.")},
     {"held_unchanged", (PyCFunction)(void (*)(void))held_unchanged, METH_FASTCALL,
      PyDoc_STR("held_unchanged(probes, reading, missing): held_snapshot(probes, missing) is reading.")},
     {"held_snapshot", (PyCFunction)(void (*)(void))held_snapshot, METH_FASTCALL,

@@ -153,13 +153,17 @@ def split(data: Any) -> tuple[int, bytes, Any]:
     return kind, bytes(view[start:end]), view[end:]
 
 
-def parts(data: Any) -> tuple[bytes | None, bytes, Any]:
+def parts(
+    data: Any, receiver: connection.Receiver | None = None
+) -> tuple[bytes | None, bytes, Any]:
     """The digest of a framed payload's classes' part (None if it is not held),
     that part, and its task's part: the classes' part kept by the receiving
-    connection (KEEP), or the one it holds (NAMED)."""
+    connection (KEEP), or the one it holds (NAMED; ``receiver``, if given, is
+    the receiving connection's)."""
     kind, head, body = split(data)
     if kind == _NAMED:
-        return head, connection.receiving_classes(head), body
+        held = connection.receiving_classes(head) if receiver is None else receiver.classes(head)
+        return head, held, body
     if kind == _KEEP and len(head) <= MAX_PART:
         return connection.received(head, head), head, body
     return None, head, body
@@ -186,8 +190,8 @@ def load(data: Any, buffers: Any = ()) -> Any:
     loaded by one unpickler, or loaded after the objects the receiving
     connection's last load of that classes' part made, if nothing they are
     made of changed since (``held_classes.py``)."""
-    name, head, body = parts(data)
     receiver = connection.RECEIVER.get()
+    name, head, body = parts(data, receiver)
     if (
         name is None
         or receiver is None

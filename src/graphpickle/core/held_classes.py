@@ -313,11 +313,12 @@ def _plain(kind: type) -> bool:
 
 def probes_of(
     head: bytes, memo: dict[int, Any], root: Any
-) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, ...]]:
+) -> tuple[tuple[Any, ...], tuple[Any, ...], bytes]:
     """``(probes, what they read now, avoid)`` for a classes' part ``head``
     whose load made ``memo`` and gave ``root``; raises :class:`NotReusable`.
     The probes are those of what ``root`` reaches (what a task can reach but
-    through the memo); ``avoid``, the memo indices a task's part must not get
+    through the memo); ``avoid``, a byte per memo index (empty if none is
+    marked), marking what a task's part must not get
     for the part to be reused: what the load made that ``root`` does not reach
     (its reductions' arguments and states), and its functions' globals dicts."""
     pushed: list[Any] = []
@@ -342,12 +343,12 @@ def probes_of(
     functions_globals = {
         id(obj.__globals__) for obj in walk.kept if type(obj) is types.FunctionType
     }
-    avoid = tuple(
-        index
-        for index, obj in memo.items()
-        if id(obj) in functions_globals
+    avoided = [
+        id(obj) in functions_globals
         or not (id(obj) in walk.seen or type(obj) in _ATOMS or _immutable_class(obj))
-    )
+        for obj in (memo[index] for index in range(len(memo)))
+    ]
+    avoid = bytes(avoided) if any(avoided) else b""
     probes = tuple(walk.probes)
     return probes, _speedups.held_snapshot(probes, _MISSING), avoid
 
@@ -367,7 +368,7 @@ class _Held:
         walked: bool = False,
         probes: tuple[Any, ...] | None = None,
         reading: tuple[Any, ...] = (),
-        avoid: tuple[int, ...] = (),
+        avoid: bytes = b"",
         unpickler: Any = None,
     ) -> None:
         self.strikes = strikes
@@ -464,7 +465,7 @@ def _gets_avoided(held: _Held, body: Any) -> bool:
     that function's load writes its globals into it; reused, the dict would be
     every task's, and a task's load would reset a global another task running
     wrote). Such a task loads the part afresh."""
-    return bool(held.avoid) and bool(_speedups.memo_gets(body, held.avoid))
+    return bool(held.avoid) and _speedups.memo_gets(body, held.avoid) is True
 
 
 def _hold(receiver: connection.Receiver, name: bytes, held: _Held) -> None:
