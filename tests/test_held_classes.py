@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import threading
+import types
 
 import pytest
 from conftest import run_python
@@ -28,6 +30,24 @@ pytestmark = [
     pytest.mark.skipif(not CACHING, reason="GRAPHPICKLE_NO_CACHE=1: nothing is kept"),
     pytest.mark.skipif(not held_classes.SEEDING, reason="parts are reused on the C path only"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def reuse(monkeypatch):
+    """Parts reused (GRAPHPICKLE_HELD_CLASSES=1: off by default)."""
+    monkeypatch.setattr(held_classes, "ENABLED", True)
+
+
+def test_reuse_is_off_by_default(monkeypatch, tmp_path):
+    monkeypatch.delenv("GRAPHPICKLE_HELD_CLASSES", raising=False)
+    code = "from graphpickle.core import held_classes\nprint(held_classes.ENABLED)\n"
+    assert run_python(code, cwd=tmp_path).strip() == "False"
+    monkeypatch.setattr(held_classes, "ENABLED", False)
+    payloads = _payloads(_POINT)
+    receiver = connection.Receiver()
+    assert [read(receiver, p)[0].x for p in payloads] == [0, 1, 2, 3]
+    assert not receiver.loaded  # (each payload loaded whole)
+
 
 _SOURCE = """
 import dataclasses, textwrap
@@ -214,7 +234,8 @@ def seen(tmp_path_factory):
     path = tmp_path_factory.mktemp("held")
     (path / "test_held_classes_source.py").write_text(f"SOURCE = {_SOURCE!r}\nCASES = {_CASES!r}\n")
     run_python(_SENDER, str(path / "rows.pkl"), cwd=path)
-    return json.loads(run_python(_RECEIVER, str(path / "rows.pkl"), cwd=path))
+    on = {"GRAPHPICKLE_HELD_CLASSES": "1"}
+    return json.loads(run_python(_RECEIVER, str(path / "rows.pkl"), cwd=path, env=on))
 
 
 @pytest.mark.parametrize("case", list(_CASES))
@@ -475,3 +496,76 @@ def test_random_changes_between_tasks_give_what_a_fresh_load_gives(steps):
                 as_sent[8] = 2
         cls = type(read(receiver, payload)[0])
         assert list(eval(_OBSERVED, {"cls": cls})) == as_sent
+
+
+# The three ways a reused part can still differ from a fresh load, found in
+# review: why reuse is off by default. Each is a strict xfail: fixing it makes
+# the test pass, and the mark must then go.
+
+
+@pytest.mark.xfail(strict=True, reason="a by-value base or an instance's class is not walked")
+def test_a_by_value_base_and_an_instance_s_class_changed_on_the_worker_are_reset():
+    namespace: dict = {"__name__": "__main__"}
+    exec(
+        "import dataclasses\n"
+        "class Base:\n    limit = 3\n"
+        "class Color:\n    name = 'red'\n"
+        "@dataclasses.dataclass\nclass Point(Base):\n    x: int\n    default = Color()\n",
+        namespace,
+    )
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(4)]
+    receiver = connection.Receiver()
+    cls = [type(read(receiver, p)[0]) for p in payloads[:3]][-1]
+    cls.__mro__[1].limit = 99
+    type(cls.default).name = "blue"
+    again = type(read(receiver, payloads[3])[0])
+    assert (again.limit, again.default.name) == (3, "red")
+
+
+_REGISTRY_MODULE = "graphpickle_test_registry"
+
+
+@pytest.mark.xfail(strict=True, reason="an object a lookup returned is kept, not looked up again")
+def test_an_object_a_reduction_looks_up_is_looked_up_again(monkeypatch):
+    # A handle whose reduction is getattr(module, "TABLE"): the worker gets the
+    # module's table as it is when the payload loads.
+    registry = types.ModuleType(_REGISTRY_MODULE)
+    source = (
+        "import sys\nclass Handle:\n    def __reduce__(self):\n"
+        "        return (getattr, (sys.modules[__name__], 'TABLE'))\n"
+    )
+    exec(source, registry.__dict__)
+    registry.TABLE = {"a": 1}
+    monkeypatch.setitem(sys.modules, _REGISTRY_MODULE, registry)
+    namespace: dict = {"__name__": "__main__"}
+    exec("import dataclasses\n@dataclasses.dataclass\nclass Point:\n    x: int\n", namespace)
+    namespace["Point"].table = registry.Handle()
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(4)]
+    receiver = connection.Receiver()
+    for payload in payloads[:3]:
+        loaded = read(receiver, payload)[0]
+    assert type(loaded).table is registry.TABLE
+    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    registry.TABLE = {"b": 2}  # the worker's table is replaced
+    assert type(read(receiver, payloads[3])[0]).table is registry.TABLE
+
+
+@pytest.mark.xfail(
+    strict=True, reason="a change made while the part is walked becomes its baseline"
+)
+def test_a_change_another_task_makes_while_the_part_is_walked_is_reset(monkeypatch):
+    payloads = _payloads(_POINT + "    limit = 3\n", 5)
+    receiver = connection.Receiver()
+    walk = held_classes.probes_of
+
+    def changed_meanwhile(head, memo, root):
+        root[0].limit = 99  # (another task's thread, between the part's load and its walk)
+        return walk(head, memo, root)
+
+    monkeypatch.setattr(held_classes, "probes_of", changed_meanwhile)
+    for payload in payloads[:3]:
+        read(receiver, payload)
+    monkeypatch.setattr(held_classes, "probes_of", walk)
+    assert type(read(receiver, payloads[3])[0]).limit == 3

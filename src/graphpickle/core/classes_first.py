@@ -26,8 +26,9 @@ the digest of its bytes:
 
 No pickle starts with ``0xff``. The receiver loads the classes' part with the
 task, as if it were inline (the class state is applied in every load, as
-cloudpickle applies it), or reuses the objects its last load of the part made
-while nothing they are made of changed (``held_classes.py``). One thing a load
+cloudpickle applies it), or, with ``GRAPHPICKLE_HELD_CLASSES=1``, reuses the
+objects its last load of the part made while nothing they are made of changed
+(``held_classes.py``). One thing a load
 can observe differs (README, "Limits"): the classes' state is applied before the
 task's other objects load, not where the first instance appears in the task.
 
@@ -195,7 +196,7 @@ def load(data: Any, buffers: Any = ()) -> Any:
     if (
         name is None
         or receiver is None
-        or not held_classes.SEEDING
+        or not held_classes.ENABLED
         or len(head) > held_classes.MAX_PART
     ):
         return held_classes.load_together(head, body, buffers)

@@ -42,6 +42,15 @@ dict per module) writes its function's globals into that dict as it loads;
 reused, the dict would be every task's, and a task's load would reset a global
 another task running had written. Such a task loads the part afresh.
 
+**Off by default** (``GRAPHPICKLE_HELD_CLASSES=1`` turns it on). A review
+found three ways a reused part can still differ from a fresh load, pinned by
+strict xfail tests in ``tests/test_held_classes.py``: a by-value class reached
+only as a base or as an instance's class is not walked; an object the part's
+load got from a call that looks something up (``getattr(module, name)`` in a
+``__reduce__``) is kept where a fresh load would look it up again; and a task
+running in another thread that changes the class between the part's load and
+its walk makes that change the baseline.
+
 What differs from a fresh load, on purpose (README, "Limits"): tasks share the
 part's objects, so a change a task makes to them while another task runs is
 seen by it (as a class attribute is, with cloudpickle's one class per
@@ -62,10 +71,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _cloudpickle_internals as cp
+from .._switches import HELD_CLASSES
 from . import connection
 from .native import speedups
 
-__all__ = ["MAX_HELD", "MAX_PART", "SEEDING", "NotReusable", "load", "load_together", "probes_of"]
+__all__ = [
+    "ENABLED", "MAX_HELD", "MAX_PART", "SEEDING", "NotReusable", "load", "load_together", "probes_of",
+]  # fmt: skip
 
 #: A receiver keeps the objects of at most this many classes' parts (the newest).
 MAX_HELD = 16
@@ -419,8 +431,11 @@ def _seeding_works() -> bool:
     )  # fmt: skip
 
 
-#: Whether this interpreter reuses classes' parts (C module, and the memo seeding).
+#: Whether this interpreter can reuse classes' parts (C module, and the memo seeding).
 SEEDING = _speedups is not None and _seeding_works()
+#: Whether classes' parts are reused (``GRAPHPICKLE_HELD_CLASSES=1``: off by
+#: default, see the module's docstring).
+ENABLED = SEEDING and HELD_CLASSES
 
 _lock = threading.Lock()
 
