@@ -10,10 +10,9 @@ changed since, and every global the part names is still the object that load
 found. So the receiver reuses them while that holds.
 
 **The walk** (once per part, at its second use: a part seen once is loaded
-with its task). After the part's own load, the receiver walks its unpickler's
-memo (every object a pickle makes is memoized, or is an int, a float or a
-bool) and writes down *probes*: for each object the load made, what of it
-could change (every settable field of a function, read from the function
+with its task). After the part's own load, the receiver walks from the loaded
+classes over what they reach and writes down *probes*: for each object the
+load made, what of it could change (every settable field of a function, read from the function
 itself; a dict's, list's or set's size and items; a cell's contents; a class's
 ``__dict__``; a plain object's class, ``__dict__`` and slots; a classmethod's
 or staticmethod's function and ``__dict__``; what a mappingproxy shows); for
@@ -40,7 +39,10 @@ if it does not. A task's part that gets the globals dict of one of the part's
 functions (the task's own function of the same module: a payload has one such
 dict per module) writes its function's globals into that dict as it loads;
 reused, the dict would be every task's, and a task's load would reset a global
-another task running had written. Such a task loads the part afresh.
+another task running had written. Such a task loads the part afresh, and so
+does one that gets anything else in the part's memo the classes do not reach
+(every object a pickle makes is memoized, or is an int, a float or a bool:
+what is left is the reductions' arguments and states, which are not probed).
 
 **Off by default** (``GRAPHPICKLE_HELD_CLASSES=1`` turns it on). A review
 found three ways a reused part can still differ from a fresh load, pinned by
