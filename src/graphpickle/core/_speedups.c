@@ -2924,7 +2924,7 @@ typedef struct {
     PyObject *out, *reading, *missing;
     Py_ssize_t at;
     int same;
-    PyObject *modules; /* sys.modules, read once (borrowed; NULL until a global is read) */
+    PyObject *modules; /* sys.modules, read once and held (a getattr below may rebind it) */
 } Probed;
 
 static int
@@ -3002,7 +3002,7 @@ static int
 emit_global(Probed *p, PyObject *module_name, PyObject *names)
 {
     if (p->modules == NULL) {
-        p->modules = PySys_GetObject("modules");
+        p->modules = Py_XNewRef(PySys_GetObject("modules"));
     }
     PyObject *found = p->modules != NULL && PyDict_CheckExact(p->modules)
                           ? PyDict_GetItemWithError(p->modules, module_name) : NULL;
@@ -3220,6 +3220,7 @@ held_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *snapshot = read_probes(&p, args[0]) < 0 ? NULL : PyList_AsTuple(p.out);
     Py_DECREF(p.out);
+    Py_XDECREF(p.modules);
     return snapshot;
 }
 
@@ -3231,10 +3232,9 @@ held_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     Probed p = {NULL, args[1], args[2], 0, 1, NULL};
-    if (read_probes(&p, args[0]) < 0) {
-        return NULL;
-    }
-    return PyBool_FromLong(p.same && p.at == PyTuple_GET_SIZE(args[1]));
+    int failed = read_probes(&p, args[0]);
+    Py_XDECREF(p.modules);
+    return failed < 0 ? NULL : PyBool_FromLong(p.same && p.at == PyTuple_GET_SIZE(args[1]));
 }
 
 /* memo_gets(data, mask): whether the pickle `data` gets a memo entry whose
