@@ -498,12 +498,11 @@ def test_random_changes_between_tasks_give_what_a_fresh_load_gives(steps):
         assert list(eval(_OBSERVED, {"cls": cls})) == as_sent
 
 
-# The three ways a reused part can still differ from a fresh load, found in
-# review: why reuse is off by default. Each is a strict xfail: fixing it makes
-# the test pass, and the mark must then go.
+# The three ways a reused part could differ from a fresh load that a review of
+# the first version found (it walked the classes' __dict__s after the load and
+# trusted every reduction): each fails with that version.
 
 
-@pytest.mark.xfail(strict=True, reason="a by-value base or an instance's class is not walked")
 def test_a_by_value_base_and_an_instance_s_class_changed_on_the_worker_are_reset():
     namespace: dict = {"__name__": "__main__"}
     exec(
@@ -514,22 +513,25 @@ def test_a_by_value_base_and_an_instance_s_class_changed_on_the_worker_are_reset
         namespace,
     )
     sender = connection.Sender()
-    payloads = [write(sender, [namespace["Point"](i)]) for i in range(4)]
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(5)]
     receiver = connection.Receiver()
     cls = [type(read(receiver, p)[0]) for p in payloads[:3]][-1]
+    default = cls.default
+    assert type(read(receiver, payloads[3])[0]).default is default  # (reused)
     cls.__mro__[1].limit = 99
     type(cls.default).name = "blue"
-    again = type(read(receiver, payloads[3])[0])
+    again = type(read(receiver, payloads[4])[0])
     assert (again.limit, again.default.name) == (3, "red")
+    assert again.default is not default  # (loaded again)
 
 
 _REGISTRY_MODULE = "graphpickle_test_registry"
 
 
-@pytest.mark.xfail(strict=True, reason="an object a lookup returned is kept, not looked up again")
 def test_an_object_a_reduction_looks_up_is_looked_up_again(monkeypatch):
     # A handle whose reduction is getattr(module, "TABLE"): the worker gets the
-    # module's table as it is when the payload loads.
+    # module's table as it is when the payload loads. A part whose reductions
+    # call what may look something up is not reused.
     registry = types.ModuleType(_REGISTRY_MODULE)
     source = (
         "import sys\nclass Handle:\n    def __reduce__(self):\n"
@@ -547,25 +549,41 @@ def test_an_object_a_reduction_looks_up_is_looked_up_again(monkeypatch):
     for payload in payloads[:3]:
         loaded = read(receiver, payload)[0]
     assert type(loaded).table is registry.TABLE
-    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    held = receiver.loaded[classes_first.split(payloads[3])[1]]
+    assert held.walked and held.probes is None
     registry.TABLE = {"b": 2}  # the worker's table is replaced
     assert type(read(receiver, payloads[3])[0]).table is registry.TABLE
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a change made while the part is walked becomes its baseline"
-)
-def test_a_change_another_task_makes_while_the_part_is_walked_is_reset(monkeypatch):
-    payloads = _payloads(_POINT + "    limit = 3\n", 5)
+@pytest.mark.parametrize("when", ["after the load", "inside the load"])
+def test_a_change_another_task_makes_while_the_part_loads_is_reset(monkeypatch, when):
+    # Another task's thread changes the class while the part loads and is
+    # walked: in the load (after its state is applied: the walk has read what
+    # it applied), or after it (before the walk reads the class's __dict__).
+    payloads = _payloads(_POINT + "    limit = 3\n    sizes = [1]\n", 6)
     receiver = connection.Receiver()
-    walk = held_classes.probes_of
+    published = held_classes._Walk.published
+    apply = held_classes._class_setstate
 
-    def changed_meanwhile(head, memo, root):
-        root[0].limit = 99  # (another task's thread, between the part's load and its walk)
-        return walk(head, memo, root)
+    def changed_meanwhile(cls, state):
+        applied = apply(cls, state)
+        if when == "inside the load":
+            cls.sizes.append(99)
+        return applied
 
-    monkeypatch.setattr(held_classes, "probes_of", changed_meanwhile)
-    for payload in payloads[:3]:
+    def changed_after(self):
+        if when == "after the load":
+            next(iter(self.applied.values()))[0].limit = 99
+        return published(self)
+
+    for payload in payloads[:2]:
         read(receiver, payload)
-    monkeypatch.setattr(held_classes, "probes_of", walk)
-    assert type(read(receiver, payloads[3])[0]).limit == 3
+    monkeypatch.setattr(held_classes, "_class_setstate", changed_meanwhile)
+    monkeypatch.setattr(held_classes._Walk, "published", changed_after)
+    read(receiver, payloads[2])  # (walked, with the other thread's change)
+    monkeypatch.undo()
+    monkeypatch.setattr(held_classes, "ENABLED", True)
+    cls = type(read(receiver, payloads[3])[0])
+    assert (cls.limit, cls.sizes) == (3, [1])
+    init = vars(cls)["__init__"]
+    assert vars(type(read(receiver, payloads[4])[0]))["__init__"] is init  # (reused since)

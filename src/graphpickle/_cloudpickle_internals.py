@@ -37,6 +37,12 @@ _REQUIRED = (
     "_dynamic_class_reduce",
     "_function_getstate",
     "_function_setstate",
+    "_class_setstate",
+    "_builtin_type",
+    "_get_dataclass_field_type_sentinel",
+    "_DATACLASSE_FIELD_TYPE_SENTINELS",
+    "_make_cell",
+    "_make_empty_cell",
     "_make_function",
     "_make_skeleton_class",
     "_method_reduce",
@@ -539,6 +545,20 @@ def class_tracker_id(cls: type) -> str:
 #: The classes cloudpickle's receiver tracks (weakly), by the id their payloads
 #: name: ``_make_skeleton_class`` returns the class tracked under its id.
 CLASSES_BY_TRACKER_ID: typing.MutableMapping[str, type] = _cp._DYNAMIC_CLASS_TRACKER_BY_ID
+
+
+#: What a payload's reductions call that a receiver reusing a classes' part
+#: (core/held_classes.py) must know: what applies a class's state; what makes
+#: a function, a cell; and two lookups (``_builtin_type(name)`` is
+#: ``getattr(types, name)``; the dataclass sentinel is an item of a dict).
+CLASS_SETSTATE: Callable[[type, Any], type] = _cp._class_setstate
+FUNCTION_SETSTATE: Callable[..., Any] = _cp._function_setstate
+MAKERS: tuple[Callable[..., Any], ...] = (
+    _cp._make_function, _cp._make_cell, _cp._make_empty_cell, _cp._make_skeleton_class,
+)  # fmt: skip
+BUILTIN_TYPE: Callable[[str], type] = _cp._builtin_type
+DATACLASS_SENTINEL: Callable[[str], Any] = _cp._get_dataclass_field_type_sentinel
+DATACLASS_SENTINELS: dict[str, Any] = _cp._DATACLASSE_FIELD_TYPE_SENTINELS
 
 
 def tracked_id(cls: type) -> str | None:

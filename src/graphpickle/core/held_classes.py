@@ -67,6 +67,7 @@ import builtins
 import gc
 import io
 import pickle
+import pickletools
 import threading
 import types
 from collections.abc import Callable
@@ -74,11 +75,11 @@ from typing import Any
 
 from .. import _cloudpickle_internals as cp
 from .._switches import HELD_CLASSES
-from . import connection
+from . import blocks, connection
 from .native import speedups
 
 __all__ = [
-    "ENABLED", "MAX_HELD", "MAX_PART", "SEEDING", "NotReusable", "load", "load_together", "probes_of",
+    "ENABLED", "MAX_HELD", "MAX_PART", "SEEDING", "NotReusable", "load", "load_together",
 ]  # fmt: skip
 
 #: A receiver keeps the objects of at most this many classes' parts (the newest).
@@ -168,24 +169,42 @@ _FUNCTION_FIELDS = _speedups is not None and set(_speedups.FUNCTION_FIELDS) == {
 
 
 class _Walk:
-    """The probes of what a part's load made (see the module's docstring)."""
+    """The probes of what a part's load made (see the module's docstring), and
+    what they read, each read when it was made."""
 
-    def __init__(self, by_reference: list[Any]) -> None:
-        # What a fresh load would find, not make: the part's globals, and the
-        # builtins a loaded function's globals get.
-        fixed = [builtins, vars(builtins), cp.BUILTINS_OF_CLOUDPICKLE, *by_reference]
-        self.seen = {id(obj) for obj in fixed} | {id(_MISSING)}
-        self.kept = fixed  # (their ids stay theirs)
+    def __init__(self) -> None:
+        # What a fresh load would find, not make: the builtins a loaded
+        # function's globals get, cloudpickle's dataclass sentinels, and the
+        # part's globals (:meth:`find`, as the load finds them).
+        self.seen: set[int] = {id(_MISSING)}
+        self.found: set[int] = set()
+        self.kept: list[Any] = []  # (what is seen stays alive: its id stays its own)
+        for obj in (builtins, vars(builtins), cp.BUILTINS_OF_CLOUDPICKLE,
+                    *cp.DATACLASS_SENTINELS.values()):  # fmt: skip
+            self.find(obj)
         self.probes: list[tuple[Any, ...]] = []
+        self.reading: list[Any] = []
+        #: The classes reached, and those whose state the load applied (with it).
+        self.classes: dict[int, type] = {}
+        self.applied: dict[int, tuple[type, dict[str, Any]]] = {}
+
+    def find(self, obj: Any) -> None:
+        """``obj`` is found by the load (a global), not made by it."""
+        if id(obj) in self.seen and id(obj) not in self.found:
+            raise NotReusable("a global the walk took for made")
+        self.seen.add(id(obj))
+        self.found.add(id(obj))
+        self.kept.append(obj)
 
     def read(self, *probe: Any) -> Any:
         """Probe ``probe`` from now on, and what it reads now."""
         return self.read_all(*probe)[0]
 
     def read_all(self, *probe: Any) -> tuple[Any, ...]:
-        """Probe ``probe`` from now on, and all it reads now."""
-        self.probes.append(probe)
+        """Probe ``probe`` from now on, and all it reads now (the baseline)."""
         reading: tuple[Any, ...] = _speedups.held_snapshot((probe,), _MISSING)
+        self.probes.append(probe)
+        self.reading.extend(reading)
         return reading
 
     def walk(self, obj: Any) -> None:
@@ -239,15 +258,48 @@ class _Walk:
 
     def cls(self, cls: type) -> None:
         # A class cloudpickle tracks (a fresh load returns it, then applies its
-        # state: what its __dict__ holds). It stays tracked while it is held:
-        # the tracker replaces no class it holds, and holds this one weakly.
+        # state). It stays tracked while it is held: the tracker replaces no
+        # class it holds, and holds this one weakly. What its state holds is
+        # walked where the load applies it (:meth:`class_state`), and its
+        # __dict__ read once the load is over (:meth:`published`).
         tracker = cp.tracked_id(cls) if type(cls) is type else None
         if tracker is None or cp.CLASSES_BY_TRACKER_ID.get(tracker) is not cls:
             raise NotReusable(cls)
-        self.read(_CLASS_ITEMS, cls)
-        for key, value in list(vars(cls).items()):
-            self.walk(key)
-            self.walk(value)
+        self.classes[id(cls)] = cls
+
+    def class_state(self, cls: Any, state: Any) -> None:
+        """Walk what ``_class_setstate(cls, state)`` is about to put on ``cls``:
+        made by this load, and seen by no other thread until it is on the class."""
+        if type(state) is not tuple or len(state) != 2 or type(state[0]) is not dict:
+            raise NotReusable("a class state of another shape")
+        clsdict, slotstate = state
+        if slotstate != {} or id(cls) in self.applied:
+            raise NotReusable("a class state of another shape")
+        self.walk(cls)
+        if self.classes.get(id(cls)) is not cls:
+            raise NotReusable(cls)
+        self.applied[id(cls)] = (self.classes[id(cls)], clsdict)
+        self.walk_all([*clsdict.keys(), *clsdict.values()])
+
+    def published(self) -> None:
+        """Once the load is over: each class's __dict__, which must hold what its
+        state put there (another thread's task may have changed it since: then
+        :class:`_Raced`). What else it holds the load did not make and leaves
+        alone: a fresh load shows it as it is, so it is not walked (the probe
+        of the __dict__ reads what it is, by identity)."""
+        if self.classes.keys() - self.applied.keys():
+            raise NotReusable("a class reached whose state this load did not apply")
+        for cls, clsdict in self.applied.values():
+            reading = self.read_all(_CLASS_ITEMS, cls)
+            if type(reading[0]) is not int:
+                raise NotReusable(cls)
+            items = dict(zip(reading[1::2], reading[2::2], strict=True))
+            for key, value in clsdict.items():
+                if key in _CLASS_SETTERS and key not in _CLASS_KEEPS:
+                    raise NotReusable(key)  # (where would it be?)
+                kept_as = _CLASS_KEEPS[key][key in items] if key in _CLASS_KEEPS else key
+                if items.get(kept_as, _MISSING) is not value:
+                    raise _Raced(cls)
 
     def function(self, func: types.FunctionType) -> None:
         if _FUNCTION_FIELDS:
@@ -280,10 +332,9 @@ class _Walk:
             for descriptor in vars(klass).values()
             if type(descriptor) is types.MemberDescriptorType
         )
-        # Its class, then its __dict__ and slots: the class is probed, not walked.
-        # A by-value class reached only here is then not checked: one of the
-        # holes that keep reuse off (the strict xfails in test_held_classes.py).
-        self.walk_all(self.read_all(_PLAIN, obj, slots)[1:])
+        # Its class (found, or a by-value class: walked where its state is
+        # applied), then its __dict__ and slots.
+        self.walk_all(self.read_all(_PLAIN, obj, slots))
 
 
 _HANDLERS: dict[type, Callable[[_Walk, Any], None]] = {
@@ -303,16 +354,23 @@ _HANDLERS: dict[type, Callable[[_Walk, Any], None]] = {
 if hasattr(builtins, "frozendict"):  # 3.15+: it holds what it holds
     _HANDLERS[builtins.frozendict] = _Walk.frozen_mapping
 
+_TYPE_FLAGS = vars(type)["__flags__"]
+_TYPE_SUBCLASS = 1 << 31  # Py_TPFLAGS_TYPE_SUBCLASS: a class (what __class__ cannot fake)
+_DATA_DESCRIPTORS_OF_OBJECTS = frozenset({"__dict__", "__weakref__"})
+
 
 def _immutable_class(obj: Any) -> bool:
     """A class whose attributes cannot be set (int, FunctionType, a C type)."""
-    return isinstance(obj, type) and bool(obj.__flags__ & _IMMUTABLETYPE)
+    return bool(_TYPE_FLAGS.__get__(type(obj)) & _TYPE_SUBCLASS) and bool(
+        _TYPE_FLAGS.__get__(obj) & _IMMUTABLETYPE
+    )
 
 
 def _plain(kind: type) -> bool:
     """Whether ``kind``'s instances are their ``__class__``, ``__dict__`` and
-    slots and nothing else (classes of the user's with no hooks, on ``object``),
-    and each slot's name finds its own slot."""
+    slots and nothing else (classes of the user's with no hooks, on ``object``,
+    whose only data descriptors are their slots and ``__dict__``), and each
+    slot's name finds its own slot."""
     if type(kind) is not type or kind.__mro__[-1] is not object:
         return False
     for klass in kind.__mro__[:-1]:
@@ -323,38 +381,300 @@ def _plain(kind: type) -> bool:
                 owner = next(k for k in kind.__mro__ if name in vars(k))
                 if vars(owner)[name] is not descriptor:
                     return False
+            elif (
+                hasattr(type(descriptor), "__set__") or hasattr(type(descriptor), "__delete__")
+            ) and not (
+                type(descriptor) is types.GetSetDescriptorType
+                and name in _DATA_DESCRIPTORS_OF_OBJECTS
+            ):
+                return False  # (a property: setting its attribute runs code)
     return True
 
 
-def probes_of(
-    head: bytes, memo: dict[int, Any], root: Any
-) -> tuple[tuple[Any, ...], tuple[Any, ...], bytes]:
-    """``(probes, what they read now, avoid)`` for a classes' part ``head``
-    whose load made ``memo`` and gave ``root``; raises :class:`NotReusable`.
-    The probes are those of what ``root`` reaches (what a task can reach but
-    through the memo); ``avoid``, a byte per memo index (empty if none is
-    marked), marking what a task's part must not get
-    for the part to be reused: what the load made that ``root`` does not reach
-    (its reductions' arguments and states), and its functions' globals dicts."""
-    pushed: list[Any] = []
-    for _, name, *_ in connection.pushes(head, memo=pushed):
+def _where_classes_keep() -> dict[str, tuple[str, str]]:
+    """For each attribute a class's state may set through a descriptor of
+    ``type``'s, the key of the class's __dict__ that then holds it: when the
+    dict holds no item of the attribute's own name, and when it does (3.14
+    keeps ``__annotations__`` as ``__annotations_cache__`` unless the dict has
+    an ``__annotations__``, and ``__annotate__`` as ``__annotate_func__``).
+    Found on this interpreter; an attribute it finds no such key for is left
+    out, and a part whose state sets it is not reused."""
+
+    def annotate(format: int) -> dict[str, Any]:
+        return {}
+
+    keeps: dict[str, tuple[str, str]] = {}
+    for name, value, other in (
+        ("__module__", "m", "n"), ("__doc__", "d", "e"), ("__annotations__", {}, {}),
+        ("__type_params__", (), ((),)), ("__annotate__", annotate, lambda format: {}),
+    ):  # fmt: skip
+        try:
+            bare, holding = type("probe", (), {}), type("probe", (), {name: value})
+            setattr(bare, name, value)
+            setattr(holding, name, other)
+        except (AttributeError, TypeError):
+            continue
+        where = [
+            [key for key, kept in vars(probe).items() if kept is set_]
+            for probe, set_ in ((bare, value), (holding, other))
+        ]
+        if all(len(keys) == 1 for keys in where):
+            keeps[name] = (where[0][0], where[1][0])
+    return keeps
+
+
+_CLASS_KEEPS = _where_classes_keep()
+#: What setting on a class runs a descriptor of type's (not a plain dict item).
+_CLASS_SETTERS = frozenset(
+    name for name, value in vars(type).items() if type(value) is types.GetSetDescriptorType
+)
+
+
+class _Raced(NotReusable):
+    """A class's __dict__ changed between the load and its reading: walked
+    again at the next task."""
+
+
+class _Symbol:
+    """What an opcode of a part pushed, as far as :func:`_reductions` needs it:
+    a ``str``, a ``global`` ``(module, name)``, a ``call`` ``(callable,
+    arguments)``, a ``tuple`` of symbols, or ``other``; and its memo index."""
+
+    __slots__ = ("index", "kind", "value")
+
+    def __init__(self, kind: str, value: Any = None) -> None:
+        self.kind = kind
+        self.value = value
+        self.index: int | None = None
+
+
+_OTHER = _Symbol("other")
+_STRINGS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8"})
+#: Opcodes that change an object on the stack: how many items above it they pop
+#: (None: down to the mark).
+_CHANGES = {
+    "APPEND": 1,
+    "BUILD": 1,
+    "SETITEM": 2,
+    "APPENDS": None,
+    "SETITEMS": None,
+    "ADDITEMS": None,
+}
+
+
+def _reductions(head: bytes) -> tuple[list[_Symbol], list[_Symbol]]:
+    """``(calls, changed)``: each REDUCE of the part ``head``, and each object
+    an opcode changes (appends to, sets items of, builds), as symbols, read
+    from its opcodes as an unpickler runs them (raises NotReusable for an
+    opcode the walk does not know)."""
+    stack: list[_Symbol] = []
+    marks: list[int] = []
+    memo: list[_Symbol] = []
+    calls: list[_Symbol] = []
+    changed: list[_Symbol] = []
+
+    def down_to_mark() -> list[_Symbol]:
+        mark = marks.pop()
+        items = stack[mark:]
+        del stack[mark:]
+        return items
+
+    arg: Any
+    for opcode, arg, _ in pickletools.genops(head):
+        name = opcode.name
         if name not in _OPCODES:
             raise NotReusable(name)
-    if connection.carried_by(head):
-        # Its load keeps blocks on the connection (their newest copy): not skipped.
-        raise NotReusable("blocks carried")
-    if len(pushed) != len(memo):
-        raise NotReusable("memo")
-    found = [memo[i] for i, made in enumerate(pushed) if type(made) is tuple]
-    walk = _Walk(found)
-    for index, made in enumerate(pushed):
-        if type(made) is tuple:  # a global (module, name): a fresh load finds it again
-            module, name = made
-            if type(module) is not str or type(name) is not str:
-                raise NotReusable("global")
-            if walk.read(_GLOBAL, module, tuple(name.split("."))) is not memo[index]:
-                raise NotReusable(made)
-    walk.walk(root)
+        if name in ("PROTO", "FRAME"):
+            continue
+        if name == "STOP":
+            break
+        if name in _CHANGES:
+            count = _CHANGES[name]
+            changed.append(stack[marks[-1] - 1] if count is None else stack[-count - 1])
+            if count is None:
+                down_to_mark()
+            else:
+                del stack[-count:]
+        elif name == "MEMOIZE":
+            if stack[-1].index is None:
+                stack[-1].index = len(memo)
+            memo.append(stack[-1])
+        elif name in ("BINGET", "LONG_BINGET"):
+            stack.append(memo[arg])
+        elif name == "MARK":
+            marks.append(len(stack))
+        elif name in _STRINGS:
+            stack.append(_Symbol("str", arg))
+        elif name == "STACK_GLOBAL":
+            qualname, module = stack.pop(), stack.pop()
+            stack.append(_Symbol("global", (module.value, qualname.value)))
+        elif name == "REDUCE":
+            arguments, callable_ = stack.pop(), stack.pop()
+            calls.append(_Symbol("call", (callable_, arguments)))
+            stack.append(calls[-1])
+        elif name in ("NEWOBJ", "NEWOBJ_EX"):
+            del stack[-(2 if name == "NEWOBJ" else 3) :]
+            stack.append(_Symbol("other"))
+        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+            count = int(name[-1])
+            items = stack[-count:]
+            del stack[-count:]
+            stack.append(_Symbol("tuple", tuple(items)))
+        elif name == "TUPLE":
+            stack.append(_Symbol("tuple", tuple(down_to_mark())))
+        elif name in ("FROZENSET", "POP_MARK"):
+            down_to_mark()
+            if name == "FROZENSET":
+                stack.append(_Symbol("other"))
+        elif name == "POP":
+            if marks and marks[-1] == len(stack):
+                marks.pop()
+            else:
+                stack.pop()
+        elif name == "DUP":
+            stack.append(stack[-1])
+        else:  # (a constant, an empty container)
+            stack.append(_Symbol("other"))
+    return calls, changed
+
+
+#: What a part's reductions may call, by role: ``make`` a new object from the
+#: arguments (a function, a cell, a class's skeleton: the tracked class, which
+#: the walk checks); ``module``, imported by name (the walk probes it);
+#: ``types`` and ``sentinel``, lookups whose result is probed. Anything else
+#: (``getattr``, a user's function) may return what a fresh load would look up
+#: again: the part is not reused.
+def _roles() -> dict[int, tuple[Any, str]]:
+    roles: dict[int, tuple[Any, str]] = {}
+    makers = (
+        *cp.MAKERS, cp.CLASS_SETSTATE, cp.FUNCTION_SETSTATE, blocks.make_class,
+        blocks.make_function, blocks.make_function_in_python, blocks.function_once,
+        blocks.function_ref, blocks.function_ref_in_python, blocks.code_once, blocks.code_ref,
+        classmethod, staticmethod, types.MappingProxyType, types.CodeType, types.FunctionType,
+        types.CellType,
+    )  # fmt: skip
+    for role, objects in (
+        ("make", makers),
+        ("module", (cp.subimport, blocks.subimport, blocks.subimport_in_python)),
+        ("types", (cp.BUILTIN_TYPE,)),
+        ("sentinel", (cp.DATACLASS_SENTINEL,)),
+    ):
+        for obj in objects:
+            roles[id(obj)] = (obj, role)
+    return roles
+
+
+_ROLES = _roles()
+
+
+def _resolved(symbol: _Symbol, globals_: dict[tuple[str, str], Any], memo: dict[int, Any]) -> Any:
+    """The object ``symbol`` stands for, if it is a global or was memoized."""
+    if symbol.kind == "global":
+        return globals_.get(symbol.value, _MISSING)
+    return memo.get(symbol.index, _MISSING) if symbol.index is not None else _MISSING
+
+
+def _role(
+    symbol: _Symbol, globals_: dict[tuple[str, str], Any], memo: dict[int, Any]
+) -> str | None:
+    obj = _resolved(symbol, globals_, memo)
+    known = _ROLES.get(id(obj))
+    return known[1] if known is not None and known[0] is obj else None
+
+
+def _check_reductions(
+    head: bytes, globals_: dict[tuple[str, str], Any], memo: dict[int, Any], walk: _Walk
+) -> None:
+    """Raise NotReusable unless each reduction of ``head`` makes a new object or
+    looks up what a probe reads again, and no opcode changes a found object."""
+    calls, changed = _reductions(head)
+    for call in calls:
+        callable_, arguments = call.value
+        role = _role(callable_, globals_, memo)
+        if role in ("types", "sentinel"):
+            key: tuple[_Symbol, ...] = arguments.value if arguments.kind == "tuple" else ()
+            if len(key) != 1 or key[0].kind != "str" or call.index is None:
+                raise NotReusable("a lookup")
+            result, name = memo[call.index], key[0].value
+            if role == "types":
+                reread = walk.read(_GLOBAL, "types", (name,))
+            else:
+                walk.read(_ITEMS, cp.DATACLASS_SENTINELS)
+                reread = cp.DATACLASS_SENTINELS.get(name, _MISSING)
+            if reread is not result:
+                raise NotReusable("a lookup")
+        elif role is None:
+            raise NotReusable(_resolved(callable_, globals_, memo))
+    for target in changed:
+        if target.kind == "global" or (
+            target.kind == "call" and _role(target.value[0], globals_, memo) != "make"
+        ):
+            raise NotReusable("a found object changed by the load")
+
+
+_class_setstate = cp.CLASS_SETSTATE  # (what _Loading calls: a test's seam)
+
+
+class _Loading(_pickle.Unpickler):
+    """The unpickler of a classes' part to reuse: it walks each class's state
+    where the load applies it (cloudpickle's ``_class_setstate``), before it
+    does, and notes the globals it finds."""
+
+    def __init__(self, head: bytes, walk: _Walk) -> None:
+        super().__init__(io.BytesIO(head))
+        self.walk = walk
+        self.globals: dict[tuple[str, str], Any] = {}
+        self.failed: Exception | None = None
+        self.apply_state = self._apply_state  # (one object: the memo holds it)
+
+    def find_class(self, module: str, name: str) -> Any:
+        obj = super().find_class(module, name)
+        self.globals.setdefault((module, name), obj)
+        self.note(self.walk.find, obj)
+        return self.apply_state if obj is cp.CLASS_SETSTATE else obj
+
+    def _apply_state(self, cls: Any, state: Any) -> Any:
+        self.note(self.walk.class_state, cls, state)  # (first: then it is on the class)
+        return _class_setstate(cls, state)
+
+    def note(self, step: Callable[..., None], *args: Any) -> None:
+        """Run ``step`` of the walk: its failure fails the walk, not the load."""
+        if self.failed is None:
+            try:
+                step(*args)
+            except Exception as error:  # (the load goes on as it would anyway)
+                self.failed = error
+
+
+def _load_walked(head: bytes) -> tuple[Any, int, tuple[Any, ...] | None, bool]:
+    """Load the classes' part ``head`` and walk it: ``(an unpickler holding the
+    memo the load made, its size, (probes, reading, avoid) or None if it is not
+    reusable, whether another thread's change is why)``. ``avoid``, a byte per memo index (empty if none is marked), marks
+    what a task's part must not get for the part to be reused: what the load
+    made that its classes do not reach (its reductions' arguments and states),
+    and its functions' globals dicts."""
+    walk = _Walk()
+    loading = _Loading(head, walk)
+    root = loading.load()
+    holder = _memo_of(loading)
+    memo = holder.memo.copy()
+    try:
+        if loading.failed is not None:
+            raise loading.failed
+        if connection.carried_by(head):
+            # Its load keeps blocks on the connection (their newest copy): not skipped.
+            raise NotReusable("blocks carried")
+        _check_reductions(head, loading.globals, memo, walk)
+        for (module, name), obj in loading.globals.items():
+            # A fresh load finds it again, as find_class does.
+            if walk.read(_GLOBAL, module, tuple(name.split("."))) is not obj:
+                raise NotReusable((module, name))
+        walk.walk(root)  # (nothing of it was published but its classes)
+        walk.published()
+    except _Raced:
+        return holder, len(memo), None, True
+    except NotReusable:
+        return holder, len(memo), None, False
     functions_globals = {
         id(obj.__globals__) for obj in walk.kept if type(obj) is types.FunctionType
     }
@@ -364,16 +684,37 @@ def probes_of(
         for obj in (memo[index] for index in range(len(memo)))
     ]
     avoid = bytes(avoided) if any(avoided) else b""
-    probes = tuple(walk.probes)
-    return probes, _speedups.held_snapshot(probes, _MISSING), avoid
+    return holder, len(memo), (tuple(walk.probes), tuple(walk.reading), avoid), False
+
+
+class _Putting(_pickle.Unpickler):
+    def persistent_load(self, pid: Any) -> Any:
+        return cp.CLASS_SETSTATE
+
+
+def _memo_of(loading: _Loading) -> Any:
+    """An unpickler holding ``loading``'s memo with cloudpickle's
+    ``_class_setstate`` where ``loading`` holds its own (a task's part may get
+    it). The memo cannot be set from a dict (CPython fills the memo it then
+    drops), so each such index is put as an unpickler puts it: ``BINPERSID``
+    pushes the function, ``LONG_BINPUT`` memoizes it at that index."""
+    memo: dict[int, Any] = loading.memo.copy()
+    indices = [index for index, obj in memo.items() if obj is loading.apply_state]
+    puts = b"".join(b"r" + index.to_bytes(4, "little") for index in indices)
+    holder = _Putting(io.BytesIO(b"\x80\x05NQ" + puts + b"."))
+    holder.memo = loading.memo
+    holder.load()
+    return holder
 
 
 class _Held:
     """What a receiver knows of a classes' part it loaded: seen once (``probes``
-    None, ``walked`` False), reusable (the unpickler that loaded it: its memo;
-    its probes, what they read then, the mask of memo entries a task's part
-    must not get, the prefix that seeds its memo's length), or not reusable.
-    Never changed once made: a thread that read one uses one consistent state."""
+    None, ``walked`` False), reusable (an unpickler holding the memo its load
+    made; its probes, what
+    they read then, the mask of memo entries a task's part must not get, the
+    prefix that seeds its memo's length), or not reusable (``walked``, no
+    probes). Never changed once made: a thread that read one uses one
+    consistent state."""
 
     __slots__ = ("avoid", "prefix", "probes", "reading", "strikes", "unpickler", "walked")
 
@@ -459,24 +800,32 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
     if held.probes is not None:
         if _gets_avoided(held, body):
             return load_together(head, body, buffers)
-        if _speedups.held_unchanged(held.probes, held.reading, _MISSING):
+        if _unchanged(held):
             return _load_with(held.unpickler, held.prefix, body, buffers)
         strikes += 1
-    unpickler = _pickle.Unpickler(io.BytesIO(head))
-    root = unpickler.load()
-    memo = unpickler.memo.copy()
-    prefix = _memo_prefix(len(memo))
-    again = _Held(strikes, walked=True)
-    if strikes < _MAX_STRIKES:
-        try:
-            probes, reading, avoid = probes_of(head, memo, root)
-            again = _Held(strikes, True, probes, reading, avoid, unpickler, prefix)
-        except NotReusable:
-            pass
+    if strikes >= _MAX_STRIKES:
+        _hold(receiver, name, _Held(strikes, walked=True))
+        return load_together(head, body, buffers)
+    unpickler, size, walked, raced = _load_walked(head)
+    prefix = _memo_prefix(size)
+    if walked is not None:
+        probes, reading, avoid = walked
+        again = _Held(strikes, True, probes, reading, avoid, unpickler, prefix)
+    else:  # (another thread's change: walked again at the next task, a few times)
+        again = _Held(strikes + 1) if raced else _Held(strikes, walked=True)
     _hold(receiver, name, again)
     if _gets_avoided(again, body):
         return load_together(head, body, buffers)
     return _load_with(unpickler, prefix, body, buffers)
+
+
+def _unchanged(held: _Held) -> bool:
+    """Whether the probes read what they read after the walk (an error reading
+    them counts as a change: the part is loaded again)."""
+    try:
+        return _speedups.held_unchanged(held.probes, held.reading, _MISSING) is True
+    except Exception:
+        return False
 
 
 def _gets_avoided(held: _Held, body: Any) -> bool:
