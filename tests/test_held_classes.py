@@ -587,3 +587,148 @@ def test_a_change_another_task_makes_while_the_part_loads_is_reset(monkeypatch, 
     assert (cls.limit, cls.sizes) == (3, [1])
     init = vars(cls)["__init__"]
     assert vars(type(read(receiver, payloads[4])[0]))["__init__"] is init  # (reused since)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([i for i, c in enumerate(_CHANGES) if c != "cls.extra = 2"]),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_changes_racing_the_loads_in_threads_leave_no_trace(changes):
+    # A thread changes the class over and over (a task's) while others load
+    # tasks, walking and reusing the part. The racing loads may show anything
+    # in between; once it stops, the next task shows the class as sent.
+    namespace: dict = {"__name__": "__main__"}
+    exec(_SOURCE, namespace)
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(3)]
+    receiver = connection.Receiver()
+    read(receiver, payloads[0])
+    cls = type(read(receiver, payloads[1])[0])
+    as_sent = list(eval(_OBSERVED, {"cls": cls}))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def race() -> None:
+        while not stop.is_set():
+            for change in changes:
+                with contextlib.suppress(AttributeError):
+                    exec(_CHANGES[change], {"cls": cls})
+
+    def load() -> None:
+        try:
+            for _ in range(40):
+                read(receiver, payloads[2])
+        except BaseException as exc:
+            errors.append(exc)
+
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # (threads switch often: the loads and walks race)
+    try:
+        racer = threading.Thread(target=race)
+        loaders = [threading.Thread(target=load) for _ in range(2)]
+        for thread in [racer, *loaders]:
+            thread.start()
+        for thread in loaders:
+            thread.join()
+        stop.set()
+        racer.join()
+    finally:
+        sys.setswitchinterval(switching)
+    assert errors == []
+    held = receiver.loaded[classes_first.split(payloads[2])[1]]
+    again = type(read(receiver, payloads[2])[0])
+    assert list(eval(_OBSERVED, {"cls": again})) == as_sent, held.strikes
+
+
+# The symbolic walk of a part's opcodes (held_classes._reductions) against what
+# an unpickler calls: each reduction below records its maker's name as it runs.
+_CALLED: list[str] = []
+
+
+def _made_by_a(*args):
+    _CALLED.append("_made_by_a")
+    return list(args)
+
+
+def _made_by_b(*args):
+    _CALLED.append("_made_by_b")
+    return args
+
+
+class _Reduced:
+    def __init__(self, maker, args):
+        self.maker, self.args = maker, args
+
+    def __reduce__(self):
+        return (self.maker, self.args)
+
+
+_leaves = st.one_of(st.integers(), st.text(max_size=3), st.none(), st.booleans())
+
+
+def _nodes(children):
+    return st.one_of(
+        st.lists(children, max_size=3),
+        st.tuples(children, children),
+        st.lists(children, max_size=4).map(tuple),
+        st.dictionaries(st.text(max_size=2), children, max_size=3),
+        st.builds(
+            _Reduced,
+            st.sampled_from([_made_by_a, _made_by_b]),
+            st.lists(children, max_size=3).map(tuple),
+        ),
+        children.map(lambda shared: [shared, shared]),  # (a memo get)
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.recursive(_leaves, _nodes, max_leaves=12), st.booleans())
+def test_the_opcode_walk_finds_each_reduction_an_unpickler_calls(tree, optimized):
+    import pickle
+    import pickletools
+
+    data = pickle.dumps(tree, protocol=5)
+    data = pickletools.optimize(data) if optimized else data
+    _CALLED.clear()
+    pickle.loads(data)
+    calls, changed = held_classes._reductions(data)
+    assert [call.value[0].value for call in calls] == [
+        (__name__, name) for name in _CALLED
+    ]
+    assert all(target.kind != "global" for target in changed)
+
+
+def test_a_part_whose_load_changes_a_found_object_is_not_reused():
+    # BUILD onto a global (no pickler writes it; a crafted part may).
+    head = b"\x80\x05\x8c\x0bcollections\x8c\x0bOrderedDict\x93}\x8c\x01a\x8c\x01bsb."
+    calls, changed = held_classes._reductions(head)
+    assert calls == [] and [target.value for target in changed] == [
+        None, ("collections", "OrderedDict")
+    ]  # (the dict gets an item; the global is built)
+    import collections
+
+    walk = held_classes._Walk()
+    found = {("collections", "OrderedDict"): collections.OrderedDict}
+    with pytest.raises(held_classes.NotReusable, match="found object"):
+        held_classes._check_reductions(head, found, {}, walk)
+
+
+def test_the_held_memo_holds_cloudpickle_s_class_setstate_not_the_walk_s():
+    from graphpickle import _cloudpickle_internals as cp
+
+    payloads = _payloads(_POINT, 3)
+    receiver = connection.Receiver()
+    for payload in payloads:
+        read(receiver, payload)
+    held = receiver.loaded[classes_first.split(payloads[2])[1]]
+    assert held.probes is not None
+    memo = held.unpickler.memo.copy()
+    assert cp.CLASS_SETSTATE in memo.values()
+    assert not any(type(obj) is types.MethodType for obj in memo.values())
+    # Its lookups are probed: the dataclass sentinel's dict, types.MappingProxyType.
+    assert (held_classes._GLOBAL, "types", ("MappingProxyType",)) in held.probes
+    assert (held_classes._ITEMS, cp.DATACLASS_SENTINELS) in held.probes
