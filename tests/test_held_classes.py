@@ -696,9 +696,7 @@ def test_the_opcode_walk_finds_each_reduction_an_unpickler_calls(tree, optimized
     _CALLED.clear()
     pickle.loads(data)
     calls, changed = held_classes._reductions(data)
-    assert [call.value[0].value for call in calls] == [
-        (__name__, name) for name in _CALLED
-    ]
+    assert [call.value[0].value for call in calls] == [(__name__, name) for name in _CALLED]
     assert all(target.kind != "global" for target in changed)
 
 
@@ -707,7 +705,8 @@ def test_a_part_whose_load_changes_a_found_object_is_not_reused():
     head = b"\x80\x05\x8c\x0bcollections\x8c\x0bOrderedDict\x93}\x8c\x01a\x8c\x01bsb."
     calls, changed = held_classes._reductions(head)
     assert calls == [] and [target.value for target in changed] == [
-        None, ("collections", "OrderedDict")
+        None,
+        ("collections", "OrderedDict"),
     ]  # (the dict gets an item; the global is built)
     import collections
 
