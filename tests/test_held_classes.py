@@ -729,5 +729,121 @@ def test_the_held_memo_holds_cloudpickle_s_class_setstate_not_the_walk_s():
     assert cp.CLASS_SETSTATE in memo.values()
     assert not any(type(obj) is types.MethodType for obj in memo.values())
     # Its lookups are probed: the dataclass sentinel's dict, types.MappingProxyType.
-    assert (held_classes._GLOBAL, "types", ("MappingProxyType",)) in held.probes
+    head = classes_first.split(payloads[1])[1]
+    if b"MappingProxyType" in head:  # (a Field's metadata; 3.15 has frozendict)
+        assert (held_classes._GLOBAL, "types", ("MappingProxyType",)) in held.probes
     assert (held_classes._ITEMS, cp.DATACLASS_SENTINELS) in held.probes
+
+
+# What a second review found a reused part could still skip or keep: each
+# case's check fails without its fix.
+
+
+@pytest.mark.parametrize("where", ["list", "published"])
+def test_a_part_the_walk_fails_on_is_loaded_with_its_task(monkeypatch, where):
+    # Whatever the walk raises (a RecursionError on a deeply nested attribute,
+    # say), inside the load or after it: the part is not reused, and each task
+    # loads as it would.
+    def fails(*args):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    if where == "list":  # (inside the load: a list the state holds)
+        monkeypatch.setitem(held_classes._HANDLERS, list, fails)
+    else:
+        monkeypatch.setattr(held_classes._Walk, where, fails)
+    payloads = _payloads(_POINT + "    sizes = [1]\n", 5)
+    receiver = connection.Receiver()
+    assert [read(receiver, p)[0].x for p in payloads] == [0, 1, 2, 3, 4]
+    held = receiver.loaded[classes_first.split(payloads[4])[1]]
+    assert held.walked and held.probes is None
+
+
+def test_a_staticmethod_of_a_found_function_is_made_again(monkeypatch):
+    # A staticmethod copies its function's names when it is made: a fresh load
+    # copies them as they are on the worker now.
+    import textwrap
+
+    payloads = _payloads(
+        "import textwrap\n" + _POINT + "    dedent = staticmethod(textwrap.dedent)\n", 4
+    )
+    receiver = connection.Receiver()
+    for payload in payloads[:3]:
+        read(receiver, payload)
+    monkeypatch.setattr(textwrap.dedent, "__doc__", "changed")
+    assert vars(type(read(receiver, payloads[3])[0]))["dedent"].__doc__ == "changed"
+
+
+def test_a_class_whose_making_runs_init_subclass_is_made_in_every_load(monkeypatch):
+    # A by-value class of a base with __init_subclass__: a fresh load makes a
+    # skeleton (cloudpickle does, then drops it), which runs it. So must a task.
+    plugins = types.ModuleType(_REGISTRY_MODULE)
+    exec(
+        "class Plugin:\n    made = []\n"
+        "    def __init_subclass__(cls):\n        Plugin.made.append(cls.__name__)\n",
+        plugins.__dict__,
+    )
+    monkeypatch.setitem(sys.modules, _REGISTRY_MODULE, plugins)
+    namespace: dict = {"__name__": "__main__"}
+    exec(
+        f"import dataclasses, {_REGISTRY_MODULE} as plugins\n"
+        "@dataclasses.dataclass\nclass Point(plugins.Plugin):\n    x: int\n",
+        namespace,
+    )
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(4)]
+    receiver = connection.Receiver()
+    for payload in payloads:
+        before = len(plugins.Plugin.made)
+        read(receiver, payload)
+        assert len(plugins.Plugin.made) == before + 1
+
+
+def test_a_submodule_a_function_imports_is_imported_again(monkeypatch):
+    import xml.dom.minidom
+
+    source = "import xml.dom.minidom\n" + _POINT
+    source += "    def parse(self):\n        return xml.dom.minidom\n"
+    payloads = _payloads(source, 4)
+    receiver = connection.Receiver()
+    for payload in payloads[:3]:
+        read(receiver, payload)
+    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    old = xml.dom.minidom
+    monkeypatch.delitem(sys.modules, "xml.dom.minidom")
+    monkeypatch.setattr(xml.dom, "minidom", old)  # (put back as it was, after the test)
+    read(receiver, payloads[3])  # (a fresh load imports it again)
+    assert sys.modules.get("xml.dom.minidom") not in (None, old)
+
+
+def test_a_hook_a_found_class_gains_runs_in_the_next_load(monkeypatch):
+    # A dataclass Field is made by NEWOBJ and BUILD: a __setstate__ that Field
+    # gains on the worker runs in a fresh load.
+    import dataclasses
+
+    payloads = _payloads(_POINT, 4)
+    receiver = connection.Receiver()
+    for payload in payloads[:3]:
+        read(receiver, payload)
+    built: list = []
+
+    def setstate(self, state):
+        built.append(state)
+        for slots in state:
+            for name, value in (slots or {}).items():
+                object.__setattr__(self, name, value)
+
+    monkeypatch.setattr(dataclasses.Field, "__setstate__", setstate, raising=False)
+    read(receiver, payloads[3])
+    assert built
+
+
+def test_a_key_hashed_in_python_makes_the_part_loaded_with_its_task():
+    # (a fresh load runs __hash__ as it builds the dict; a reused part would not)
+    source = "class Key:\n    def __hash__(self):\n        return 1\n" + _POINT
+    source += "    by_key = {Key(): 1}\n"
+    payloads = _payloads(source, 4)
+    receiver = connection.Receiver()
+    for payload in payloads:
+        read(receiver, payload)
+    held = receiver.loaded[classes_first.split(payloads[3])[1]]
+    assert held.walked and held.probes is None

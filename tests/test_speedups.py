@@ -237,8 +237,10 @@ def test_the_c_paths_hold_no_reference_they_do_not_give_back(tmp_path):
     """Dumping importable functions and classes (the remembered by-reference
     answers), a by-value function (its remembered reduction) and the small
     fast path a few hundred times leaves every object they read with the
-    reference count it had: a leak in the C paths shows up as a count that grows
-    with the number of dumps."""
+    reference count it had or fewer: a leak in the C paths shows up as a count
+    that grows with the number of dumps. (A count may fall: with some hash
+    seeds a code reduction's arguments that hold the function's name are
+    released during the loop.)"""
     _needs_speedups()
     from conftest import run_python
 
@@ -266,7 +268,8 @@ def test_the_c_paths_hold_no_reference_they_do_not_give_back(tmp_path):
             for message in messages:
                 graphpickle.dumps(message)
         after = [sys.getrefcount(obj) for obj in watched]
-        print([(repr(o)[:40], a - b) for o, b, a in zip(watched, before, after) if a != b])
+        # (a leak grows a count; a cache may drop what it held: a count falls)
+        print([(repr(o)[:40], a - b) for o, b, a in zip(watched, before, after) if a > b])
         """,
         cwd=tmp_path,
     )

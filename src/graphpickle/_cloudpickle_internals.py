@@ -449,7 +449,7 @@ def make_skeleton_class_as_loaded(
     if (
         class_tracker_id is not None
         and type_constructor is type
-        and _no_code_runs_in_subclassing(bases)
+        and no_code_runs_in_subclassing(bases)
         and type(name) is str
         and type(type_kwargs) is dict
         and type_kwargs.keys() <= {"__module__"}
@@ -472,7 +472,7 @@ make_skeleton_class = _cp._make_skeleton_class
 _SUBCLASSABLE = 1 << 10  # Py_TPFLAGS_BASETYPE
 
 
-def _no_code_runs_in_subclassing(bases: Any) -> bool:
+def no_code_runs_in_subclassing(bases: Any) -> bool:
     """Whether ``type(name, bases, {"__module__": ...})`` neither runs code of
     the user's nor can fail: one base, a class of metaclass ``type`` that can
     be subclassed, with no ``__init_subclass__`` in its MRO but object's."""

@@ -187,6 +187,7 @@ class _Walk:
         #: The classes reached, and those whose state the load applied (with it).
         self.classes: dict[int, type] = {}
         self.applied: dict[int, tuple[type, dict[str, Any]]] = {}
+        self.plain_checked: set[int] = set()
 
     def find(self, obj: Any) -> None:
         """``obj`` is found by the load (a global), not made by it."""
@@ -214,8 +215,7 @@ class _Walk:
         self.kept.append(obj)
         handler = _HANDLERS.get(type(obj))
         if handler is None:
-            if not _plain(type(obj)):
-                raise NotReusable(type(obj))
+            self.plain_class(type(obj))
             handler = _Walk.plain
         handler(self, obj)
 
@@ -225,10 +225,27 @@ class _Walk:
 
     def items(self, mapping: dict[Any, Any]) -> None:
         self.read(_ITEMS, mapping)
+        self.hashed(mapping.keys())
         self.walk_all([*mapping.keys(), *mapping.values()])
 
+    def hashed(self, keys: Any) -> None:
+        """A fresh load hashes each key (and compares equal ones): not a key
+        whose class does so in Python (its code would not run again)."""
+        for key in keys:
+            if (
+                type(key) not in _ATOMS
+                and type(key) not in _HANDLERS
+                and _hashes_in_python(type(key))
+            ):
+                raise NotReusable(type(key))
+
     def frozen_mapping(self, mapping: Any) -> None:
+        self.hashed(mapping.keys())
         self.walk_all([*mapping.keys(), *mapping.values()])
+
+    def frozen_set(self, items: frozenset[Any]) -> None:
+        self.hashed(items)
+        self.walk_all(items)
 
     def mappingproxy(self, proxy: types.MappingProxyType[Any, Any]) -> None:
         # It cannot change what it shows: what it shows can (an exact dict only).
@@ -243,6 +260,7 @@ class _Walk:
 
     def set(self, items: set[Any]) -> None:
         self.read(_SET, items)
+        self.hashed(list(items))
         self.walk_all(list(items))
 
     def cell(self, cell: types.CellType) -> None:
@@ -320,7 +338,8 @@ class _Walk:
         # it) and its __dict__ (the function's names, copied when it was made;
         # 3.14+ keeps its annotations there too, as they are read).
         func = self.read(_ATTR, wrapper, "__func__")
-        if type(func) is not types.FunctionType:
+        if type(func) is not types.FunctionType or id(func) in self.found:
+            # (a found function's names are copied again by a fresh load: unprobed)
             raise NotReusable(type(wrapper))
         self.walk(func)
         self.walk(self.read(_ATTR, wrapper, "__dict__"))
@@ -336,10 +355,22 @@ class _Walk:
         # applied), then its __dict__ and slots.
         self.walk_all(self.read_all(_PLAIN, obj, slots))
 
+    def plain_class(self, kind: type) -> None:
+        """Check that ``kind``'s instances are plain (:func:`_plain`). A found
+        class's __dicts__ (its MRO's but object's) are probed first: a hook it
+        gains later (a fresh load would run it) is a change."""
+        if id(kind) in self.found:
+            for klass in kind.__mro__[:-1]:
+                if id(klass) not in self.plain_checked:
+                    self.plain_checked.add(id(klass))
+                    self.read(_CLASS_ITEMS, klass)
+        if not _plain(kind):
+            raise NotReusable(kind)
+
 
 _HANDLERS: dict[type, Callable[[_Walk, Any], None]] = {
     tuple: _Walk.walk_all,
-    frozenset: _Walk.walk_all,
+    frozenset: _Walk.frozen_set,
     dict: _Walk.items,
     list: _Walk.list,
     set: _Walk.set,
@@ -363,6 +394,14 @@ def _immutable_class(obj: Any) -> bool:
     """A class whose attributes cannot be set (int, FunctionType, a C type)."""
     return bool(_TYPE_FLAGS.__get__(type(obj)) & _TYPE_SUBCLASS) and bool(
         _TYPE_FLAGS.__get__(obj) & _IMMUTABLETYPE
+    )
+
+
+def _hashes_in_python(kind: type) -> bool:
+    """Whether a class of the user's defines ``__hash__`` or ``__eq__``."""
+    return any(
+        klass.__flags__ & _HEAPTYPE and vars(klass).keys() & {"__hash__", "__eq__"}
+        for klass in kind.__mro__
     )
 
 
@@ -539,15 +578,16 @@ def _reductions(head: bytes) -> tuple[list[_Symbol], list[_Symbol]]:
 
 
 #: What a part's reductions may call, by role: ``make`` a new object from the
-#: arguments (a function, a cell, a class's skeleton: the tracked class, which
-#: the walk checks); ``module``, imported by name (the walk probes it);
-#: ``types`` and ``sentinel``, lookups whose result is probed. Anything else
+#: arguments (a function, a cell); ``class``, a class's skeleton (the tracked
+#: class, which the walk checks), when making it runs no code of the user's;
+#: ``module``, imported by name; ``types`` and ``sentinel``, lookups; the
+#: results of the last three are probed. Anything else
 #: (``getattr``, a user's function) may return what a fresh load would look up
 #: again: the part is not reused.
 def _roles() -> dict[int, tuple[Any, str]]:
     roles: dict[int, tuple[Any, str]] = {}
     makers = (
-        *cp.MAKERS, cp.CLASS_SETSTATE, cp.FUNCTION_SETSTATE, blocks.make_class,
+        *cp.MAKERS, cp.CLASS_SETSTATE, cp.FUNCTION_SETSTATE,
         blocks.make_function, blocks.make_function_in_python, blocks.function_once,
         blocks.function_ref, blocks.function_ref_in_python, blocks.code_once, blocks.code_ref,
         classmethod, staticmethod, types.MappingProxyType, types.CodeType, types.FunctionType,
@@ -555,6 +595,7 @@ def _roles() -> dict[int, tuple[Any, str]]:
     )  # fmt: skip
     for role, objects in (
         ("make", makers),
+        ("class", (cp.make_skeleton_class, blocks.make_class)),
         ("module", (cp.subimport, blocks.subimport, blocks.subimport_in_python)),
         ("types", (cp.BUILTIN_TYPE,)),
         ("sentinel", (cp.DATACLASS_SENTINEL,)),
@@ -574,6 +615,21 @@ def _resolved(symbol: _Symbol, globals_: dict[tuple[str, str], Any], memo: dict[
     return memo.get(symbol.index, _MISSING) if symbol.index is not None else _MISSING
 
 
+def _made_without_code(metaclass: Any, name: Any, bases: Any, namespace: Any) -> bool:
+    """Whether a fresh load's skeleton class (``_make_skeleton_class``) runs no
+    code of the user's: no metaclass but ``type``, no ``__init_subclass__`` in
+    its bases' MROs, a namespace of ``__module__`` only (a value's
+    ``__set_name__`` would run). Then a reused part skips nothing a load runs."""
+    return (
+        metaclass is type
+        and type(name) is str
+        and cp.no_code_runs_in_subclassing(bases)
+        and type(namespace) is dict
+        and namespace.keys() <= {"__module__"}
+        and type(namespace.get("__module__", "")) is str
+    )
+
+
 def _role(
     symbol: _Symbol, globals_: dict[tuple[str, str], Any], memo: dict[int, Any]
 ) -> str | None:
@@ -591,13 +647,19 @@ def _check_reductions(
     for call in calls:
         callable_, arguments = call.value
         role = _role(callable_, globals_, memo)
-        if role in ("types", "sentinel"):
+        if role == "class":
+            made = [_resolved(argument, globals_, memo) for argument in arguments.value]
+            if len(made) != 6 or not _made_without_code(*made[:4]):
+                raise NotReusable("a class whose making runs code")
+        elif role in ("types", "sentinel", "module"):
             key: tuple[_Symbol, ...] = arguments.value if arguments.kind == "tuple" else ()
             if len(key) != 1 or key[0].kind != "str" or call.index is None:
                 raise NotReusable("a lookup")
             result, name = memo[call.index], key[0].value
             if role == "types":
                 reread = walk.read(_GLOBAL, "types", (name,))
+            elif role == "module":
+                reread = walk.read(_MODULE, name)
             else:
                 walk.read(_ITEMS, cp.DATACLASS_SENTINELS)
                 reread = cp.DATACLASS_SENTINELS.get(name, _MISSING)
@@ -673,7 +735,7 @@ def _load_walked(head: bytes) -> tuple[Any, int, tuple[Any, ...] | None, bool]:
         walk.published()
     except _Raced:
         return holder, len(memo), None, True
-    except NotReusable:
+    except Exception:  # (NotReusable; or what else the walk met: a RecursionError...)
         return holder, len(memo), None, False
     functions_globals = {
         id(obj.__globals__) for obj in walk.kept if type(obj) is types.FunctionType
