@@ -34,14 +34,19 @@ pytestmark = [
 
 @pytest.fixture(autouse=True)
 def reuse(monkeypatch):
-    """Parts reused (GRAPHPICKLE_HELD_CLASSES=1: off by default)."""
+    """Parts reused, whatever the environment says (GRAPHPICKLE_NO_HELD_CLASSES)."""
     monkeypatch.setattr(held_classes, "ENABLED", True)
 
 
-def test_reuse_is_off_by_default(monkeypatch, tmp_path):
-    monkeypatch.delenv("GRAPHPICKLE_HELD_CLASSES", raising=False)
+@pytest.mark.parametrize("switch", [None, "1"])
+def test_reuse_is_on_unless_the_switch_turns_it_off(monkeypatch, tmp_path, switch):
+    monkeypatch.delenv("GRAPHPICKLE_NO_HELD_CLASSES", raising=False)
+    env = {} if switch is None else {"GRAPHPICKLE_NO_HELD_CLASSES": switch}
     code = "from graphpickle.core import held_classes\nprint(held_classes.ENABLED)\n"
-    assert run_python(code, cwd=tmp_path).strip() == "False"
+    assert run_python(code, cwd=tmp_path, env=env).strip() == str(switch is None)
+
+
+def test_a_receiver_that_does_not_reuse_holds_no_objects(monkeypatch):
     monkeypatch.setattr(held_classes, "ENABLED", False)
     payloads = _payloads(_POINT)
     receiver = connection.Receiver()
@@ -234,8 +239,7 @@ def seen(tmp_path_factory):
     path = tmp_path_factory.mktemp("held")
     (path / "test_held_classes_source.py").write_text(f"SOURCE = {_SOURCE!r}\nCASES = {_CASES!r}\n")
     run_python(_SENDER, str(path / "rows.pkl"), cwd=path)
-    on = {"GRAPHPICKLE_HELD_CLASSES": "1"}
-    return json.loads(run_python(_RECEIVER, str(path / "rows.pkl"), cwd=path, env=on))
+    return json.loads(run_python(_RECEIVER, str(path / "rows.pkl"), cwd=path))
 
 
 @pytest.mark.parametrize("case", list(_CASES))

@@ -11,11 +11,10 @@ import os
 #: pools of ready picklers (docs/performance.md lists them).
 CACHING = not os.environ.get("GRAPHPICKLE_NO_CACHE")
 
-#: ``GRAPHPICKLE_HELD_CLASSES=1`` lets a dask worker reuse the objects it made
-#: from a task's classes' part while nothing they are made of changed
-#: (``core/held_classes.py``). Off by default: a review found three ways it can
-#: still differ from a fresh load (docs/performance.md, "What the worker reuses").
-HELD_CLASSES = os.environ.get("GRAPHPICKLE_HELD_CLASSES") == "1"
+#: ``GRAPHPICKLE_NO_HELD_CLASSES=1`` stops a dask worker reusing the objects it
+#: made from a task's classes' part while nothing they are made of changed
+#: (``core/held_classes.py``): each task's load then makes them again.
+HELD_CLASSES = not os.environ.get("GRAPHPICKLE_NO_HELD_CLASSES")
 
 #: ``GRAPHPICKLE_NO_REFCOUNT=1`` makes restricted loading stop reading reference
 #: counts to tell an object a call made from one that existed before (see

@@ -6,28 +6,44 @@ method, every dataclass ``Field`` and the class state anew: most of the task's
 load. A fresh load would make the same objects again (objects of the same
 values: tasks may share them, the one difference from a fresh cloudpickle load
 allowed, identity across tasks) as long as nothing the last load made has
-changed since, and every global the part names is still the object that load
-found. So the receiver reuses them while that holds.
+changed since, every global the part names is still the object that load
+found, and the load calls nothing that could return something else or run
+code of the user's. So the receiver reuses them while that holds.
 
 **The walk** (once per part, at its second use: a part seen once is loaded
-with its task). After the part's own load, the receiver walks from the loaded
-classes over what they reach and writes down *probes*: for each object the
-load made, what of it could change (every settable field of a function, read from the function
-itself; a dict's, list's or set's size and items; a cell's contents; a class's
-``__dict__``; a plain object's class, ``__dict__`` and slots; a classmethod's
-or staticmethod's function and ``__dict__``; what a mappingproxy shows); for
-each global the part names, its module and name. An
-object of a kind whose whole state the walk does not know (a property, an
-instance of a C type or of a class with hooks such as
-``__setstate__`` or ``__getattr__``, a class with a metaclass, a module made by
-value), or a part whose load keeps code blocks on the connection, makes the
-part not reusable: it is loaded with its task, as before. It fails closed.
+with its task) happens *inside* the part's load. A ``find_class`` of its own
+(:class:`_Loading`) hands the load, in place of cloudpickle's
+``_class_setstate``, a function that walks the state first and then applies
+it: what the state holds was made by this load and is reached by no other
+thread until it is on the class (a task running in another thread may change
+the class at any time). The walk writes down *probes*, with what each reads
+then: for each object the load made, what of it could change (every settable
+field of a function, read from the function itself; a dict's, list's or set's
+size and items; a cell's contents; a plain object's class, ``__dict__`` and
+slots; a classmethod's or staticmethod's function and ``__dict__``; what a
+mappingproxy shows); for each global the part names, its module and name; for
+each module a load imports and each lookup it makes, what it found. Once the
+load is over each class's ``__dict__`` is read, and must hold what its state
+put there (else another thread changed it since, and the part is walked again
+at the next task: :class:`_Raced`).
+
+**It fails closed.** An object of a kind whose whole state the walk does not
+know (a property, an instance of a C type or of a class with hooks such as
+``__setstate__`` or ``__getattr__``, a class with a metaclass, a module made
+by value, a dict key whose class hashes in Python); a reduction whose callable
+is not one known to make a new object from its arguments (``_roles``: a
+``getattr`` may return what a fresh load would look up again), found by a
+symbolic walk of the part's opcodes (:func:`_reductions`); an opcode that
+changes an object the load found; a class whose making runs code (an
+``__init_subclass__``); a part whose load keeps code blocks on the connection;
+any error of the walk: each makes the part not reusable, and it is loaded with
+its task, as before.
 
 **The check** (every later task). ``_speedups.held_unchanged`` reads the probes
-in C (no code of the user's runs) and compares what they read with what they
-read after the walk, by identity (sizes by value), stopping at the first
-change. If anything changed, the part is loaded and walked again (a few
-times; then it is loaded with its task for good).
+in C and compares what they read with what they read in the walk, by identity
+(sizes by value), stopping at the first change. If anything changed, the part
+is loaded and walked again (a few times; then it is loaded with its task for
+good).
 
 **The task's part** then loads with an unpickler whose memo is a copy of the
 part's (``Unpickler.memo``): the task refers to the part's objects as one
@@ -44,20 +60,13 @@ does one that gets anything else in the part's memo the classes do not reach
 (every object a pickle makes is memoized, or is an int, a float or a bool:
 what is left is the reductions' arguments and states, which are not probed).
 
-**Off by default** (``GRAPHPICKLE_HELD_CLASSES=1`` turns it on). A review
-found three ways a reused part can still differ from a fresh load, pinned by
-strict xfail tests in ``tests/test_held_classes.py``: a by-value class reached
-only as a base or as an instance's class is not walked; an object the part's
-load got from a call that looks something up (``getattr(module, name)`` in a
-``__reduce__``) is kept where a fresh load would look it up again; and a task
-running in another thread that changes the class between the part's load and
-its walk makes that change the baseline.
-
-What differs from a fresh load, on purpose (README, "Limits"): tasks share the
-part's objects, so a change a task makes to them while another task runs is
-seen by it (as a class attribute is, with cloudpickle's one class per
-process); and a reused part's globals are read from ``sys.modules``, not
-imported again (no ``pickle.find_class`` audit event).
+On by default; ``GRAPHPICKLE_NO_HELD_CLASSES=1`` (or ``GRAPHPICKLE_NO_CACHE=1``)
+turns it off. What differs from a fresh load, on purpose (README, "Limits"):
+tasks share the part's objects, so a change a task makes to them while another
+task runs is seen by it (as a class attribute is, with cloudpickle's one class
+per process); a reused part's globals are read from ``sys.modules``, not
+imported again (no ``pickle.find_class`` audit event); and what a fresh load
+drops (the class attributes it replaces) is not dropped again.
 """
 
 from __future__ import annotations
@@ -840,8 +849,7 @@ def _seeding_works() -> bool:
 
 #: Whether this interpreter can reuse classes' parts (C module, and the memo seeding).
 SEEDING = _speedups is not None and _seeding_works()
-#: Whether classes' parts are reused (``GRAPHPICKLE_HELD_CLASSES=1``: off by
-#: default, see the module's docstring).
+#: Whether classes' parts are reused (``GRAPHPICKLE_NO_HELD_CLASSES=1`` turns it off).
 ENABLED = SEEDING and HELD_CLASSES
 
 _lock = threading.Lock()
