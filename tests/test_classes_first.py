@@ -516,3 +516,23 @@ def test_random_payloads_on_one_connection_load_as_they_were_sent(steps, out_of_
             e if not callable(e) or isinstance(e, type) else e(1) for e in expected
         ]
     assert set(sender.held) <= set(receiver.held)
+
+
+def test_a_function_block_named_inside_the_call_that_carries_it_loads():
+    # A frozen slotted dataclass's __setattr__ reaches itself through its
+    # closure (the class it checks) before its own function_once call runs:
+    # the payload names the block inside the call that carries it. The worker
+    # holds what the payload carries and loads it again: the task loads.
+    namespace: dict = {"__name__": "__main__"}
+    exec(
+        "import dataclasses\n@dataclasses.dataclass(frozen=True, slots=True)\n"
+        "class Point:\n    x: int\n",
+        namespace,
+    )
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(3)]
+    receiver = connection.Receiver()
+    points = [read(receiver, payload)[0] for payload in payloads]
+    assert [point.x for point in points] == [0, 1, 2]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        points[0].x = 5

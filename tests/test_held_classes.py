@@ -34,16 +34,16 @@ pytestmark = [
 
 @pytest.fixture(autouse=True)
 def reuse(monkeypatch):
-    """Parts reused, whatever the environment says (GRAPHPICKLE_NO_HELD_CLASSES)."""
+    """Parts reused (GRAPHPICKLE_HELD_CLASSES=1: off by default)."""
     monkeypatch.setattr(held_classes, "ENABLED", True)
 
 
 @pytest.mark.parametrize("switch", [None, "1"])
-def test_reuse_is_on_unless_the_switch_turns_it_off(monkeypatch, tmp_path, switch):
-    monkeypatch.delenv("GRAPHPICKLE_NO_HELD_CLASSES", raising=False)
-    env = {} if switch is None else {"GRAPHPICKLE_NO_HELD_CLASSES": switch}
+def test_reuse_is_off_unless_the_switch_turns_it_on(monkeypatch, tmp_path, switch):
+    monkeypatch.delenv("GRAPHPICKLE_HELD_CLASSES", raising=False)
+    env = {} if switch is None else {"GRAPHPICKLE_HELD_CLASSES": switch}
     code = "from graphpickle.core import held_classes\nprint(held_classes.ENABLED)\n"
-    assert run_python(code, cwd=tmp_path, env=env).strip() == str(switch is None)
+    assert run_python(code, cwd=tmp_path, env=env).strip() == str(switch == "1")
 
 
 def test_a_receiver_that_does_not_reuse_holds_no_objects(monkeypatch):
@@ -239,7 +239,8 @@ def seen(tmp_path_factory):
     path = tmp_path_factory.mktemp("held")
     (path / "test_held_classes_source.py").write_text(f"SOURCE = {_SOURCE!r}\nCASES = {_CASES!r}\n")
     run_python(_SENDER, str(path / "rows.pkl"), cwd=path)
-    return json.loads(run_python(_RECEIVER, str(path / "rows.pkl"), cwd=path))
+    on = {"GRAPHPICKLE_HELD_CLASSES": "1"}
+    return json.loads(run_python(_RECEIVER, str(path / "rows.pkl"), cwd=path, env=on))
 
 
 @pytest.mark.parametrize("case", list(_CASES))
@@ -851,3 +852,145 @@ def test_a_key_hashed_in_python_makes_the_part_loaded_with_its_task():
         read(receiver, payload)
     held = receiver.loaded[classes_first.split(payloads[3])[1]]
     assert held.walked and held.probes is None
+
+
+# What a third review found: each case's check fails without its fix.
+
+_SKELETON_SENDER = (
+    WRITE_SCRIPT
+    + """
+import pickle, sys
+namespace = {"__name__": "__main__"}
+exec(
+    "class C:\\n    def __init__(self, x):\\n        self.x = x\\n"
+    "    def __setstate__(self, state):\\n        self.__dict__.update(state)\\n"
+    "        self.x = state['x'] * 10\\n"
+    "C.origin = C(-1)\\n",
+    namespace,
+)
+sender = connection.Sender()
+with open(sys.argv[1], "wb") as out:
+    pickle.dump([write(sender, [namespace["C"](i)]) for i in range(4)], out)
+"""
+)
+
+_SKELETON_RECEIVER = (
+    READ_SCRIPT
+    + """
+import gc
+import graphpickle.integrations.dask_distributed as gpd
+from graphpickle.core import held_classes
+held_classes.ENABLED = True
+
+def read(receiver, payload):
+    token = connection.RECEIVER.set(receiver)
+    try:
+        return gpd.loads(payload)
+    finally:
+        connection.RECEIVER.reset(token)
+
+receiver = connection.Receiver()
+for payload in sent[:2]:
+    read(receiver, payload)
+    gc.collect()  # (the class goes: the walk's load makes it from a bare skeleton)
+read(receiver, sent[2])
+print(json.dumps([type(read(receiver, sent[3])[0]).origin.x]))
+"""
+)
+
+
+def test_a_hook_a_class_s_state_brings_after_an_instance_was_made_is_run_again(tmp_path):
+    # A class attribute holding an instance of its own class: a load that
+    # finds the class gone makes it from a bare skeleton, and the instance is
+    # built before the state (with its __setstate__) is on the class; a load
+    # that finds it builds the instance with __setstate__. A part whose hook
+    # checks ran on the skeleton would keep the first.
+    run_python(_SKELETON_SENDER, str(tmp_path / "sent.pkl"), cwd=tmp_path)
+    seen = json.loads(run_python(_SKELETON_RECEIVER, str(tmp_path / "sent.pkl"), cwd=tmp_path))
+    assert seen == [-10]
+
+
+def test_an_init_subclass_an_importable_base_gains_runs_in_the_next_load(monkeypatch):
+    plugins = types.ModuleType(_REGISTRY_MODULE)
+    exec("class Base:\n    pass\n", plugins.__dict__)
+    monkeypatch.setitem(sys.modules, _REGISTRY_MODULE, plugins)
+    namespace: dict = {"__name__": "__main__"}
+    exec(
+        f"import dataclasses, {_REGISTRY_MODULE} as plugins\n"
+        "@dataclasses.dataclass\nclass Point(plugins.Base):\n    x: int\n",
+        namespace,
+    )
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(4)]
+    receiver = connection.Receiver()
+    for payload in payloads[:3]:
+        read(receiver, payload)
+    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    made: list = []
+    plugins.Base.__init_subclass__ = classmethod(lambda cls: made.append(cls.__name__))
+    read(receiver, payloads[3])
+    assert made == ["Point"]
+
+
+def test_a_hook_an_importable_base_of_an_instance_s_class_gains_runs(monkeypatch):
+    plugins = types.ModuleType(_REGISTRY_MODULE)
+    exec(
+        "class Base:\n    pass\n"
+        "class Color(Base):\n    def __init__(self):\n        self.name = 'red'\n",
+        plugins.__dict__,
+    )
+    monkeypatch.setitem(sys.modules, _REGISTRY_MODULE, plugins)
+    namespace: dict = {"__name__": "__main__"}
+    exec(
+        f"import dataclasses, {_REGISTRY_MODULE} as plugins\n"
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    default = plugins.Color()\n",
+        namespace,
+    )
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(4)]
+    receiver = connection.Receiver()
+    for payload in payloads[:3]:
+        read(receiver, payload)
+    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    built: list = []
+
+    def setstate(self, state):
+        built.append(state)
+        self.__dict__.update(state)
+
+    plugins.Base.__setstate__ = setstate
+    read(receiver, payloads[3])
+    assert built == [{"name": "red"}]
+
+
+def test_a_key_holding_what_hashes_in_python_makes_the_part_loaded_with_its_task():
+    source = "class Key:\n    def __hash__(self):\n        return 1\n" + _POINT
+    source += "    by_key = {(1, (Key(),)): 1}\n"
+    payloads = _payloads(source, 4)
+    receiver = connection.Receiver()
+    for payload in payloads:
+        read(receiver, payload)
+    held = receiver.loaded[classes_first.split(payloads[3])[1]]
+    assert held.walked and held.probes is None
+
+
+def test_a_globals_dict_a_later_function_of_the_load_writes_into_is_not_a_baseline():
+    # Two classes of one module: their methods share the payload's globals
+    # dict, and the second class's methods write their globals into it after
+    # the first class's state was walked. That walk's reading is not what the
+    # load left: the part is not reused (a task that deleted a global would
+    # otherwise make the stale reading match, and keep the deletion).
+    namespace: dict = {"__name__": "__main__"}
+    exec(
+        "import dataclasses\nK = 1\nL = 2\n"
+        "@dataclasses.dataclass\nclass A:\n    x: int\n    def f(self):\n        return K\n"
+        "@dataclasses.dataclass\nclass B:\n    y: int\n    def g(self):\n        return L\n",
+        namespace,
+    )
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["A"](i), namespace["B"](i)]) for i in range(5)]
+    receiver = connection.Receiver()
+    for payload in payloads[:3]:
+        b = read(receiver, payload)[1]
+    del type(b).g.__globals__["L"]  # (a task deletes a global)
+    assert read(receiver, payloads[3])[1].g() == 2

@@ -11,10 +11,12 @@ import os
 #: pools of ready picklers (docs/performance.md lists them).
 CACHING = not os.environ.get("GRAPHPICKLE_NO_CACHE")
 
-#: ``GRAPHPICKLE_NO_HELD_CLASSES=1`` stops a dask worker reusing the objects it
-#: made from a task's classes' part while nothing they are made of changed
-#: (``core/held_classes.py``): each task's load then makes them again.
-HELD_CLASSES = not os.environ.get("GRAPHPICKLE_NO_HELD_CLASSES")
+#: ``GRAPHPICKLE_HELD_CLASSES=1`` lets a dask worker reuse the objects it made
+#: from a task's classes' part while nothing they are made of changed
+#: (``core/held_classes.py``). Off by default: each of three reviews found ways
+#: it could differ from a fresh load (docs/performance.md, "What the worker
+#: reuses"); the last ones are closed, and another review comes first.
+HELD_CLASSES = os.environ.get("GRAPHPICKLE_HELD_CLASSES") == "1"
 
 #: ``GRAPHPICKLE_NO_REFCOUNT=1`` makes restricted loading stop reading reference
 #: counts to tell an object a call made from one that existed before (see

@@ -24,10 +24,11 @@ the digest of its bytes:
 - ``b"\\xff" ONCE <length> <classes' part> <task's part>``: a part bigger than
   :data:`MAX_PART`, never kept.
 
-No pickle starts with ``0xff``. The receiver reuses the objects its last load
-of the part made while nothing they are made of changed (``held_classes.py``),
-or else loads the classes' part with the task, as if it were inline (the class
-state is applied in every load, as cloudpickle applies it). One thing a load can observe differs (README, "Limits"):
+No pickle starts with ``0xff``. The receiver loads the classes' part with the
+task, as if it were inline (the class state is applied in every load, as
+cloudpickle applies it), or, with ``GRAPHPICKLE_HELD_CLASSES=1``, reuses the
+objects its last load of the part made while nothing they are made of changed
+(``held_classes.py``). One thing a load can observe differs (README, "Limits"):
 the classes' state is applied before the task's other objects load, not where
 the first instance appears in the task.
 

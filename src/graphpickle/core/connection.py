@@ -204,22 +204,31 @@ class Receiver:
         """The code object this connection sent under ``name``."""
         found = self.held.get(name) if type(name) is bytes else None
         if found is None or type(found[0]) is not CodeType:
-            raise UnpicklingError(_miss(name))
+            raise MissingBlock(name)
         return found[0]
 
     def function(self, name: bytes) -> tuple[Any, ...]:
         """The parts of the function block this connection sent under ``name``."""
         found = self.held.get(name) if type(name) is bytes else None
         if found is None or type(found[0]) is not tuple:
-            raise UnpicklingError(_miss(name, "function"))
+            raise MissingBlock(name, "function")
         return found[0]
 
     def classes(self, name: bytes) -> bytes:
         """The classes' part (``classes_first.py``) this connection sent under ``name``."""
         found = self.held.get(name) if type(name) is bytes else None
         if found is None or type(found[0]) is not bytes:
-            raise UnpicklingError(_miss(name, "classes"))
+            raise MissingBlock(name, "classes")
         return found[0]
+
+
+class MissingBlock(UnpicklingError):
+    """A payload names a block (by ``name``, its digest) that this connection
+    does not hold."""
+
+    def __init__(self, name: Any, kind: str = "code") -> None:
+        super().__init__(_miss(name, kind))
+        self.name = name
 
 
 def _miss(name: Any, kind: str = "code") -> str:
@@ -236,7 +245,7 @@ def receiving_held(name: bytes) -> CodeType:
     """``blocks.code_ref``'s answer: the current connection's code for ``name``."""
     receiver = RECEIVER.get()
     if receiver is None:
-        raise UnpicklingError(_miss(name))
+        raise MissingBlock(name)
     return receiver.code(name)
 
 
@@ -245,7 +254,7 @@ def receiving_function(name: bytes) -> tuple[Any, ...]:
     block for ``name``."""
     receiver = RECEIVER.get()
     if receiver is None:
-        raise UnpicklingError(_miss(name, "function"))
+        raise MissingBlock(name, "function")
     return receiver.function(name)
 
 
@@ -253,7 +262,7 @@ def receiving_classes(name: bytes) -> bytes:
     """The current connection's classes' part for ``name`` (``classes_first.parts``)."""
     receiver = RECEIVER.get()
     if receiver is None:
-        raise UnpicklingError(_miss(name, "classes"))
+        raise MissingBlock(name, "classes")
     return receiver.classes(name)
 
 

@@ -60,8 +60,10 @@ does one that gets anything else in the part's memo the classes do not reach
 (every object a pickle makes is memoized, or is an int, a float or a bool:
 what is left is the reductions' arguments and states, which are not probed).
 
-On by default; ``GRAPHPICKLE_NO_HELD_CLASSES=1`` (or ``GRAPHPICKLE_NO_CACHE=1``)
-turns it off. What differs from a fresh load, on purpose (README, "Limits"):
+Off by default (``GRAPHPICKLE_HELD_CLASSES=1`` turns it on; ``GRAPHPICKLE_NO_CACHE=1``
+turns it off whatever that says): each of three reviews found ways a reused
+part could differ from a fresh load, each now a test that fails without its
+fix; it is turned on once a review finds none. What differs from a fresh load, on purpose (README, "Limits"):
 tasks share the part's objects, so a change a task makes to them while another
 task runs is seen by it (as a class attribute is, with cloudpickle's one class
 per process); a reused part's globals are read from ``sys.modules``, not
@@ -196,7 +198,10 @@ class _Walk:
         #: The classes reached, and those whose state the load applied (with it).
         self.classes: dict[int, type] = {}
         self.applied: dict[int, tuple[type, dict[str, Any]]] = {}
-        self.plain_checked: set[int] = set()
+        #: The classes of plain objects, and the classes whose dicts are probed
+        #: for their hooks (:meth:`hooks`).
+        self.kinds: dict[int, type] = {}
+        self.hooked: set[int] = set()
 
     def find(self, obj: Any) -> None:
         """``obj`` is found by the load (a global), not made by it."""
@@ -238,14 +243,11 @@ class _Walk:
         self.walk_all([*mapping.keys(), *mapping.values()])
 
     def hashed(self, keys: Any) -> None:
-        """A fresh load hashes each key (and compares equal ones): not a key
-        whose class does so in Python (its code would not run again)."""
+        """A fresh load hashes each key (and compares equal ones): only keys
+        that hash in C (:func:`_hashes_in_c`), whose hashing runs no code of the
+        user's a reused part would skip."""
         for key in keys:
-            if (
-                type(key) not in _ATOMS
-                and type(key) not in _HANDLERS
-                and _hashes_in_python(type(key))
-            ):
+            if not _hashes_in_c(key):
                 raise NotReusable(type(key))
 
     def frozen_mapping(self, mapping: Any) -> None:
@@ -316,6 +318,18 @@ class _Walk:
         of the __dict__ reads what it is, by identity)."""
         if self.classes.keys() - self.applied.keys():
             raise NotReusable("a class reached whose state this load did not apply")
+        # What the walk read in the load must be what the load left: not so if
+        # the load changed a walked object after (a globals dict a later
+        # function writes into), or another thread did once it was published.
+        if not _speedups.held_unchanged(tuple(self.probes), tuple(self.reading), _MISSING):
+            raise _Raced("changed since it was walked")
+        for cls, _ in self.applied.values():
+            for base in cls.__bases__:  # (their __init_subclass__: the skeleton runs it)
+                self.hooks(base)
+        for kind in self.kinds.values():
+            self.hooks(kind)
+            if not _plain(kind):  # (the class as the load left it; read after its probes)
+                raise NotReusable(kind)
         for cls, clsdict in self.applied.values():
             reading = self.read_all(_CLASS_ITEMS, cls)
             if type(reading[0]) is not int:
@@ -365,16 +379,26 @@ class _Walk:
         self.walk_all(self.read_all(_PLAIN, obj, slots))
 
     def plain_class(self, kind: type) -> None:
-        """Check that ``kind``'s instances are plain (:func:`_plain`). A found
-        class's __dicts__ (its MRO's but object's) are probed first: a hook it
-        gains later (a fresh load would run it) is a change."""
-        if id(kind) in self.found:
-            for klass in kind.__mro__[:-1]:
-                if id(klass) not in self.plain_checked:
-                    self.plain_checked.add(id(klass))
-                    self.read(_CLASS_ITEMS, klass)
+        """Check that ``kind``'s instances are plain (:func:`_plain`) now, as
+        the load made one, and again once the load is over (:meth:`hooks`): a
+        by-value class may still be a bare skeleton here, whose hooks its state
+        brings (a later load runs them)."""
         if not _plain(kind):
             raise NotReusable(kind)
+        self.kinds[id(kind)] = kind
+
+    def hooks(self, kind: type) -> None:
+        """Probe the __dict__ of each class in ``kind``'s MRO but object (a
+        by-value class whose state this load applied is probed already; one
+        whose state it did not apply is not reusable), then check ``kind`` has
+        no hook: one it gains later, which a fresh load would run, is a change."""
+        for klass in kind.__mro__[:-1]:
+            if id(klass) in self.applied or id(klass) in self.hooked:
+                continue
+            if cp.tracked_id(klass) is not None:
+                raise NotReusable(klass)
+            self.hooked.add(id(klass))
+            self.read(_CLASS_ITEMS, klass)
 
 
 _HANDLERS: dict[type, Callable[[_Walk, Any], None]] = {
@@ -406,12 +430,14 @@ def _immutable_class(obj: Any) -> bool:
     )
 
 
-def _hashes_in_python(kind: type) -> bool:
-    """Whether a class of the user's defines ``__hash__`` or ``__eq__``."""
-    return any(
-        klass.__flags__ & _HEAPTYPE and vars(klass).keys() & {"__hash__", "__eq__"}
-        for klass in kind.__mro__
-    )
+def _hashes_in_c(key: Any) -> bool:
+    """Whether hashing ``key`` and comparing it runs C only: a str, a number, a
+    class of metaclass ``type``, a function, a code object...; a tuple or a
+    frozenset of such."""
+    kind = type(key)
+    if kind in (tuple, frozenset):
+        return all(_hashes_in_c(item) for item in key)
+    return kind in _ATOMS or kind is type or kind is types.FunctionType
 
 
 def _plain(kind: type) -> bool:
@@ -849,7 +875,7 @@ def _seeding_works() -> bool:
 
 #: Whether this interpreter can reuse classes' parts (C module, and the memo seeding).
 SEEDING = _speedups is not None and _seeding_works()
-#: Whether classes' parts are reused (``GRAPHPICKLE_NO_HELD_CLASSES=1`` turns it off).
+#: Whether classes' parts are reused (``GRAPHPICKLE_HELD_CLASSES=1``: off by default).
 ENABLED = SEEDING and HELD_CLASSES
 
 _lock = threading.Lock()
