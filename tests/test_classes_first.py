@@ -518,21 +518,34 @@ def test_random_payloads_on_one_connection_load_as_they_were_sent(steps, out_of_
     assert set(sender.held) <= set(receiver.held)
 
 
-def test_a_function_block_named_inside_the_call_that_carries_it_loads():
+def test_a_function_block_named_inside_the_call_that_carries_it_loads(monkeypatch):
     # A frozen slotted dataclass's __setattr__ reaches itself through its
     # closure (the class it checks) before its own function_once call runs:
-    # the payload names the block inside the call that carries it. The worker
-    # holds what the payload carries and loads it again: the task loads.
+    # the payload names the block inside the call that carries it. The block
+    # is the connection's from the start of the load (connection.LOADING): the
+    # task loads, once (each reduction runs once, as in cloudpickle's load).
+    registry = types.ModuleType("graphpickle_test_made")
+    exec(
+        "made = []\ndef make():\n    made.append(1)\n    return 'made'\n"
+        "class Made:\n    def __reduce__(self):\n        return (make, ())\n",
+        registry.__dict__,
+    )
+    monkeypatch.setitem(sys.modules, "graphpickle_test_made", registry)
     namespace: dict = {"__name__": "__main__"}
     exec(
-        "import dataclasses\n@dataclasses.dataclass(frozen=True, slots=True)\n"
-        "class Point:\n    x: int\n",
+        "import dataclasses, graphpickle_test_made\n"
+        "@dataclasses.dataclass(frozen=True, slots=True)\n"
+        "class Point:\n    x: int\n    AAA = graphpickle_test_made.Made()\n",
         namespace,
     )
     sender = connection.Sender()
     payloads = [write(sender, [namespace["Point"](i)]) for i in range(3)]
     receiver = connection.Receiver()
-    points = [read(receiver, payload)[0] for payload in payloads]
-    assert [point.x for point in points] == [0, 1, 2]
+    points = []
+    for payload in payloads:
+        before = len(registry.made)
+        points.append(read(receiver, payload)[0])
+        assert len(registry.made) == before + 1
+    assert [point.x for point in points] == [0, 1, 2] and type(points[0]).AAA == "made"
     with pytest.raises(dataclasses.FrozenInstanceError):
         points[0].x = 5

@@ -753,7 +753,7 @@ def test_a_part_the_walk_fails_on_is_loaded_with_its_task(monkeypatch, where):
         raise RecursionError("maximum recursion depth exceeded")
 
     if where == "list":  # (inside the load: a list the state holds)
-        monkeypatch.setitem(held_classes._HANDLERS, list, fails)
+        monkeypatch.setitem(held_classes._HANDLER_BY_ID, id(list), fails)
     else:
         monkeypatch.setattr(held_classes._Walk, where, fails)
     payloads = _payloads(_POINT + "    sizes = [1]\n", 5)
@@ -994,3 +994,101 @@ def test_a_globals_dict_a_later_function_of_the_load_writes_into_is_not_a_baseli
         b = read(receiver, payload)[1]
     del type(b).g.__globals__["L"]  # (a task deletes a global)
     assert read(receiver, payloads[3])[1].g() == 2
+
+
+# What a fourth review found: each case's check fails without its fix.
+
+
+def _plugins(monkeypatch, source: str) -> types.ModuleType:
+    plugins = types.ModuleType(_REGISTRY_MODULE)
+    exec(source, plugins.__dict__)
+    monkeypatch.setitem(sys.modules, _REGISTRY_MODULE, plugins)
+    return plugins
+
+
+def _reused_three_times(source: str, count: int = 4) -> tuple[list, connection.Receiver]:
+    namespace: dict = {"__name__": "__main__"}
+    exec(f"import dataclasses, {_REGISTRY_MODULE} as plugins\n" + source, namespace)
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(count)]
+    receiver = connection.Receiver()
+    for payload in payloads[:3]:
+        read(receiver, payload)
+    return payloads, receiver
+
+
+def test_the_bases_a_skeleton_is_made_with_are_those_the_payload_names(monkeypatch):
+    # The worker set Point.__bases__ before the walk: a fresh load's skeleton
+    # is made from the bases the payload names, whose __init_subclass__ runs.
+    plugins = _plugins(monkeypatch, "class Base:\n    pass\nclass Other:\n    pass\n")
+    namespace: dict = {"__name__": "__main__"}
+    exec(
+        f"import dataclasses, {_REGISTRY_MODULE} as plugins\n"
+        "@dataclasses.dataclass\nclass Point(plugins.Base):\n    x: int\n",
+        namespace,
+    )
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(4)]
+    namespace["Point"].__bases__ = (plugins.Other,)
+    receiver = connection.Receiver()
+    for payload in payloads[:3]:
+        read(receiver, payload)
+    made: list = []
+    plugins.Base.__init_subclass__ = classmethod(lambda cls: made.append(cls.__name__))
+    read(receiver, payloads[3])
+    assert made == ["Point"]
+
+
+def test_new_bases_of_an_importable_class_of_a_held_object_are_a_change(monkeypatch):
+    plugins = _plugins(
+        monkeypatch,
+        "built = []\nclass Base:\n    pass\n"
+        "class Hooked:\n    def __setstate__(self, state):\n"
+        "        built.append(state)\n        self.__dict__.update(state)\n"
+        "class Color(Base):\n    def __init__(self):\n        self.name = 'red'\n",
+    )
+    payloads, receiver = _reused_three_times(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    default = plugins.Color()\n"
+    )
+    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    plugins.Color.__bases__ = (plugins.Hooked,)
+    read(receiver, payloads[3])
+    assert plugins.built == [{"name": "red"}]
+
+
+def test_the_walk_runs_no_code_of_a_metaclass(monkeypatch):
+    # A class attribute of an importable class whose class has a metaclass with
+    # __getattr__ and __hash__: a fresh load runs neither; nor may the walk.
+    plugins = _plugins(
+        monkeypatch,
+        "ran = []\n"
+        "class Meta(type):\n"
+        "    def __getattr__(cls, name):\n        ran.append(name)\n"
+        "        raise AttributeError(name)\n"
+        "    def __hash__(cls):\n        ran.append('hash')\n        return 1\n"
+        "class Tag(metaclass=Meta):\n    pass\n"
+        "class Color:\n    tag = Tag()\n    def __init__(self):\n        self.name = 'red'\n",
+    )
+    namespace: dict = {"__name__": "__main__"}
+    exec(
+        f"import dataclasses, {_REGISTRY_MODULE} as plugins\n"
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    default = plugins.Color()\n"
+        "    tag = plugins.Tag()\n",
+        namespace,
+    )
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(3)]
+    receiver = connection.Receiver()
+    for payload in payloads[:2]:
+        read(receiver, payload)
+    plugins.ran.clear()
+    read(receiver, payloads[2])  # (walked)
+    walked = list(plugins.ran)
+    plugins.ran.clear()
+    token = connection.RECEIVER.set(receiver)
+    try:
+        _, head, body = classes_first.parts(payloads[2], receiver)
+        held_classes.load_together(head, body, ())
+    finally:
+        connection.RECEIVER.reset(token)
+    assert walked == plugins.ran

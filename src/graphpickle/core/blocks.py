@@ -167,7 +167,25 @@ def code_once(block: bytes) -> types.CodeType:
 def code_ref(digest: bytes) -> types.CodeType:
     """The code object of the block the receiving connection sent as
     :func:`code_once` under ``digest``; a clear error if it holds none."""
-    return _connection.receiving_held(digest)
+    try:
+        return _connection.receiving_held(digest)
+    except _connection.MissingBlock:
+        block = _carried_here(digest)
+        if block is None:
+            raise
+        return code_once(block)
+
+
+def _carried_here(digest: bytes) -> bytes | None:
+    """The block named ``digest`` that the payload being loaded carries
+    (``connection.LOADING``), if any: it may be named before the call that
+    carries it ran (a function reached again from its own closure, as a frozen
+    slotted dataclass's ``__setattr__`` is through the class it checks, is
+    written by its block's digest inside that call)."""
+    for block in _connection.carried_by(*_connection.LOADING.get()):
+        if _connection.digest(block) == digest:
+            return block
+    return None
 
 
 def recover(*parts: Any) -> None:
@@ -343,8 +361,16 @@ def function_once(block: bytes, *parts: Any) -> Any:
 
 def function_ref(digest: bytes, *parts: Any) -> Any:
     """:func:`function_once` of the block the receiving connection sent under
-    ``digest``; a clear error if it holds none."""
-    return _function(_connection.receiving_function(digest), parts)
+    ``digest`` (or that the payload being loaded carries); a clear error if
+    it holds none."""
+    try:
+        held = _connection.receiving_function(digest)
+    except _connection.MissingBlock:
+        block = _carried_here(digest)
+        if block is None:
+            raise
+        return function_once(block, *parts)
+    return _function(held, parts)
 
 
 def _keep(block: bytes, code: types.CodeType) -> None:

@@ -193,11 +193,15 @@ def load(data: Any, buffers: Any = ()) -> Any:
     made of changed since (``held_classes.py``)."""
     receiver = connection.RECEIVER.get()
     name, head, body = parts(data, receiver)
-    if (
-        name is None
-        or receiver is None
-        or not held_classes.ENABLED
-        or len(head) > held_classes.MAX_PART
-    ):
-        return held_classes.load_together(head, body, buffers)
-    return held_classes.load(receiver, name, head, body, buffers)
+    token = connection.LOADING.set((head, body))
+    try:
+        if (
+            name is None
+            or receiver is None
+            or not held_classes.ENABLED
+            or len(head) > held_classes.MAX_PART
+        ):
+            return held_classes.load_together(head, body, buffers)
+        return held_classes.load(receiver, name, head, body, buffers)
+    finally:
+        connection.LOADING.reset(token)

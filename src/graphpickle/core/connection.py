@@ -60,6 +60,10 @@ DIGEST_SIZE = 16
 #: engine integration around its reads; None elsewhere: then nothing is kept,
 #: and a reference is a miss).
 RECEIVER: ContextVar[Receiver | None] = ContextVar("graphpickle_receiver", default=None)
+#: The parts of the payload being loaded (pickles one unpickler loads in turn):
+#: a block it carries is the connection's from the start of its load, even
+#: where it is named inside the very call that carries it (``blocks``).
+LOADING: ContextVar[tuple[Any, ...]] = ContextVar("graphpickle_loading", default=())
 
 _digests: dict[bytes, bytes] = {}
 _digested = 0  # the bytes of the blocks _digests holds

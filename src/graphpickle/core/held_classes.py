@@ -202,6 +202,9 @@ class _Walk:
         #: for their hooks (:meth:`hooks`).
         self.kinds: dict[int, type] = {}
         self.hooked: set[int] = set()
+        self.mros: set[int] = set()
+        #: The bases the part's class skeletons are made with.
+        self.bases: list[type] = []
 
     def find(self, obj: Any) -> None:
         """``obj`` is found by the load (a global), not made by it."""
@@ -223,11 +226,11 @@ class _Walk:
         return reading
 
     def walk(self, obj: Any) -> None:
-        if type(obj) in _ATOMS or id(obj) in self.seen or _immutable_class(obj):
+        if id(type(obj)) in _ATOM_IDS or id(obj) in self.seen or _immutable_class(obj):
             return
         self.seen.add(id(obj))
         self.kept.append(obj)
-        handler = _HANDLERS.get(type(obj))
+        handler = _HANDLER_BY_ID.get(id(type(obj)))
         if handler is None:
             self.plain_class(type(obj))
             handler = _Walk.plain
@@ -323,9 +326,8 @@ class _Walk:
         # function writes into), or another thread did once it was published.
         if not _speedups.held_unchanged(tuple(self.probes), tuple(self.reading), _MISSING):
             raise _Raced("changed since it was walked")
-        for cls, _ in self.applied.values():
-            for base in cls.__bases__:  # (their __init_subclass__: the skeleton runs it)
-                self.hooks(base)
+        for base in self.bases:  # (as the payload names them: a skeleton's, whose
+            self.hooks(base)  # __init_subclass__ a fresh load would run)
         for kind in self.kinds.values():
             self.hooks(kind)
             if not _plain(kind):  # (the class as the load left it; read after its probes)
@@ -370,8 +372,8 @@ class _Walk:
     def plain(self, obj: Any) -> None:
         slots = tuple(
             descriptor
-            for klass in type(obj).__mro__[:-1]
-            for descriptor in vars(klass).values()
+            for klass in _mro(type(obj))[:-1]
+            for descriptor in _dict(klass).values()
             if type(descriptor) is types.MemberDescriptorType
         )
         # Its class (found, or a by-value class: walked where its state is
@@ -388,11 +390,16 @@ class _Walk:
         self.kinds[id(kind)] = kind
 
     def hooks(self, kind: type) -> None:
-        """Probe the __dict__ of each class in ``kind``'s MRO but object (a
-        by-value class whose state this load applied is probed already; one
-        whose state it did not apply is not reusable), then check ``kind`` has
-        no hook: one it gains later, which a fresh load would run, is a change."""
-        for klass in kind.__mro__[:-1]:
+        """Probe ``kind``'s MRO, and the __dict__ of each class in it but object
+        (a by-value class whose state this load applied is probed already; one
+        whose state it did not apply is not reusable): a hook one gains later,
+        which a fresh load would run, is a change."""
+        if type(kind) is not type:
+            raise NotReusable(kind)  # (a metaclass: its code may run)
+        if id(kind) not in self.mros:
+            self.mros.add(id(kind))
+            self.read(_ATTR, kind, "__mro__")  # (a __bases__ set anywhere above makes another)
+        for klass in _mro(kind)[:-1]:
             if id(klass) in self.applied or id(klass) in self.hooked:
                 continue
             if cp.tracked_id(klass) is not None:
@@ -417,8 +424,31 @@ _HANDLERS: dict[type, Callable[[_Walk, Any], None]] = {
 }
 if hasattr(builtins, "frozendict"):  # 3.15+: it holds what it holds
     _HANDLERS[builtins.frozendict] = _Walk.frozen_mapping
+# (looked up by the id of an object's class: hashing a class may run its metaclass's code)
+_HANDLER_BY_ID = {id(kind): handler for kind, handler in _HANDLERS.items()}
+_ATOM_IDS = frozenset(map(id, _ATOMS))
 
 _TYPE_FLAGS = vars(type)["__flags__"]
+# A class's MRO and __dict__ read with type's own descriptors: getattr would
+# run a metaclass's __getattr__ (or a __mro__/__dict__ it defines).
+_MRO = vars(type)["__mro__"]
+_DICT = vars(type)["__dict__"]
+
+
+def _mro(kind: type) -> tuple[type, ...]:
+    mro: tuple[type, ...] = _MRO.__get__(kind)
+    return mro
+
+
+def _dict(kind: type) -> Any:
+    return _DICT.__get__(kind)
+
+
+def _defines(kind: type, *names: str) -> bool:
+    """Whether a class of ``kind``'s MRO defines one of ``names``."""
+    return any(name in _dict(klass) for klass in _mro(kind) for name in names)
+
+
 _TYPE_SUBCLASS = 1 << 31  # Py_TPFLAGS_TYPE_SUBCLASS: a class (what __class__ cannot fake)
 _DATA_DESCRIPTORS_OF_OBJECTS = frozenset({"__dict__", "__weakref__"})
 
@@ -435,9 +465,9 @@ def _hashes_in_c(key: Any) -> bool:
     class of metaclass ``type``, a function, a code object...; a tuple or a
     frozenset of such."""
     kind = type(key)
-    if kind in (tuple, frozenset):
+    if kind is tuple or kind is frozenset:
         return all(_hashes_in_c(item) for item in key)
-    return kind in _ATOMS or kind is type or kind is types.FunctionType
+    return id(kind) in _ATOM_IDS or kind is type or kind is types.FunctionType
 
 
 def _plain(kind: type) -> bool:
@@ -445,19 +475,17 @@ def _plain(kind: type) -> bool:
     slots and nothing else (classes of the user's with no hooks, on ``object``,
     whose only data descriptors are their slots and ``__dict__``), and each
     slot's name finds its own slot."""
-    if type(kind) is not type or kind.__mro__[-1] is not object:
+    if type(kind) is not type or _mro(kind)[-1] is not object:
         return False
-    for klass in kind.__mro__[:-1]:
-        if not klass.__flags__ & _HEAPTYPE or _HOOKS & vars(klass).keys():
+    for klass in _mro(kind)[:-1]:
+        if not _TYPE_FLAGS.__get__(klass) & _HEAPTYPE or _HOOKS & _dict(klass).keys():
             return False
-        for name, descriptor in vars(klass).items():
+        for name, descriptor in _dict(klass).items():
             if type(descriptor) is types.MemberDescriptorType:
-                owner = next(k for k in kind.__mro__ if name in vars(k))
-                if vars(owner)[name] is not descriptor:
+                owner = next(k for k in _mro(kind) if name in _dict(k))
+                if _dict(owner)[name] is not descriptor:
                     return False
-            elif (
-                hasattr(type(descriptor), "__set__") or hasattr(type(descriptor), "__delete__")
-            ) and not (
+            elif _defines(type(descriptor), "__set__", "__delete__") and not (
                 type(descriptor) is types.GetSetDescriptorType
                 and name in _DATA_DESCRIPTORS_OF_OBJECTS
             ):
@@ -686,6 +714,7 @@ def _check_reductions(
             made = [_resolved(argument, globals_, memo) for argument in arguments.value]
             if len(made) != 6 or not _made_without_code(*made[:4]):
                 raise NotReusable("a class whose making runs code")
+            walk.bases.extend(made[2])
         elif role in ("types", "sentinel", "module"):
             key: tuple[_Symbol, ...] = arguments.value if arguments.kind == "tuple" else ()
             if len(key) != 1 or key[0].kind != "str" or call.index is None:
@@ -777,7 +806,7 @@ def _load_walked(head: bytes) -> tuple[Any, int, tuple[Any, ...] | None, bool]:
     }
     avoided = [
         id(obj) in functions_globals
-        or not (id(obj) in walk.seen or type(obj) in _ATOMS or _immutable_class(obj))
+        or not (id(obj) in walk.seen or id(type(obj)) in _ATOM_IDS or _immutable_class(obj))
         for obj in (memo[index] for index in range(len(memo)))
     ]
     avoid = bytes(avoided) if any(avoided) else b""

@@ -219,18 +219,22 @@ def loads(x: Any, *, buffers: Any = ()) -> Any:
     try:
         return _load(x, buffers)
     except Exception as exc:
-        return _load_failed(exc, x, buffers)
+        return _load_failed(exc, x)
 
 
 def _load(x: Any, buffers: Any) -> Any:
     if classes_first.is_framed(x):
         return classes_first.load(x, buffers)
-    if buffers:
-        return _pickle.loads(x, buffers=buffers)
-    return _pickle.loads(x)
+    token = connection.LOADING.set((x,))  # (the blocks it carries: blocks.function_ref)
+    try:
+        if buffers:
+            return _pickle.loads(x, buffers=buffers)
+        return _pickle.loads(x)
+    finally:
+        connection.LOADING.reset(token)
 
 
-def _load_failed(exc: Exception, data: Any, buffers: Any = ()) -> Any:
+def _load_failed(exc: Exception, data: Any) -> Any:
     """``loads(data)`` raised ``exc``: a task's payload gives a task that raises
     ``exc`` (with its note) when it runs; anything else raises it."""
     # The blocks it carried are this connection's all the same: later payloads name them.
@@ -242,16 +246,6 @@ def _load_failed(exc: Exception, data: Any, buffers: Any = ()) -> Any:
             _loads_failed(exc, data)  # not a payload in two parts this worker can read
     else:
         blocks.recover(data)
-    if isinstance(exc, connection.MissingBlock) and exc.name in {
-        connection.digest(block) for block in connection.carried_by(*parts)
-    }:
-        # A block named inside the call that carries it (a function reached
-        # again from its own closure, before that call ran): held now, so the
-        # payload loads as it is.
-        try:
-            return _load(data, buffers)
-        except Exception as again:
-            exc = again
     task_class = _task_class_of(*parts)
     if task_class is None:
         _loads_failed(exc, data)
