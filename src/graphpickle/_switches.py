@@ -13,7 +13,7 @@ CACHING = not os.environ.get("GRAPHPICKLE_NO_CACHE")
 
 #: ``GRAPHPICKLE_HELD_CLASSES=1`` lets a dask worker reuse the objects it made
 #: from a task's classes' part while nothing they are made of changed
-#: (``core/held_classes.py``). Off by default: each of three reviews found ways
+#: (``core/held_classes.py``). Off by default: each of four reviews found ways
 #: it could differ from a fresh load (docs/performance.md, "What the worker
 #: reuses"); the last ones are closed, and another review comes first.
 HELD_CLASSES = os.environ.get("GRAPHPICKLE_HELD_CLASSES") == "1"
