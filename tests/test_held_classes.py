@@ -697,18 +697,26 @@ def test_the_opcode_walk_finds_each_reduction_an_unpickler_calls(tree, optimized
     import pickletools
 
     data = pickle.dumps(tree, protocol=5)
-    data = pickletools.optimize(data) if optimized else data
     _CALLED.clear()
     pickle.loads(data)
-    calls, changed = held_classes._reductions(data)
-    assert [call.value[0].value for call in calls] == [(__name__, name) for name in _CALLED]
-    assert all(target.kind != "global" for target in changed)
+    try:
+        # (optimized: no MEMOIZE where no GET follows, and what a load made
+        # must be in the memo for the walk to check it)
+        read = held_classes._reductions(pickletools.optimize(data) if optimized else data)
+    except held_classes.NotReusable as error:
+        assert optimized and "not memoized" in str(error)
+        return
+    assert [call.value[0].value for call in read.calls] == [(__name__, name) for name in _CALLED]
+    assert all(target.kind != "global" for target in read.changed)
+    # (each maker is pushed to be called, and only so)
+    assert read.only_called((__name__, "_made_by_a")) and read.only_called((__name__, "_made_by_b"))
 
 
 def test_a_part_whose_load_changes_a_found_object_is_not_reused():
     # BUILD onto a global (no pickler writes it; a crafted part may).
-    head = b"\x80\x05\x8c\x0bcollections\x8c\x0bOrderedDict\x93}\x8c\x01a\x8c\x01bsb."
-    calls, changed = held_classes._reductions(head)
+    head = b"\x80\x05\x8c\x0bcollections\x8c\x0bOrderedDict\x93}\x94\x8c\x01a\x8c\x01bsb."
+    read = held_classes._reductions(head)
+    calls, changed = read.calls, read.changed
     assert calls == [] and [target.value for target in changed] == [
         None,
         ("collections", "OrderedDict"),
@@ -718,7 +726,7 @@ def test_a_part_whose_load_changes_a_found_object_is_not_reused():
     walk = held_classes._Walk()
     found = {("collections", "OrderedDict"): collections.OrderedDict}
     with pytest.raises(held_classes.NotReusable, match="found object"):
-        held_classes._check_reductions(head, found, {}, walk)
+        held_classes._check_reductions(read, found, {}, walk)
 
 
 def test_the_held_memo_holds_cloudpickle_s_class_setstate_not_the_walk_s():
@@ -738,6 +746,24 @@ def test_the_held_memo_holds_cloudpickle_s_class_setstate_not_the_walk_s():
     if b"MappingProxyType" in head:  # (a Field's metadata; 3.15 has frozendict)
         assert (held_classes._GLOBAL, "types", ("MappingProxyType",)) in held.probes
     assert (held_classes._ITEMS, cp.DATACLASS_SENTINELS) in held.probes
+
+
+def _plugins(monkeypatch, source: str) -> types.ModuleType:
+    plugins = types.ModuleType(_REGISTRY_MODULE)
+    exec(source, plugins.__dict__)
+    monkeypatch.setitem(sys.modules, _REGISTRY_MODULE, plugins)
+    return plugins
+
+
+def _reused_three_times(source: str, count: int = 4) -> tuple[list, connection.Receiver]:
+    namespace: dict = {"__name__": "__main__"}
+    exec(f"import dataclasses, {_REGISTRY_MODULE} as plugins\n" + source, namespace)
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(count)]
+    receiver = connection.Receiver()
+    for payload in payloads[:3]:
+        read(receiver, payload)
+    return payloads, receiver
 
 
 # What a second review found a reused part could still skip or keep: each
@@ -999,24 +1025,6 @@ def test_a_globals_dict_a_later_function_of_the_load_writes_into_is_not_a_baseli
 # What a fourth review found: each case's check fails without its fix.
 
 
-def _plugins(monkeypatch, source: str) -> types.ModuleType:
-    plugins = types.ModuleType(_REGISTRY_MODULE)
-    exec(source, plugins.__dict__)
-    monkeypatch.setitem(sys.modules, _REGISTRY_MODULE, plugins)
-    return plugins
-
-
-def _reused_three_times(source: str, count: int = 4) -> tuple[list, connection.Receiver]:
-    namespace: dict = {"__name__": "__main__"}
-    exec(f"import dataclasses, {_REGISTRY_MODULE} as plugins\n" + source, namespace)
-    sender = connection.Sender()
-    payloads = [write(sender, [namespace["Point"](i)]) for i in range(count)]
-    receiver = connection.Receiver()
-    for payload in payloads[:3]:
-        read(receiver, payload)
-    return payloads, receiver
-
-
 def test_the_bases_a_skeleton_is_made_with_are_those_the_payload_names(monkeypatch):
     # The worker set Point.__bases__ before the walk: a fresh load's skeleton
     # is made from the bases the payload names, whose __init_subclass__ runs.
@@ -1092,3 +1100,54 @@ def test_the_walk_runs_no_code_of_a_metaclass(monkeypatch):
     finally:
         connection.RECEIVER.reset(token)
     assert walked == plugins.ran
+
+
+# What a fifth review found: each case's check fails without its fix.
+
+
+def test_an_object_the_load_makes_that_the_classes_do_not_reach_is_checked(monkeypatch):
+    # A method's submodule that is not a module (a lazy proxy with __new__ in
+    # sys.modules): the function's state lists it, a fresh load makes it (its
+    # __new__ runs), and the classes never reach that list.
+    plugins = _plugins(
+        monkeypatch,
+        f"__package__ = {_REGISTRY_MODULE!r}\n"  # (cloudpickle looks for submodules of packages)
+        "made = []\nclass Lazy:\n    def __new__(cls, *args):\n"
+        "        made.append('new')\n        return super().__new__(cls)\n"
+        "    def __init__(self):\n        self.x = 1\n",
+    )
+    monkeypatch.setitem(sys.modules, f"{_REGISTRY_MODULE}.lazy", plugins.Lazy())
+    payloads, receiver = _reused_three_times(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n"
+        "    def m(self):\n        return plugins.lazy.x\n"
+    )
+    plugins.made.clear()
+    read(receiver, payloads[3])
+    assert plugins.made == ["new"]
+
+
+def test_a_class_attribute_naming_class_setstate_gets_cloudpickle_s():
+    # (the walk's own _class_setstate must not leak into what a task gets)
+    from graphpickle import _cloudpickle_internals as cp
+
+    payloads = _payloads(
+        "import cloudpickle.cloudpickle as cpc\n" + _POINT + "    hooks = [cpc._class_setstate]\n"
+    )
+    receiver = connection.Receiver()
+    assert all(type(read(receiver, p)[0]).hooks[0] is cp.CLASS_SETSTATE for p in payloads)
+
+
+def test_a_maker_that_changes_a_found_object_makes_the_part_loaded_with_its_task(monkeypatch):
+    # A reduction that applies a state to an importable function: a fresh load
+    # resets it every time.
+    plugins = _plugins(monkeypatch, "def counter():\n    return 0\ncounter.calls = 0\n")
+    payloads, receiver = _reused_three_times(
+        "import cloudpickle.cloudpickle as cpc\n"
+        "class Reset:\n    def __reduce__(self):\n"
+        "        state = {'__globals__': {}, '__closure__': None, '_cloudpickle_submodules': []}\n"
+        "        return (cpc._function_setstate, (plugins.counter, ({'calls': 0}, state)))\n"
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    reset = Reset()\n"
+    )
+    plugins.counter.calls = 7
+    read(receiver, payloads[3])
+    assert plugins.counter.calls == 0

@@ -553,9 +553,8 @@ CLASSES_BY_TRACKER_ID: typing.MutableMapping[str, type] = _cp._DYNAMIC_CLASS_TRA
 #: ``getattr(types, name)``; the dataclass sentinel is an item of a dict).
 CLASS_SETSTATE: Callable[[type, Any], type] = _cp._class_setstate
 FUNCTION_SETSTATE: Callable[..., Any] = _cp._function_setstate
-MAKERS: tuple[Callable[..., Any], ...] = (
-    _cp._make_function, _cp._make_cell, _cp._make_empty_cell, _cp._make_skeleton_class,
-)  # fmt: skip
+MAKE_FUNCTION: Callable[..., Any] = _cp._make_function
+MAKERS: tuple[Callable[..., Any], ...] = (_cp._make_cell, _cp._make_empty_cell)
 BUILTIN_TYPE: Callable[[str], type] = _cp._builtin_type
 DATACLASS_SENTINEL: Callable[[str], Any] = _cp._get_dataclass_field_type_sentinel
 DATACLASS_SENTINELS: dict[str, Any] = _cp._DATACLASSE_FIELD_TYPE_SENTINELS

@@ -245,6 +245,21 @@ class _Walk:
         self.hashed(mapping.keys())
         self.walk_all([*mapping.keys(), *mapping.values()])
 
+    def made(self, obj: Any) -> None:
+        """Check an object the load made that the classes do not reach (a
+        reduction's argument or state): it is of a kind whose making runs no
+        code of the user's (a plain object's class is checked again once the
+        load is over), and its keys hash in C."""
+        kind = type(obj)
+        if id(obj) in self.seen or id(kind) in _ATOM_IDS or _immutable_class(obj):
+            return
+        if id(kind) in _HASHING:
+            self.hashed(obj)
+        elif kind is type:
+            self.cls(obj)  # (a class made by the load: tracked, its state applied)
+        elif id(kind) not in _HANDLER_BY_ID:
+            self.plain_class(kind)
+
     def hashed(self, keys: Any) -> None:
         """A fresh load hashes each key (and compares equal ones): only keys
         that hash in C (:func:`_hashes_in_c`), whose hashing runs no code of the
@@ -273,6 +288,10 @@ class _Walk:
         self.walk_all(list(items))
 
     def set(self, items: set[Any]) -> None:
+        # (Its items and their order are not all of it: set.pop() starts where
+        # the last pop left off, which a probe does not read. A task's pop and
+        # add leave the items as they were, and the next task's pop may return
+        # another item than a fresh set's: open, docs/performance.md.)
         self.read(_SET, items)
         self.hashed(list(items))
         self.walk_all(list(items))
@@ -427,6 +446,10 @@ if hasattr(builtins, "frozendict"):  # 3.15+: it holds what it holds
 # (looked up by the id of an object's class: hashing a class may run its metaclass's code)
 _HANDLER_BY_ID = {id(kind): handler for kind, handler in _HANDLERS.items()}
 _ATOM_IDS = frozenset(map(id, _ATOMS))
+#: What hashes its keys or items as it is made.
+_HASHING = frozenset(
+    id(kind) for kind in (dict, set, frozenset, getattr(builtins, "frozendict", dict))
+)
 
 _TYPE_FLAGS = vars(type)["__flags__"]
 # A class's MRO and __dict__ read with type's own descriptors: getattr would
@@ -564,16 +587,46 @@ _CHANGES = {
 }
 
 
-def _reductions(head: bytes) -> tuple[list[_Symbol], list[_Symbol]]:
-    """``(calls, changed)``: each REDUCE of the part ``head``, and each object
-    an opcode changes (appends to, sets items of, builds), as symbols, read
-    from its opcodes as an unpickler runs them (raises NotReusable for an
-    opcode the walk does not know)."""
+#: Opcodes that make an object (running code: a class's __new__, a key's
+#: __hash__), which must be memoized at once.
+_MAKES = frozenset(
+    {"REDUCE", "NEWOBJ", "NEWOBJ_EX", "EMPTY_DICT", "EMPTY_LIST", "EMPTY_SET", "FROZENSET"}
+)
+
+
+class _Reductions:
+    """What :func:`_reductions` reads of a part: each REDUCE (``calls``), each
+    object an opcode changes (appends to, sets items of, builds: ``changed``),
+    as symbols, and how many times each global is pushed (``pushes``)."""
+
+    __slots__ = ("calls", "changed", "pushes")
+
+    def __init__(self) -> None:
+        self.calls: list[_Symbol] = []
+        self.changed: list[_Symbol] = []
+        self.pushes: dict[Any, int] = {}
+
+    def only_called(self, name: tuple[str, str]) -> bool:
+        """Whether the global ``name`` is pushed only to be called by a REDUCE."""
+        called = sum(1 for call in self.calls if call.value[0].value == name)
+        return self.pushes.get(name, 0) == called
+
+
+def _reductions(head: bytes) -> _Reductions:
+    """The REDUCEs of the part ``head``, what its opcodes change, and how often
+    each global is pushed (:class:`_Reductions`), read from its opcodes as an
+    unpickler runs them; raises NotReusable for an opcode the walk does not
+    know, or an object made and not memoized."""
     stack: list[_Symbol] = []
     marks: list[int] = []
     memo: list[_Symbol] = []
-    calls: list[_Symbol] = []
-    changed: list[_Symbol] = []
+    read = _Reductions()
+    calls, changed = read.calls, read.changed
+
+    def push(symbol: _Symbol) -> None:
+        stack.append(symbol)
+        if symbol.kind == "global":
+            read.pushes[symbol.value] = read.pushes.get(symbol.value, 0) + 1
 
     def down_to_mark() -> list[_Symbol]:
         mark = marks.pop()
@@ -582,12 +635,18 @@ def _reductions(head: bytes) -> tuple[list[_Symbol], list[_Symbol]]:
         return items
 
     arg: Any
+    unmemoized: str | None = None
     for opcode, arg, _ in pickletools.genops(head):
         name = opcode.name
         if name not in _OPCODES:
             raise NotReusable(name)
         if name in ("PROTO", "FRAME"):
             continue
+        if unmemoized is not None and name != "MEMOIZE" and (unmemoized, name) != ("REDUCE", "POP"):
+            # (what it made is then in the memo, where the walk checks its kind;
+            # a REDUCE's result may be dropped: _class_setstate's)
+            raise NotReusable(f"{unmemoized} not memoized")
+        unmemoized = name if name in _MAKES else None
         if name == "STOP":
             break
         if name in _CHANGES:
@@ -602,14 +661,14 @@ def _reductions(head: bytes) -> tuple[list[_Symbol], list[_Symbol]]:
                 stack[-1].index = len(memo)
             memo.append(stack[-1])
         elif name in ("BINGET", "LONG_BINGET"):
-            stack.append(memo[arg])
+            push(memo[arg])
         elif name == "MARK":
             marks.append(len(stack))
         elif name in _STRINGS:
             stack.append(_Symbol("str", arg))
         elif name == "STACK_GLOBAL":
             qualname, module = stack.pop(), stack.pop()
-            stack.append(_Symbol("global", (module.value, qualname.value)))
+            push(_Symbol("global", (module.value, qualname.value)))
         elif name == "REDUCE":
             arguments, callable_ = stack.pop(), stack.pop()
             calls.append(_Symbol("call", (callable_, arguments)))
@@ -634,10 +693,10 @@ def _reductions(head: bytes) -> tuple[list[_Symbol], list[_Symbol]]:
             else:
                 stack.pop()
         elif name == "DUP":
-            stack.append(stack[-1])
+            push(stack[-1])
         else:  # (a constant, an empty container)
             stack.append(_Symbol("other"))
-    return calls, changed
+    return read
 
 
 #: What a part's reductions may call, by role: ``make`` a new object from the
@@ -650,7 +709,7 @@ def _reductions(head: bytes) -> tuple[list[_Symbol], list[_Symbol]]:
 def _roles() -> dict[int, tuple[Any, str]]:
     roles: dict[int, tuple[Any, str]] = {}
     makers = (
-        *cp.MAKERS, cp.CLASS_SETSTATE, cp.FUNCTION_SETSTATE,
+        *cp.MAKERS, cp.MAKE_FUNCTION, cp.CLASS_SETSTATE, cp.FUNCTION_SETSTATE,
         blocks.make_function, blocks.make_function_in_python, blocks.function_once,
         blocks.function_ref, blocks.function_ref_in_python, blocks.code_once, blocks.code_ref,
         classmethod, staticmethod, types.MappingProxyType, types.CodeType, types.FunctionType,
@@ -669,6 +728,18 @@ def _roles() -> dict[int, tuple[Any, str]]:
 
 
 _ROLES = _roles()
+#: Makers that change one of their arguments, by its index: the object a
+#: state is applied to, the globals dict a function is made with (its globals
+#: are written into it). It must be made by this load, as a changed object is.
+_CHANGES_ARGUMENT = {
+    id(maker): index
+    for index, makers in (
+        (0, (cp.CLASS_SETSTATE, cp.FUNCTION_SETSTATE)),
+        (1, (cp.MAKE_FUNCTION, blocks.make_function, blocks.make_function_in_python,
+             blocks.function_once, blocks.function_ref, blocks.function_ref_in_python)),
+    )
+    for maker in makers
+}  # fmt: skip
 
 
 def _resolved(symbol: _Symbol, globals_: dict[tuple[str, str], Any], memo: dict[int, Any]) -> Any:
@@ -702,11 +773,11 @@ def _role(
 
 
 def _check_reductions(
-    head: bytes, globals_: dict[tuple[str, str], Any], memo: dict[int, Any], walk: _Walk
+    read: _Reductions, globals_: dict[tuple[str, str], Any], memo: dict[int, Any], walk: _Walk
 ) -> None:
     """Raise NotReusable unless each reduction of ``head`` makes a new object or
     looks up what a probe reads again, and no opcode changes a found object."""
-    calls, changed = _reductions(head)
+    calls, changed = read.calls, list(read.changed)
     for call in calls:
         callable_, arguments = call.value
         role = _role(callable_, globals_, memo)
@@ -731,14 +802,22 @@ def _check_reductions(
                 raise NotReusable("a lookup")
         elif role is None:
             raise NotReusable(_resolved(callable_, globals_, memo))
+        changes = _CHANGES_ARGUMENT.get(id(_resolved(callable_, globals_, memo)))
+        if changes is not None:
+            if arguments.kind != "tuple":
+                raise NotReusable("a maker's arguments")
+            if len(arguments.value) > changes:  # (function_once(block) alone: a new dict)
+                changed.append(arguments.value[changes])
     for target in changed:
         if target.kind == "global" or (
-            target.kind == "call" and _role(target.value[0], globals_, memo) != "make"
+            target.kind == "call"
+            and _role(target.value[0], globals_, memo) not in ("make", "class")
         ):
             raise NotReusable("a found object changed by the load")
 
 
 _class_setstate = cp.CLASS_SETSTATE  # (what _Loading calls: a test's seam)
+_CLASS_SETSTATE_NAME = (cp.CLASS_SETSTATE.__module__, cp.CLASS_SETSTATE.__qualname__)
 
 
 class _Loading(_pickle.Unpickler):
@@ -757,7 +836,12 @@ class _Loading(_pickle.Unpickler):
         obj = super().find_class(module, name)
         self.globals.setdefault((module, name), obj)
         self.note(self.walk.find, obj)
-        return self.apply_state if obj is cp.CLASS_SETSTATE else obj
+        # (under its own name only: the part calls it there and nowhere else uses
+        # it, checked before the load; under another, the state goes unwalked
+        # and the part is not reused)
+        if obj is cp.CLASS_SETSTATE and (module, name) == _CLASS_SETSTATE_NAME:
+            return self.apply_state
+        return obj
 
     def _apply_state(self, cls: Any, state: Any) -> Any:
         self.note(self.walk.class_state, cls, state)  # (first: then it is on the class)
@@ -775,10 +859,15 @@ class _Loading(_pickle.Unpickler):
 def _load_walked(head: bytes) -> tuple[Any, int, tuple[Any, ...] | None, bool]:
     """Load the classes' part ``head`` and walk it: ``(an unpickler holding the
     memo the load made, its size, (probes, reading, avoid) or None if it is not
-    reusable, whether another thread's change is why)``. ``avoid``, a byte per memo index (empty if none is marked), marks
-    what a task's part must not get for the part to be reused: what the load
-    made that its classes do not reach (its reductions' arguments and states),
-    and its functions' globals dicts."""
+    reusable, whether another thread's change is why)``. ``avoid``, a byte per
+    memo index (empty if none is marked), marks what a task's part must not get
+    for the part to be reused: what the load made that its classes do not reach
+    (its reductions' arguments and states), and its functions' globals dicts.
+    Raises NotReusable, before loading anything, for a part whose opcodes
+    already say so (the caller then loads it with its task, once)."""
+    read = _reductions(head)
+    if not read.only_called(_CLASS_SETSTATE_NAME):
+        raise NotReusable("_class_setstate used but to be called")  # (the walk's would leak)
     walk = _Walk()
     loading = _Loading(head, walk)
     root = loading.load()
@@ -790,12 +879,14 @@ def _load_walked(head: bytes) -> tuple[Any, int, tuple[Any, ...] | None, bool]:
         if connection.carried_by(head):
             # Its load keeps blocks on the connection (their newest copy): not skipped.
             raise NotReusable("blocks carried")
-        _check_reductions(head, loading.globals, memo, walk)
+        _check_reductions(read, loading.globals, memo, walk)
         for (module, name), obj in loading.globals.items():
             # A fresh load finds it again, as find_class does.
             if walk.read(_GLOBAL, module, tuple(name.split("."))) is not obj:
                 raise NotReusable((module, name))
         walk.walk(root)  # (nothing of it was published but its classes)
+        for obj in memo.values():  # (what the classes do not reach: made all the same)
+            walk.made(obj)
         walk.published()
     except _Raced:
         return holder, len(memo), None, True
@@ -931,17 +1022,25 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
     if strikes >= _MAX_STRIKES:
         _hold(receiver, name, _Held(strikes, walked=True))
         return load_together(head, body, buffers)
-    unpickler, size, walked, raced = _load_walked(head)
+    try:
+        unpickler, size, walked, raced = _load_walked(head)
+    except NotReusable:
+        _hold(receiver, name, _Held(strikes, walked=True))
+        return load_together(head, body, buffers)
     prefix = _memo_prefix(size)
     if walked is not None:
         probes, reading, avoid = walked
         again = _Held(strikes, True, probes, reading, avoid, unpickler, prefix)
     else:  # (another thread's change: walked again at the next task, a few times)
         again = _Held(strikes + 1) if raced else _Held(strikes, walked=True)
-    _hold(receiver, name, again)
-    if _gets_avoided(again, body):
-        return load_together(head, body, buffers)
-    return _load_with(unpickler, prefix, body, buffers)
+    try:
+        # The walked load is this task's fresh load, whatever its part gets
+        # (loading the part again would run its reductions twice); held once
+        # the task's part is loaded (what it writes into a held globals dict
+        # then shows as a change at the next task).
+        return _load_with(unpickler, prefix, body, buffers)
+    finally:
+        _hold(receiver, name, again)
 
 
 def _unchanged(held: _Held) -> bool:
