@@ -33,11 +33,13 @@ know (a property, an instance of a C type or of a class with hooks such as
 by value, a dict key whose class hashes in Python); a reduction whose callable
 is not one known to make a new object from its arguments (``_roles``: a
 ``getattr`` may return what a fresh load would look up again), found by a
-symbolic walk of the part's opcodes (:func:`_reductions`); an opcode that
-changes an object the load found; a class whose making runs code (an
-``__init_subclass__``); a part whose load keeps code blocks on the connection;
-any error of the walk: each makes the part not reusable, and it is loaded with
-its task, as before.
+symbolic walk of the part's opcodes (:func:`_reductions`); an object made and
+not memoized, or made (reached or not) of a kind whose making runs code of the
+user's; an opcode or a maker that changes an object the load found; a class
+whose making runs code (an ``__init_subclass__``); a part whose load keeps code
+blocks on the connection; any error of the walk: each makes the part not
+reusable, and it is loaded with its task, as before (once: the walking task's
+part loads after the walked load).
 
 **The check** (every later task). ``_speedups.held_unchanged`` reads the probes
 in C and compares what they read with what they read in the walk, by identity
@@ -61,9 +63,10 @@ does one that gets anything else in the part's memo the classes do not reach
 what is left is the reductions' arguments and states, which are not probed).
 
 Off by default (``GRAPHPICKLE_HELD_CLASSES=1`` turns it on; ``GRAPHPICKLE_NO_CACHE=1``
-turns it off whatever that says): each of four reviews found ways a reused
+turns it off whatever that says): each of five reviews found ways a reused
 part could differ from a fresh load, each now a test that fails without its
-fix; it is turned on once a review finds none. What differs from a fresh load, on purpose (README, "Limits"):
+fix but one: a set's items and order are probed, not where ``set.pop()``
+starts (docs/performance.md). It is turned on once a review finds none. What differs from a fresh load, on purpose (README, "Limits"):
 tasks share the part's objects, so a change a task makes to them while another
 task runs is seen by it (as a class attribute is, with cloudpickle's one class
 per process); a reused part's globals are read from ``sys.modules``, not
