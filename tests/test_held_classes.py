@@ -1151,3 +1151,85 @@ def test_a_maker_that_changes_a_found_object_makes_the_part_loaded_with_its_task
     plugins.counter.calls = 7
     read(receiver, payloads[3])
     assert plugins.counter.calls == 0
+
+
+# What a sixth review found: each case's check fails without its fix.
+
+
+def test_items_added_to_an_object_of_the_user_s_run_its_code_in_every_load(monkeypatch):
+    # A reducer with list and dict items for an object made by NEWOBJ: the
+    # load calls its extend and __setitem__.
+    import copyreg
+
+    plugins = _plugins(
+        monkeypatch,
+        "calls = []\nclass Registry:\n"
+        "    def __setitem__(self, key, value):\n        calls.append((key, value))\n"
+        "    def extend(self, items):\n        calls.append(('extend', list(items)))\n",
+    )
+    monkeypatch.setitem(
+        copyreg.dispatch_table,
+        plugins.Registry,
+        lambda r: (
+            copyreg.__newobj__,
+            (plugins.Registry,),
+            None,
+            iter([1]),
+            iter({"a": 1}.items()),
+        ),
+    )
+    payloads, receiver = _reused_three_times(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    registry = plugins.Registry()\n"
+    )
+    plugins.calls.clear()
+    read(receiver, payloads[3])
+    assert plugins.calls == [("extend", [1]), ("a", 1)]
+
+
+def test_a_dict_descriptor_of_the_user_s_runs_in_every_load(monkeypatch):
+    # (BUILD reads the instance's __dict__ by getattr)
+    plugins = _plugins(
+        monkeypatch,
+        "calls = []\nclass Quiet:\n    def __get__(self, instance, owner):\n"
+        "        calls.append('__dict__')\n        return {}\n"
+        "class Thing:\n    __dict__ = Quiet()\n",
+    )
+    thing = plugins.Thing()
+    object.__setattr__(thing, "a", 1)
+    monkeypatch.setattr(plugins, "thing", thing, raising=False)
+    payloads, receiver = _reused_three_times(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    thing = plugins.thing\n"
+    )
+    plugins.calls.clear()
+    read(receiver, payloads[3])
+    assert plugins.calls == ["__dict__"]
+
+
+def test_a_function_made_with_a_found_globals_dict_makes_the_part_loaded_with_its_task(
+    monkeypatch,
+):
+    # types.FunctionType(code, CONFIG) and _function_setstate write the
+    # function's globals into CONFIG, a dict the load found: every fresh load.
+    import cloudpickle.cloudpickle as cpc
+
+    plugins = _plugins(
+        monkeypatch,
+        "class Config(dict):\n    def __reduce__(self):\n        return 'CONFIG'\n"
+        "CONFIG = Config(mode='sent')\n",
+    )
+
+    class Hook:
+        def __reduce__(self):
+            state = ({}, {"__globals__": {"mode": "sent"}, "__closure__": None,
+                          "_cloudpickle_submodules": []})  # fmt: skip
+            code = (lambda: None).__code__
+            return (types.FunctionType, (code, plugins.CONFIG), state, None, None,
+                    cpc._function_setstate)  # fmt: skip
+
+    monkeypatch.setattr(plugins, "Hook", Hook, raising=False)
+    payloads, receiver = _reused_three_times(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    hook = plugins.Hook()\n"
+    )
+    plugins.CONFIG["mode"] = "changed on the worker"
+    read(receiver, payloads[3])
+    assert plugins.CONFIG["mode"] == "sent"

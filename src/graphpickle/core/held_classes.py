@@ -507,6 +507,10 @@ def _plain(kind: type) -> bool:
         if not _TYPE_FLAGS.__get__(klass) & _HEAPTYPE or _HOOKS & _dict(klass).keys():
             return False
         for name, descriptor in _dict(klass).items():
+            if name in _DATA_DESCRIPTORS_OF_OBJECTS and type(descriptor) is not (
+                types.GetSetDescriptorType
+            ):
+                return False  # (BUILD reads __dict__ by getattr: another runs code)
             if type(descriptor) is types.MemberDescriptorType:
                 owner = next(k for k in _mro(kind) if name in _dict(k))
                 if _dict(owner)[name] is not descriptor:
@@ -615,6 +619,14 @@ class _Reductions:
         return self.pushes.get(name, 0) == called
 
 
+#: What the opcodes that add items fill: only an exact container the pickle made
+#: empty (EMPTY_LIST, EMPTY_DICT, EMPTY_SET), whose filling runs no code of the user's.
+_FILLS = {
+    "APPEND": "list", "APPENDS": "list", "SETITEM": "dict", "SETITEMS": "dict", "ADDITEMS": "set",
+}  # fmt: skip
+_EMPTY = {"EMPTY_LIST": "list", "EMPTY_DICT": "dict", "EMPTY_SET": "set"}
+
+
 def _reductions(head: bytes) -> _Reductions:
     """The REDUCEs of the part ``head``, what its opcodes change, and how often
     each global is pushed (:class:`_Reductions`), read from its opcodes as an
@@ -654,7 +666,11 @@ def _reductions(head: bytes) -> _Reductions:
             break
         if name in _CHANGES:
             count = _CHANGES[name]
-            changed.append(stack[marks[-1] - 1] if count is None else stack[-count - 1])
+            target = stack[marks[-1] - 1] if count is None else stack[-count - 1]
+            if name != "BUILD" and target.kind != _FILLS[name]:
+                # (an object's append, extend, __setitem__ or add: its code runs)
+                raise NotReusable(f"{name} onto what is not an empty {_FILLS[name]}")
+            changed.append(target)
             if count is None:
                 down_to_mark()
             else:
@@ -698,7 +714,7 @@ def _reductions(head: bytes) -> _Reductions:
         elif name == "DUP":
             push(stack[-1])
         else:  # (a constant, an empty container)
-            stack.append(_Symbol("other"))
+            stack.append(_Symbol(_EMPTY.get(name, "other")))
     return read
 
 
@@ -715,8 +731,7 @@ def _roles() -> dict[int, tuple[Any, str]]:
         *cp.MAKERS, cp.MAKE_FUNCTION, cp.CLASS_SETSTATE, cp.FUNCTION_SETSTATE,
         blocks.make_function, blocks.make_function_in_python, blocks.function_once,
         blocks.function_ref, blocks.function_ref_in_python, blocks.code_once, blocks.code_ref,
-        classmethod, staticmethod, types.MappingProxyType, types.CodeType, types.FunctionType,
-        types.CellType,
+        classmethod, staticmethod, types.MappingProxyType, types.CodeType, types.CellType,
     )  # fmt: skip
     for role, objects in (
         ("make", makers),
