@@ -749,17 +749,25 @@ def test_the_held_memo_holds_cloudpickle_s_class_setstate_not_the_walk_s():
 
 
 def _plugins(monkeypatch, source: str) -> types.ModuleType:
+    """An importable module ``plugins`` of ``source`` (for this test)."""
     plugins = types.ModuleType(_REGISTRY_MODULE)
     exec(source, plugins.__dict__)
     monkeypatch.setitem(sys.modules, _REGISTRY_MODULE, plugins)
     return plugins
 
 
-def _reused_three_times(source: str, count: int = 4) -> tuple[list, connection.Receiver]:
+def _point_payloads(source: str, count: int = 4) -> tuple[dict, list]:
+    """A ``__main__`` namespace of ``source`` (which may use ``plugins``), and
+    ``count`` payloads of a task of its ``Point``, written on one connection."""
     namespace: dict = {"__name__": "__main__"}
     exec(f"import dataclasses, {_REGISTRY_MODULE} as plugins\n" + source, namespace)
     sender = connection.Sender()
-    payloads = [write(sender, [namespace["Point"](i)]) for i in range(count)]
+    return namespace, [write(sender, [namespace["Point"](i)]) for i in range(count)]
+
+
+def _reused_three_times(source: str, count: int = 4) -> tuple[list, connection.Receiver]:
+    """Payloads of ``source``'s Point, the first three read by a receiver."""
+    payloads = _point_payloads(source, count)[1]
     receiver = connection.Receiver()
     for payload in payloads[:3]:
         read(receiver, payload)
@@ -807,21 +815,14 @@ def test_a_staticmethod_of_a_found_function_is_made_again(monkeypatch):
 def test_a_class_whose_making_runs_init_subclass_is_made_in_every_load(monkeypatch):
     # A by-value class of a base with __init_subclass__: a fresh load makes a
     # skeleton (cloudpickle does, then drops it), which runs it. So must a task.
-    plugins = types.ModuleType(_REGISTRY_MODULE)
-    exec(
+    plugins = _plugins(
+        monkeypatch,
         "class Plugin:\n    made = []\n"
         "    def __init_subclass__(cls):\n        Plugin.made.append(cls.__name__)\n",
-        plugins.__dict__,
     )
-    monkeypatch.setitem(sys.modules, _REGISTRY_MODULE, plugins)
-    namespace: dict = {"__name__": "__main__"}
-    exec(
-        f"import dataclasses, {_REGISTRY_MODULE} as plugins\n"
-        "@dataclasses.dataclass\nclass Point(plugins.Plugin):\n    x: int\n",
-        namespace,
-    )
-    sender = connection.Sender()
-    payloads = [write(sender, [namespace["Point"](i)]) for i in range(4)]
+    payloads = _point_payloads(
+        "@dataclasses.dataclass\nclass Point(plugins.Plugin):\n    x: int\n"
+    )[1]
     receiver = connection.Receiver()
     for payload in payloads:
         before = len(plugins.Plugin.made)
@@ -868,10 +869,11 @@ def test_a_hook_a_found_class_gains_runs_in_the_next_load(monkeypatch):
     assert built
 
 
-def test_a_key_hashed_in_python_makes_the_part_loaded_with_its_task():
+@pytest.mark.parametrize("key", ["Key()", "(1, (Key(),))"], ids=["a key", "inside a tuple"])
+def test_a_key_hashed_in_python_makes_the_part_loaded_with_its_task(key):
     # (a fresh load runs __hash__ as it builds the dict; a reused part would not)
     source = "class Key:\n    def __hash__(self):\n        return 1\n" + _POINT
-    source += "    by_key = {Key(): 1}\n"
+    source += f"    by_key = {{{key}: 1}}\n"
     payloads = _payloads(source, 4)
     receiver = connection.Receiver()
     for payload in payloads:
@@ -936,18 +938,16 @@ def test_a_hook_a_class_s_state_brings_after_an_instance_was_made_is_run_again(t
     assert seen == [-10]
 
 
-def test_an_init_subclass_an_importable_base_gains_runs_in_the_next_load(monkeypatch):
-    plugins = types.ModuleType(_REGISTRY_MODULE)
-    exec("class Base:\n    pass\n", plugins.__dict__)
-    monkeypatch.setitem(sys.modules, _REGISTRY_MODULE, plugins)
-    namespace: dict = {"__name__": "__main__"}
-    exec(
-        f"import dataclasses, {_REGISTRY_MODULE} as plugins\n"
-        "@dataclasses.dataclass\nclass Point(plugins.Base):\n    x: int\n",
-        namespace,
+@pytest.mark.parametrize("rebased", [False, True], ids=["its base", "its base as sent"])
+def test_an_init_subclass_an_importable_base_gains_runs_in_the_next_load(monkeypatch, rebased):
+    # A fresh load's skeleton is made from the bases the payload names (the
+    # fourth review: also when the worker set Point.__bases__ before the walk).
+    plugins = _plugins(monkeypatch, "class Base:\n    pass\nclass Other:\n    pass\n")
+    namespace, payloads = _point_payloads(
+        "@dataclasses.dataclass\nclass Point(plugins.Base):\n    x: int\n"
     )
-    sender = connection.Sender()
-    payloads = [write(sender, [namespace["Point"](i)]) for i in range(4)]
+    if rebased:
+        namespace["Point"].__bases__ = (plugins.Other,)
     receiver = connection.Receiver()
     for payload in payloads[:3]:
         read(receiver, payload)
@@ -959,24 +959,14 @@ def test_an_init_subclass_an_importable_base_gains_runs_in_the_next_load(monkeyp
 
 
 def test_a_hook_an_importable_base_of_an_instance_s_class_gains_runs(monkeypatch):
-    plugins = types.ModuleType(_REGISTRY_MODULE)
-    exec(
+    plugins = _plugins(
+        monkeypatch,
         "class Base:\n    pass\n"
         "class Color(Base):\n    def __init__(self):\n        self.name = 'red'\n",
-        plugins.__dict__,
     )
-    monkeypatch.setitem(sys.modules, _REGISTRY_MODULE, plugins)
-    namespace: dict = {"__name__": "__main__"}
-    exec(
-        f"import dataclasses, {_REGISTRY_MODULE} as plugins\n"
-        "@dataclasses.dataclass\nclass Point:\n    x: int\n    default = plugins.Color()\n",
-        namespace,
+    payloads, receiver = _reused_three_times(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    default = plugins.Color()\n"
     )
-    sender = connection.Sender()
-    payloads = [write(sender, [namespace["Point"](i)]) for i in range(4)]
-    receiver = connection.Receiver()
-    for payload in payloads[:3]:
-        read(receiver, payload)
     assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
     built: list = []
 
@@ -987,17 +977,6 @@ def test_a_hook_an_importable_base_of_an_instance_s_class_gains_runs(monkeypatch
     plugins.Base.__setstate__ = setstate
     read(receiver, payloads[3])
     assert built == [{"name": "red"}]
-
-
-def test_a_key_holding_what_hashes_in_python_makes_the_part_loaded_with_its_task():
-    source = "class Key:\n    def __hash__(self):\n        return 1\n" + _POINT
-    source += "    by_key = {(1, (Key(),)): 1}\n"
-    payloads = _payloads(source, 4)
-    receiver = connection.Receiver()
-    for payload in payloads:
-        read(receiver, payload)
-    held = receiver.loaded[classes_first.split(payloads[3])[1]]
-    assert held.walked and held.probes is None
 
 
 def test_a_globals_dict_a_later_function_of_the_load_writes_into_is_not_a_baseline():
@@ -1023,28 +1002,6 @@ def test_a_globals_dict_a_later_function_of_the_load_writes_into_is_not_a_baseli
 
 
 # What a fourth review found: each case's check fails without its fix.
-
-
-def test_the_bases_a_skeleton_is_made_with_are_those_the_payload_names(monkeypatch):
-    # The worker set Point.__bases__ before the walk: a fresh load's skeleton
-    # is made from the bases the payload names, whose __init_subclass__ runs.
-    plugins = _plugins(monkeypatch, "class Base:\n    pass\nclass Other:\n    pass\n")
-    namespace: dict = {"__name__": "__main__"}
-    exec(
-        f"import dataclasses, {_REGISTRY_MODULE} as plugins\n"
-        "@dataclasses.dataclass\nclass Point(plugins.Base):\n    x: int\n",
-        namespace,
-    )
-    sender = connection.Sender()
-    payloads = [write(sender, [namespace["Point"](i)]) for i in range(4)]
-    namespace["Point"].__bases__ = (plugins.Other,)
-    receiver = connection.Receiver()
-    for payload in payloads[:3]:
-        read(receiver, payload)
-    made: list = []
-    plugins.Base.__init_subclass__ = classmethod(lambda cls: made.append(cls.__name__))
-    read(receiver, payloads[3])
-    assert made == ["Point"]
 
 
 def test_new_bases_of_an_importable_class_of_a_held_object_are_a_change(monkeypatch):
@@ -1077,15 +1034,11 @@ def test_the_walk_runs_no_code_of_a_metaclass(monkeypatch):
         "class Tag(metaclass=Meta):\n    pass\n"
         "class Color:\n    tag = Tag()\n    def __init__(self):\n        self.name = 'red'\n",
     )
-    namespace: dict = {"__name__": "__main__"}
-    exec(
-        f"import dataclasses, {_REGISTRY_MODULE} as plugins\n"
+    payloads = _point_payloads(
         "@dataclasses.dataclass\nclass Point:\n    x: int\n    default = plugins.Color()\n"
         "    tag = plugins.Tag()\n",
-        namespace,
-    )
-    sender = connection.Sender()
-    payloads = [write(sender, [namespace["Point"](i)]) for i in range(3)]
+        count=3,
+    )[1]
     receiver = connection.Receiver()
     for payload in payloads[:2]:
         read(receiver, payload)
