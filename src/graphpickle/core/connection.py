@@ -287,15 +287,13 @@ _STRINGS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"
 _BYTES = frozenset({"SHORT_BINBYTES", "BINBYTES", "BINBYTES8"})
 
 
-def pushes(*parts: Any, memo: list[Any] | None = None) -> Iterator[tuple[int, str, Any, Any, Any]]:
+def pushes(*parts: Any) -> Iterator[tuple[int, str, Any, Any, Any]]:
     """``(part, opcode name, argument, pushed, pushed before)`` for each opcode
     of ``parts``, pickles loaded one after the other by one unpickler (one
     memo: a payload with its classes first). What an opcode pushed is read only
     for strings, globals (``(module, name)``) and memo gets of those; None for
-    anything else. ``memo``, if given, gets what each MEMOIZE memoized. Raises
-    what ``pickletools.genops`` raises on bad bytes."""
-    if memo is None:
-        memo = []
+    anything else. Raises what ``pickletools.genops`` raises on bad bytes."""
+    memo: list[Any] = []
     for index, data in enumerate(parts):
         # What the last two opcodes pushed (via the memo too).
         before: Any = None

@@ -580,7 +580,6 @@ class _Symbol:
         self.index: int | None = None
 
 
-_OTHER = _Symbol("other")
 _STRINGS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8"})
 #: Opcodes that change an object on the stack: how many items above it they pop
 #: (None: down to the mark).
