@@ -3099,6 +3099,48 @@ emit_plain(Probed *p, PyObject *target, PyObject *slots)
     return 0;
 }
 
+/* An exact set's whole state, as its methods read it: its sizes, where pop()
+ * starts (`finger`), and what each slot of its table holds (the iteration order
+ * is the table's; an add may skip a slot a discard left). Read from PySetObject's
+ * fields (Include/cpython/setobject.h, the same on 3.11-3.15; a dummy slot is
+ * one whose hash is -1): SET_LAYOUT says whether this build reads them, and
+ * held_classes.py checks at import that they tell apart what they must. None:
+ * no exact set, or a build that does not read them. */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x03100000 && !defined(Py_GIL_DISABLED)
+#define SET_LAYOUT 1
+#else
+#define SET_LAYOUT 0
+#endif
+
+static int
+emit_set(Probed *p, PyObject *target)
+{
+    if (!SET_LAYOUT || !PySet_CheckExact(target)) {
+        return emit(p, Py_None);
+    }
+#if SET_LAYOUT
+    PySetObject *set = (PySetObject *)target;
+    Py_ssize_t header[] = {set->used, set->fill, set->mask, set->finger};
+    for (size_t i = 0; i < sizeof(header) / sizeof(header[0]) && p->same; i++) {
+        if (emit_size(p, header[i]) < 0) {
+            return -1;
+        }
+    }
+    /* (Nothing below runs code: the table cannot change under the loop.) */
+    for (Py_ssize_t i = 0; i <= set->mask && p->same; i++) {
+        setentry *entry = &set->table[i];
+        if (entry->key == NULL) {
+            continue;
+        }
+        if (entry->hash == -1 ? emit_size(p, -1 - i) < 0
+                              : emit_size(p, i) < 0 || emit(p, entry->key) < 0) {
+            return -1;
+        }
+    }
+#endif
+    return 0;
+}
+
 static int
 read_probe(Probed *p, PyObject *probe)
 {
@@ -3143,26 +3185,8 @@ read_probe(Probed *p, PyObject *probe)
             }
         }
         return 0;
-    case PROBE_SET: { /* an exact set's size, then its items in its order (its iterator: C) */
-        if (!PySet_CheckExact(target)) {
-            return emit(p, Py_None);
-        }
-        if (emit_size(p, PySet_GET_SIZE(target)) < 0) {
-            return -1;
-        }
-        PyObject *iterator = PyObject_GetIter(target), *item;
-        if (iterator == NULL) {
-            return -1;
-        }
-        while ((item = PyIter_Next(iterator)) != NULL) {
-            if (emit_new(p, item) < 0) {
-                Py_DECREF(iterator);
-                return -1;
-            }
-        }
-        Py_DECREF(iterator);
-        return PyErr_Occurred() ? -1 : 0;
-    }
+    case PROBE_SET:
+        return emit_set(p, target);
     case PROBE_CELL:
         return emit(p, PyCell_Check(target) ? PyCell_GET(target) : NULL);
     case PROBE_GLOBAL:
@@ -3544,7 +3568,8 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 25) < 0 /* VERSION: native.py */
+        || add_version(module, 26) < 0 /* VERSION: native.py */
+        || PyModule_AddIntConstant(module, "SET_LAYOUT", SET_LAYOUT) < 0
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "FUNCTION_FIELDS", function_fields, FUNCTION_FIELDS) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0

@@ -3,6 +3,7 @@ from pickle import PickleBuffer
 from typing import Any
 
 VERSION: int
+SET_LAYOUT: int
 
 class Dispatch:
     def __init__(

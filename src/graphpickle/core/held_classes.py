@@ -291,10 +291,11 @@ class _Walk:
         self.walk_all(list(items))
 
     def set(self, items: set[Any]) -> None:
-        # (Its items and their order are not all of it: set.pop() starts where
-        # the last pop left off, which a probe does not read. A task's pop and
-        # add leave the items as they were, and the next task's pop may return
-        # another item than a fresh set's: open, docs/performance.md.)
+        # (Its items and their order are not all of it: pop() starts where the
+        # last pop left off, and an add may skip a slot a discard left. The
+        # probe reads the whole table where it can: else no set is reused.)
+        if not _SETS_PROBED:
+            raise NotReusable(set)
         self.read(_SET, items)
         self.hashed(list(items))
         self.walk_all(list(items))
@@ -1010,10 +1011,29 @@ def _seeding_works() -> bool:
     )  # fmt: skip
 
 
+def _sets_probed() -> bool:
+    """Whether the set probe reads all that a set's methods do (it reads
+    CPython's set fields: checked here, not assumed): a set whose pop() and add
+    left its items and their order as they were must read unlike a fresh one,
+    and a fresh one like another."""
+    if not _speedups.SET_LAYOUT:
+        return False
+    fresh, twin, popped = {1, 2, 3}, {1, 2, 3}, {1, 2, 3}
+    popped.add(popped.pop())
+    probes = ((_SET, fresh),)
+    reading = _speedups.held_snapshot(probes, _MISSING)
+    return (
+        _speedups.held_unchanged(((_SET, twin),), reading, _MISSING)
+        and not _speedups.held_unchanged(((_SET, popped),), reading, _MISSING)
+    )  # fmt: skip
+
+
 #: Whether this interpreter can reuse classes' parts (C module, and the memo seeding).
 SEEDING = _speedups is not None and _seeding_works()
 #: Whether classes' parts are reused (``GRAPHPICKLE_HELD_CLASSES=1``: off by default).
 ENABLED = SEEDING and HELD_CLASSES
+#: Whether a part may hold sets (else a part that holds one is not reused).
+_SETS_PROBED = SEEDING and _sets_probed()
 
 _lock = threading.Lock()
 

@@ -13,14 +13,14 @@ import types
 from .. import _native
 
 #: The VERSION of ``_speedups.c`` this package's Python files expect.
-VERSION = 25
+VERSION = 26
 NAMES = (
     "Dispatch", "Dumper", "Loader", "Sink", "bytearray8_overruns", "function_ref",
     "function_snapshot", "held_snapshot", "held_unchanged", "make_function", "memo_gets", "modules_items", "remember_by_reference", "same_modules", "same_objects",
     "set_by_reference_policy", "set_function_layouts", "set_function_refs", "set_remembered",
     "set_session_reductions", "subimport",
     "ENTRY_FIELDS", "FUNCTION_FIELDS",
-    "PARTS_FIELDS", "SNAPSHOT_FIELDS",
+    "PARTS_FIELDS", "SET_LAYOUT", "SNAPSHOT_FIELDS",
 )  # fmt: skip
 
 
