@@ -23,7 +23,7 @@ from test_classes_first import kind, module_class
 from test_connection import READ_SCRIPT, WRITE_SCRIPT, read, write
 
 from graphpickle._switches import CACHING
-from graphpickle.core import classes_first, connection, held_classes
+from graphpickle.core import classes_first, connection, held_classes, opcode_walk
 from graphpickle.core.native import speedups
 
 pytestmark = [
@@ -654,7 +654,7 @@ def test_changes_racing_the_loads_in_threads_leave_no_trace(changes):
     assert list(eval(_OBSERVED, {"cls": again})) == as_sent, held.strikes
 
 
-# The symbolic walk of a part's opcodes (held_classes._reductions) against what
+# The symbolic walk of a part's opcodes (opcode_walk.reductions) against what
 # an unpickler calls: each reduction below records its maker's name as it runs.
 _CALLED: list[str] = []
 
@@ -707,8 +707,8 @@ def test_the_opcode_walk_finds_each_reduction_an_unpickler_calls(tree, optimized
     try:
         # (optimized: no MEMOIZE where no GET follows, and what a load made
         # must be in the memo for the walk to check it)
-        read = held_classes._reductions(pickletools.optimize(data) if optimized else data)
-    except held_classes.NotReusable as error:
+        read = opcode_walk.reductions(pickletools.optimize(data) if optimized else data)
+    except opcode_walk.Unreadable as error:
         assert optimized and "not memoized" in str(error)
         return
     assert [call.value[0].value for call in read.calls] == [(__name__, name) for name in _CALLED]
@@ -784,7 +784,7 @@ def test_where_sets_are_not_probed_a_part_holding_one_is_not_reused(monkeypatch)
 def test_a_part_whose_load_changes_a_found_object_is_not_reused():
     # BUILD onto a global (no pickler writes it; a crafted part may).
     head = b"\x80\x05\x8c\x0bcollections\x8c\x0bOrderedDict\x93}\x94\x8c\x01a\x8c\x01bsb."
-    read = held_classes._reductions(head)
+    read = opcode_walk.reductions(head)
     calls, changed = read.calls, read.changed
     assert calls == [] and [target.value for target in changed] == [
         None,

@@ -33,7 +33,7 @@ know (a property, an instance of a C type or of a class with hooks such as
 by value, a dict key whose class hashes in Python); a reduction whose callable
 is not one known to make a new object from its arguments (``_roles``: a
 ``getattr`` may return what a fresh load would look up again), found by a
-symbolic walk of the part's opcodes (:func:`_reductions`); an object made and
+symbolic walk of the part's opcodes (``opcode_walk.py``); an object made and
 not memoized, or made (reached or not) of a kind whose making runs code of the
 user's; an opcode or a maker that changes an object the load found; a class
 whose making runs code (an ``__init_subclass__``); a part whose load keeps code
@@ -81,7 +81,6 @@ import builtins
 import gc
 import io
 import pickle
-import pickletools
 import threading
 import types
 from collections.abc import Callable
@@ -89,7 +88,7 @@ from typing import Any
 
 from .. import _cloudpickle_internals as cp
 from .._switches import HELD_CLASSES
-from . import blocks, connection
+from . import blocks, connection, opcode_walk
 from .native import speedups
 
 __all__ = [
@@ -107,17 +106,6 @@ _MAX_STRIKES = 3
 (
     _ATTR, _ITEMS, _CLASS_ITEMS, _LIST, _CELL, _GLOBAL, _MODULE, _ANNOTATIONS, _SET, _FUNCTION, _PLAIN,
 ) = range(11)  # fmt: skip
-
-#: What a part's pickle may hold for its memo to be read here (what protocol 4
-#: and 5 writers write, without buffers out of band or persistent ids).
-_OPCODES = frozenset({
-    "PROTO", "FRAME", "MEMOIZE", "BINGET", "LONG_BINGET", "SHORT_BINUNICODE", "BINUNICODE",
-    "BINUNICODE8", "SHORT_BINBYTES", "BINBYTES", "BINBYTES8", "BYTEARRAY8", "BININT", "BININT1",
-    "BININT2", "LONG1", "LONG4", "BINFLOAT", "NONE", "NEWTRUE", "NEWFALSE", "EMPTY_TUPLE", "TUPLE1",
-    "TUPLE2", "TUPLE3", "TUPLE", "MARK", "EMPTY_LIST", "APPEND", "APPENDS", "EMPTY_DICT", "SETITEM",
-    "SETITEMS", "EMPTY_SET", "ADDITEMS", "FROZENSET", "STACK_GLOBAL", "REDUCE", "NEWOBJ",
-    "NEWOBJ_EX", "BUILD", "POP", "POP_MARK", "DUP", "STOP",
-})  # fmt: skip
 
 #: Objects nothing can change (a tuple or a frozenset: nothing but what it holds).
 _ATOMS = frozenset({
@@ -568,156 +556,6 @@ class _Raced(NotReusable):
     again at the next task."""
 
 
-class _Symbol:
-    """What an opcode of a part pushed, as far as :func:`_reductions` needs it:
-    a ``str``, a ``global`` ``(module, name)``, a ``call`` ``(callable,
-    arguments)``, a ``tuple`` of symbols, or ``other``; and its memo index."""
-
-    __slots__ = ("index", "kind", "value")
-
-    def __init__(self, kind: str, value: Any = None) -> None:
-        self.kind = kind
-        self.value = value
-        self.index: int | None = None
-
-
-_STRINGS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8"})
-#: Opcodes that change an object on the stack: how many items above it they pop
-#: (None: down to the mark).
-_CHANGES = {
-    "APPEND": 1,
-    "BUILD": 1,
-    "SETITEM": 2,
-    "APPENDS": None,
-    "SETITEMS": None,
-    "ADDITEMS": None,
-}
-
-
-#: Opcodes that make an object (running code: a class's __new__, a key's
-#: __hash__), which must be memoized at once.
-_MAKES = frozenset(
-    {"REDUCE", "NEWOBJ", "NEWOBJ_EX", "EMPTY_DICT", "EMPTY_LIST", "EMPTY_SET", "FROZENSET"}
-)
-
-
-class _Reductions:
-    """What :func:`_reductions` reads of a part: each REDUCE (``calls``), each
-    object an opcode changes (appends to, sets items of, builds: ``changed``),
-    as symbols, and how many times each global is pushed (``pushes``)."""
-
-    __slots__ = ("calls", "changed", "pushes")
-
-    def __init__(self) -> None:
-        self.calls: list[_Symbol] = []
-        self.changed: list[_Symbol] = []
-        self.pushes: dict[Any, int] = {}
-
-    def only_called(self, name: tuple[str, str]) -> bool:
-        """Whether the global ``name`` is pushed only to be called by a REDUCE."""
-        called = sum(1 for call in self.calls if call.value[0].value == name)
-        return self.pushes.get(name, 0) == called
-
-
-#: What the opcodes that add items fill: only an exact container the pickle made
-#: empty (EMPTY_LIST, EMPTY_DICT, EMPTY_SET), whose filling runs no code of the user's.
-_FILLS = {
-    "APPEND": "list", "APPENDS": "list", "SETITEM": "dict", "SETITEMS": "dict", "ADDITEMS": "set",
-}  # fmt: skip
-_EMPTY = {"EMPTY_LIST": "list", "EMPTY_DICT": "dict", "EMPTY_SET": "set"}
-
-
-def _reductions(head: bytes) -> _Reductions:
-    """The REDUCEs of the part ``head``, what its opcodes change, and how often
-    each global is pushed (:class:`_Reductions`), read from its opcodes as an
-    unpickler runs them; raises NotReusable for an opcode the walk does not
-    know, or an object made and not memoized."""
-    stack: list[_Symbol] = []
-    marks: list[int] = []
-    memo: list[_Symbol] = []
-    read = _Reductions()
-    calls, changed = read.calls, read.changed
-
-    def push(symbol: _Symbol) -> None:
-        stack.append(symbol)
-        if symbol.kind == "global":
-            read.pushes[symbol.value] = read.pushes.get(symbol.value, 0) + 1
-
-    def down_to_mark() -> list[_Symbol]:
-        mark = marks.pop()
-        items = stack[mark:]
-        del stack[mark:]
-        return items
-
-    arg: Any
-    unmemoized: str | None = None
-    for opcode, arg, _ in pickletools.genops(head):
-        name = opcode.name
-        if name not in _OPCODES:
-            raise NotReusable(name)
-        if name in ("PROTO", "FRAME"):
-            continue
-        if unmemoized is not None and name != "MEMOIZE" and (unmemoized, name) != ("REDUCE", "POP"):
-            # (what it made is then in the memo, where the walk checks its kind;
-            # a REDUCE's result may be dropped: _class_setstate's)
-            raise NotReusable(f"{unmemoized} not memoized")
-        unmemoized = name if name in _MAKES else None
-        if name == "STOP":
-            break
-        if name in _CHANGES:
-            count = _CHANGES[name]
-            target = stack[marks[-1] - 1] if count is None else stack[-count - 1]
-            if name != "BUILD" and target.kind != _FILLS[name]:
-                # (an object's append, extend, __setitem__ or add: its code runs)
-                raise NotReusable(f"{name} onto what is not an empty {_FILLS[name]}")
-            changed.append(target)
-            if count is None:
-                down_to_mark()
-            else:
-                del stack[-count:]
-        elif name == "MEMOIZE":
-            if stack[-1].index is None:
-                stack[-1].index = len(memo)
-            memo.append(stack[-1])
-        elif name in ("BINGET", "LONG_BINGET"):
-            push(memo[arg])
-        elif name == "MARK":
-            marks.append(len(stack))
-        elif name in _STRINGS:
-            stack.append(_Symbol("str", arg))
-        elif name == "STACK_GLOBAL":
-            qualname, module = stack.pop(), stack.pop()
-            push(_Symbol("global", (module.value, qualname.value)))
-        elif name == "REDUCE":
-            arguments, callable_ = stack.pop(), stack.pop()
-            calls.append(_Symbol("call", (callable_, arguments)))
-            stack.append(calls[-1])
-        elif name in ("NEWOBJ", "NEWOBJ_EX"):
-            del stack[-(2 if name == "NEWOBJ" else 3) :]
-            stack.append(_Symbol("other"))
-        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-            count = int(name[-1])
-            items = stack[-count:]
-            del stack[-count:]
-            stack.append(_Symbol("tuple", tuple(items)))
-        elif name == "TUPLE":
-            stack.append(_Symbol("tuple", tuple(down_to_mark())))
-        elif name in ("FROZENSET", "POP_MARK"):
-            down_to_mark()
-            if name == "FROZENSET":
-                stack.append(_Symbol("other"))
-        elif name == "POP":
-            if marks and marks[-1] == len(stack):
-                marks.pop()
-            else:
-                stack.pop()
-        elif name == "DUP":
-            push(stack[-1])
-        else:  # (a constant, an empty container)
-            stack.append(_Symbol(_EMPTY.get(name, "other")))
-    return read
-
-
 #: What a part's reductions may call, by role: ``make`` a new object from the
 #: arguments (a function, a cell); ``class``, a class's skeleton (the tracked
 #: class, which the walk checks), when making it runs no code of the user's;
@@ -760,7 +598,9 @@ _CHANGES_ARGUMENT = {
 }  # fmt: skip
 
 
-def _resolved(symbol: _Symbol, globals_: dict[tuple[str, str], Any], memo: dict[int, Any]) -> Any:
+def _resolved(
+    symbol: opcode_walk.Symbol, globals_: dict[tuple[str, str], Any], memo: dict[int, Any]
+) -> Any:
     """The object ``symbol`` stands for, if it is a global or was memoized."""
     if symbol.kind == "global":
         return globals_.get(symbol.value, _MISSING)
@@ -783,7 +623,7 @@ def _made_without_code(metaclass: Any, name: Any, bases: Any, namespace: Any) ->
 
 
 def _role(
-    symbol: _Symbol, globals_: dict[tuple[str, str], Any], memo: dict[int, Any]
+    symbol: opcode_walk.Symbol, globals_: dict[tuple[str, str], Any], memo: dict[int, Any]
 ) -> str | None:
     obj = _resolved(symbol, globals_, memo)
     known = _ROLES.get(id(obj))
@@ -791,7 +631,10 @@ def _role(
 
 
 def _check_reductions(
-    read: _Reductions, globals_: dict[tuple[str, str], Any], memo: dict[int, Any], walk: _Walk
+    read: opcode_walk.Reductions,
+    globals_: dict[tuple[str, str], Any],
+    memo: dict[int, Any],
+    walk: _Walk,
 ) -> None:
     """Raise NotReusable unless each reduction of ``head`` makes a new object or
     looks up what a probe reads again, and no opcode changes a found object."""
@@ -805,7 +648,9 @@ def _check_reductions(
                 raise NotReusable("a class whose making runs code")
             walk.bases.extend(made[2])
         elif role in ("types", "sentinel", "module"):
-            key: tuple[_Symbol, ...] = arguments.value if arguments.kind == "tuple" else ()
+            key: tuple[opcode_walk.Symbol, ...] = (
+                arguments.value if arguments.kind == "tuple" else ()
+            )
             if len(key) != 1 or key[0].kind != "str" or call.index is None:
                 raise NotReusable("a lookup")
             result, name = memo[call.index], key[0].value
@@ -883,7 +728,10 @@ def _load_walked(head: bytes) -> tuple[Any, int, tuple[Any, ...] | None, bool]:
     (its reductions' arguments and states), and its functions' globals dicts.
     Raises NotReusable, before loading anything, for a part whose opcodes
     already say so (the caller then loads it with its task, once)."""
-    read = _reductions(head)
+    try:
+        read = opcode_walk.reductions(head)
+    except opcode_walk.Unreadable as error:
+        raise NotReusable(str(error)) from error
     if not read.only_called(_CLASS_SETSTATE_NAME):
         raise NotReusable("_class_setstate used but to be called")  # (the walk's would leak)
     walk = _Walk()

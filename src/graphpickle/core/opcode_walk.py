@@ -1,0 +1,186 @@
+"""What a pickle's opcodes call and change, read symbolically, without loading it.
+
+A reused classes' part (``held_classes.py``) must call nothing but known makers
+and change nothing its load did not make. This walk runs the opcodes over a
+stack of symbols (:class:`Symbol`): which global each ``REDUCE`` calls and with
+what, which object each ``BUILD``, ``APPEND(S)``, ``SETITEM(S)`` and
+``ADDITEMS`` changes, and how often each global is pushed. It reads only the
+opcodes of :data:`OPCODES` and insists on what keeps the reading exact: every
+object an opcode makes is memoized at once (so a check of the memo sees it),
+and items are only added to a container the pickle made empty (whose filling
+runs no code). What it cannot read that way raises :class:`Unreadable`.
+"""
+
+from __future__ import annotations
+
+import pickletools
+from typing import Any
+
+__all__ = ["OPCODES", "Reductions", "Symbol", "Unreadable", "reductions"]
+
+
+class Unreadable(ValueError):
+    """A pickle the walk cannot read exactly (the reason is the message)."""
+
+
+#: The opcodes the walk reads (what protocol 4 and 5 writers write, without
+#: buffers out of band or persistent ids).
+OPCODES = frozenset({
+    "PROTO", "FRAME", "MEMOIZE", "BINGET", "LONG_BINGET", "SHORT_BINUNICODE", "BINUNICODE",
+    "BINUNICODE8", "SHORT_BINBYTES", "BINBYTES", "BINBYTES8", "BYTEARRAY8", "BININT", "BININT1",
+    "BININT2", "LONG1", "LONG4", "BINFLOAT", "NONE", "NEWTRUE", "NEWFALSE", "EMPTY_TUPLE", "TUPLE1",
+    "TUPLE2", "TUPLE3", "TUPLE", "MARK", "EMPTY_LIST", "APPEND", "APPENDS", "EMPTY_DICT", "SETITEM",
+    "SETITEMS", "EMPTY_SET", "ADDITEMS", "FROZENSET", "STACK_GLOBAL", "REDUCE", "NEWOBJ",
+    "NEWOBJ_EX", "BUILD", "POP", "POP_MARK", "DUP", "STOP",
+})  # fmt: skip
+
+
+class Symbol:
+    """What an opcode pushed, as far as :func:`reductions` needs it:
+    a ``str``, a ``global`` ``(module, name)``, a ``call`` ``(callable,
+    arguments)``, a ``tuple`` of symbols, or ``other``; and its memo index."""
+
+    __slots__ = ("index", "kind", "value")
+
+    def __init__(self, kind: str, value: Any = None) -> None:
+        self.kind = kind
+        self.value = value
+        self.index: int | None = None
+
+
+_STRINGS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8"})
+#: Opcodes that change an object on the stack: how many items above it they pop
+#: (None: down to the mark).
+_CHANGES = {
+    "APPEND": 1,
+    "BUILD": 1,
+    "SETITEM": 2,
+    "APPENDS": None,
+    "SETITEMS": None,
+    "ADDITEMS": None,
+}
+
+
+#: Opcodes that make an object (running code: a class's __new__, a key's
+#: __hash__), which must be memoized at once.
+_MAKES = frozenset(
+    {"REDUCE", "NEWOBJ", "NEWOBJ_EX", "EMPTY_DICT", "EMPTY_LIST", "EMPTY_SET", "FROZENSET"}
+)
+
+
+class Reductions:
+    """What :func:`reductions` reads of a part: each REDUCE (``calls``), each
+    object an opcode changes (appends to, sets items of, builds: ``changed``),
+    as symbols, and how many times each global is pushed (``pushes``)."""
+
+    __slots__ = ("calls", "changed", "pushes")
+
+    def __init__(self) -> None:
+        self.calls: list[Symbol] = []
+        self.changed: list[Symbol] = []
+        self.pushes: dict[Any, int] = {}
+
+    def only_called(self, name: tuple[str, str]) -> bool:
+        """Whether the global ``name`` is pushed only to be called by a REDUCE."""
+        called = sum(1 for call in self.calls if call.value[0].value == name)
+        return self.pushes.get(name, 0) == called
+
+
+#: What the opcodes that add items fill: only an exact container the pickle made
+#: empty (EMPTY_LIST, EMPTY_DICT, EMPTY_SET), whose filling runs no code of the user's.
+_FILLS = {
+    "APPEND": "list", "APPENDS": "list", "SETITEM": "dict", "SETITEMS": "dict", "ADDITEMS": "set",
+}  # fmt: skip
+_EMPTY = {"EMPTY_LIST": "list", "EMPTY_DICT": "dict", "EMPTY_SET": "set"}
+
+
+def reductions(head: bytes) -> Reductions:
+    """The REDUCEs of the pickle ``head``, what its opcodes change, and how often
+    each global is pushed (:class:`Reductions`), read from its opcodes as an
+    unpickler runs them; raises Unreadable for an opcode the walk does not
+    know, an object made and not memoized, or items added to what the pickle
+    did not make empty."""
+    stack: list[Symbol] = []
+    marks: list[int] = []
+    memo: list[Symbol] = []
+    read = Reductions()
+    calls, changed = read.calls, read.changed
+
+    def push(symbol: Symbol) -> None:
+        stack.append(symbol)
+        if symbol.kind == "global":
+            read.pushes[symbol.value] = read.pushes.get(symbol.value, 0) + 1
+
+    def down_to_mark() -> list[Symbol]:
+        mark = marks.pop()
+        items = stack[mark:]
+        del stack[mark:]
+        return items
+
+    arg: Any
+    unmemoized: str | None = None
+    for opcode, arg, _ in pickletools.genops(head):
+        name = opcode.name
+        if name not in OPCODES:
+            raise Unreadable(name)
+        if name in ("PROTO", "FRAME"):
+            continue
+        if unmemoized is not None and name != "MEMOIZE" and (unmemoized, name) != ("REDUCE", "POP"):
+            # (what it made is then in the memo, where the walk checks its kind;
+            # a REDUCE's result may be dropped: _class_setstate's)
+            raise Unreadable(f"{unmemoized} not memoized")
+        unmemoized = name if name in _MAKES else None
+        if name == "STOP":
+            break
+        if name in _CHANGES:
+            count = _CHANGES[name]
+            target = stack[marks[-1] - 1] if count is None else stack[-count - 1]
+            if name != "BUILD" and target.kind != _FILLS[name]:
+                # (an object's append, extend, __setitem__ or add: its code runs)
+                raise Unreadable(f"{name} onto what is not an empty {_FILLS[name]}")
+            changed.append(target)
+            if count is None:
+                down_to_mark()
+            else:
+                del stack[-count:]
+        elif name == "MEMOIZE":
+            if stack[-1].index is None:
+                stack[-1].index = len(memo)
+            memo.append(stack[-1])
+        elif name in ("BINGET", "LONG_BINGET"):
+            push(memo[arg])
+        elif name == "MARK":
+            marks.append(len(stack))
+        elif name in _STRINGS:
+            stack.append(Symbol("str", arg))
+        elif name == "STACK_GLOBAL":
+            qualname, module = stack.pop(), stack.pop()
+            push(Symbol("global", (module.value, qualname.value)))
+        elif name == "REDUCE":
+            arguments, callable_ = stack.pop(), stack.pop()
+            calls.append(Symbol("call", (callable_, arguments)))
+            stack.append(calls[-1])
+        elif name in ("NEWOBJ", "NEWOBJ_EX"):
+            del stack[-(2 if name == "NEWOBJ" else 3) :]
+            stack.append(Symbol("other"))
+        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+            count = int(name[-1])
+            items = stack[-count:]
+            del stack[-count:]
+            stack.append(Symbol("tuple", tuple(items)))
+        elif name == "TUPLE":
+            stack.append(Symbol("tuple", tuple(down_to_mark())))
+        elif name in ("FROZENSET", "POP_MARK"):
+            down_to_mark()
+            if name == "FROZENSET":
+                stack.append(Symbol("other"))
+        elif name == "POP":
+            if marks and marks[-1] == len(stack):
+                marks.pop()
+            else:
+                stack.pop()
+        elif name == "DUP":
+            push(stack[-1])
+        else:  # (a constant, an empty container)
+            stack.append(Symbol(_EMPTY.get(name, "other")))
+    return read
