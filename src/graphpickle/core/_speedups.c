@@ -2894,7 +2894,7 @@ same_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * not there. */
 enum {
     PROBE_ATTR, PROBE_ITEMS, PROBE_CLASS_ITEMS, PROBE_LIST, PROBE_CELL, PROBE_GLOBAL, PROBE_MODULE,
-    PROBE_ANNOTATIONS, PROBE_SET, PROBE_FUNCTION, PROBE_PLAIN
+    PROBE_ANNOTATIONS, PROBE_SET, PROBE_FUNCTION, PROBE_PLAIN, PROBE_MODULES
 };
 
 /* The settable fields of a function, as PROBE_FUNCTION reads them (held_classes.py
@@ -2995,45 +2995,58 @@ emit_attribute(Probed *p, PyObject *target, PyObject *name)
     return emit_new(p, value);
 }
 
-/* What find_class finds for (module, names): sys.modules[module].a.b.c. A
- * module's own name (no dunder: no attribute of module objects) is read from its
- * dict, as getattr would find it. */
+/* What find_class finds for (module, names): modules[module].a.b.c, read as
+ * dict lookups only, so that no code of the user's runs (a module's
+ * __getattr__, a metaclass's, a descriptor's __get__): the first name from an
+ * exact module's __dict__ (not a dunder: a module's type defines some), each
+ * next from the __dict__s of the MRO of a class whose metaclass is type (not a
+ * dunder: type defines some), a value with no __get__ or a function (which
+ * gives itself for a class). What a lookup cannot read so reads as missing:
+ * held_classes.py then finds it differs from what the load found, and does
+ * not reuse the part. `modules` is the interpreter's (what an import reads). */
 static int
 emit_global(Probed *p, PyObject *module_name, PyObject *names)
 {
     if (p->modules == NULL) {
-        p->modules = Py_XNewRef(PySys_GetObject("modules"));
+        p->modules = Py_XNewRef(PyImport_GetModuleDict());
     }
     PyObject *found = p->modules != NULL && PyDict_CheckExact(p->modules)
                           ? PyDict_GetItemWithError(p->modules, module_name) : NULL;
-    if (found == NULL) {
-        return PyErr_Occurred() ? -1 : emit(p, NULL);
-    }
-    Py_INCREF(found);
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
-        PyObject *name = PyTuple_GET_ITEM(names, i), *next = NULL;
-        if (i == 0 && PyModule_CheckExact(found) && PyUnicode_CheckExact(name)
-            && !is_dunder(name)) {
-            next = Py_XNewRef(PyDict_GetItemWithError(PyModule_GetDict(found), name));
-            if (next == NULL && PyErr_Occurred()) {
-                Py_DECREF(found);
-                return -1;
+    for (Py_ssize_t i = 0; found != NULL && i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        if (!PyUnicode_CheckExact(name) || is_dunder(name)) {
+            found = NULL;
+        }
+        else if (i == 0) {
+            found = PyModule_CheckExact(found)
+                        ? PyDict_GetItemWithError(PyModule_GetDict(found), name) : NULL;
+        }
+        else if (Py_IS_TYPE(found, &PyType_Type)) {
+            PyObject *mro = ((PyTypeObject *)found)->tp_mro, *value = NULL;
+            for (Py_ssize_t k = 0; mro != NULL && value == NULL && k < PyTuple_GET_SIZE(mro); k++) {
+                PyTypeObject *klass = (PyTypeObject *)PyTuple_GET_ITEM(mro, k);
+#if PY_VERSION_HEX >= 0x030C0000
+                PyObject *dict = PyType_GetDict(klass);
+                value = dict == NULL ? NULL : PyDict_GetItemWithError(dict, name);
+                Py_XDECREF(dict); /* (the class holds it, and so the value) */
+#else
+                value = klass->tp_dict == NULL ? NULL : PyDict_GetItemWithError(klass->tp_dict, name);
+#endif
+                if (value == NULL && PyErr_Occurred()) {
+                    return -1;
+                }
             }
+            found = value != NULL && (Py_TYPE(value)->tp_descr_get == NULL || PyFunction_Check(value))
+                        ? value : NULL;
         }
-        if (next == NULL) {
-            next = PyObject_GetAttr(found, name);
+        else {
+            found = NULL;
         }
-        Py_DECREF(found);
-        if (next == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
-                return -1;
-            }
-            PyErr_Clear();
-            return emit(p, NULL);
+        if (found == NULL && PyErr_Occurred()) {
+            return -1;
         }
-        found = next;
     }
-    return emit_new(p, found);
+    return PyErr_Occurred() ? -1 : emit(p, found);
 }
 
 static int
@@ -3213,6 +3226,11 @@ read_probe(Probed *p, PyObject *probe)
             break;
         }
         return emit_plain(p, target, argument);
+    case PROBE_MODULES: /* the dict sys.modules names, and the interpreter's (an import's) */
+        if (emit(p, PySys_GetObject("modules")) < 0) {
+            return -1;
+        }
+        return emit(p, PyImport_GetModuleDict());
     }
     if (!PyErr_Occurred()) {
         PyErr_SetString(PyExc_ValueError, "held_snapshot: a probe of unknown kind");

@@ -71,9 +71,9 @@ from . import connection as _connection
 from .native import speedups as _speedups
 
 __all__ = [
-    "FORMAT", "HeldGlobals", "code_block", "code_once", "code_ref", "flat_state", "function_block",
-    "function_once", "function_ref", "held_items", "load_code", "make_class", "make_function",
-    "sent_slots", "subimport",
+    "FORMAT", "SENT_PARTS", "SLOT_KEYS", "HeldGlobals", "code_block", "code_once", "code_ref",
+    "flat_state", "function_block", "function_once", "function_ref", "held_items", "layout_keys",
+    "load_code", "make_class", "make_function", "sent_slots", "subimport",
 ]  # fmt: skip
 
 #: The version of the layouts below, of code blocks once per connection and of
@@ -209,6 +209,12 @@ def recover(*parts: Any) -> None:
 # the others travel in every payload, in _SLOTS order.
 _HELD_SLOTS = (0, 1, 5, 6)
 _SENT_SLOTS = (2, 3, 4, 7, 8, 9)
+#: What a function block's call carries after the block (``function_once``,
+#: ``function_ref``), by name: the base globals, the closure, then what
+#: :func:`sent_slots` sends (the attributes, the slots not held).
+SENT_PARTS = ("base_globals", "closure", "attributes", *(_SLOTS[i] for i in _SENT_SLOTS))
+#: Each layout's slot names, as a set (the slot state's keys).
+SLOT_KEYS = frozenset(map(frozenset, _LAYOUTS))
 # What a receiver holds of a function block (_read_function_block): its code,
 # layout, held slots and base-globals items.
 _HELD_PARTS = 3 + len(_HELD_SLOTS)
@@ -380,6 +386,11 @@ def _keep(block: bytes, code: types.CodeType) -> None:
         _kept_bytes = 0
     _kept[block] = code
     _kept_bytes += len(block)
+
+
+def layout_keys(layout: Any) -> tuple[str, ...] | None:
+    """The slot names of a function layout (:func:`make_function`'s), or None."""
+    return _LAYOUTS[layout] if type(layout) is int and 0 <= layout < len(_LAYOUTS) else None
 
 
 def make_function(

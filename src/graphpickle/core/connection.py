@@ -176,13 +176,14 @@ def dump_failed(blocks: ContextVar[Any] | None) -> None:
 class Receiver:
     """One connection's blocks, by the digest of their bytes (computed here)."""
 
-    __slots__ = ("_lock", "held", "held_bytes", "loaded")
+    __slots__ = ("_lock", "held", "held_bytes", "kept", "loaded")
 
     def __init__(self) -> None:
         # (a code block's code object, a function block's parts: a tuple, or
         # a classes' part: its bytes)
         self.held: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()
         self.held_bytes = 0
+        self.kept = 0  # how many times keep() ran (a load that keeps changes the connection)
         # the objects of classes' parts it loaded, by digest (held_classes.py)
         self.loaded: OrderedDict[bytes, Any] = OrderedDict()
         self._lock = threading.Lock()
@@ -202,6 +203,7 @@ class Receiver:
                 self.held_bytes -= size
             self.held[name] = (value, len(block))
             self.held_bytes += len(block)
+            self.kept += 1
         return name
 
     def code(self, name: bytes) -> CodeType:

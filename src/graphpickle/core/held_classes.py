@@ -105,7 +105,8 @@ _MAX_STRIKES = 3
 #: The kinds of probe (_speedups.c's PROBE_..., in its order).
 (
     _ATTR, _ITEMS, _CLASS_ITEMS, _LIST, _CELL, _GLOBAL, _MODULE, _ANNOTATIONS, _SET, _FUNCTION, _PLAIN,
-) = range(11)  # fmt: skip
+    _MODULES,
+) = range(12)  # fmt: skip
 
 #: Objects nothing can change (a tuple or a frozenset: nothing but what it holds).
 _ATOMS = frozenset({
@@ -196,6 +197,15 @@ class _Walk:
         self.mros: set[int] = set()
         #: The bases the part's class skeletons are made with.
         self.bases: list[type] = []
+        #: The ids of what the load made (:func:`_made_ids`).
+        self.made_ids: set[int] = set()
+        self.packages_read: set[str] = set()
+        # What find_class imports from and what cloudpickle's subimport returns
+        # from must be one dict (the interpreter's and the one sys.modules
+        # names): the probes read it.
+        named, interpreter = self.read_all(_MODULES, None)
+        if named is not interpreter:
+            raise NotReusable("sys.modules is not the interpreter's modules")
 
     def find(self, obj: Any) -> None:
         """``obj`` is found by the load (a global), not made by it."""
@@ -296,8 +306,24 @@ class _Walk:
     def module(self, module: types.ModuleType) -> None:
         # A module a fresh load would import by name; not one made by value.
         name = vars(module).get("__name__")
-        if type(name) is not str or self.read(_MODULE, name) is not module:
+        if type(name) is not str or self.imported(name) is not module:
             raise NotReusable(module)
+
+    def imported(self, name: str) -> Any:
+        """What ``__import__(name)`` leaves in sys.modules under ``name``, read
+        with the packages above it (:meth:`packages`)."""
+        self.packages(name)
+        return self.read(_MODULE, name)
+
+    def packages(self, name: str) -> None:
+        """Read each package above the module ``name``: ``__import__(name)``
+        imports one that is missing, and fails on one blocked by None."""
+        parts = name.split(".")
+        for end in range(1, len(parts)):
+            package = ".".join(parts[:end])
+            if package not in self.packages_read:
+                self.packages_read.add(package)
+                self.read(_MODULE, package)
 
     def cls(self, cls: type) -> None:
         # A class cloudpickle tracks (a fresh load returns it, then applies its
@@ -316,7 +342,7 @@ class _Walk:
         if type(state) is not tuple or len(state) != 2 or type(state[0]) is not dict:
             raise NotReusable("a class state of another shape")
         clsdict, slotstate = state
-        if slotstate != {} or id(cls) in self.applied:
+        if type(slotstate) is not dict or slotstate or id(cls) in self.applied:
             raise NotReusable("a class state of another shape")
         self.walk(cls)
         if self.classes.get(id(cls)) is not cls:
@@ -348,6 +374,11 @@ class _Walk:
             if type(reading[0]) is not int:
                 raise NotReusable(cls)
             items = dict(zip(reading[1::2], reading[2::2], strict=True))
+            if any(
+                id(value) in self.made_ids and id(value) not in self.seen
+                for value in items.values()
+            ):
+                raise NotReusable(cls)  # (put there by the load, not by its state: unwalked)
             for key, value in clsdict.items():
                 if key in _CLASS_SETTERS and key not in _CLASS_KEEPS:
                     raise NotReusable(key)  # (where would it be?)
@@ -584,18 +615,196 @@ def _roles() -> dict[int, tuple[Any, str]]:
 
 
 _ROLES = _roles()
-#: Makers that change one of their arguments, by its index: the object a
-#: state is applied to, the globals dict a function is made with (its globals
-#: are written into it). It must be made by this load, as a changed object is.
-_CHANGES_ARGUMENT = {
-    id(maker): index
-    for index, makers in (
-        (0, (cp.CLASS_SETSTATE, cp.FUNCTION_SETSTATE)),
-        (1, (cp.MAKE_FUNCTION, blocks.make_function, blocks.make_function_in_python,
-             blocks.function_once, blocks.function_ref, blocks.function_ref_in_python)),
+
+
+def _value(
+    symbol: opcode_walk.Symbol, globals_: dict[tuple[str, str], Any], memo: dict[int, Any]
+) -> Any:
+    """The object ``symbol`` stands for: a global, what was memoized, a constant,
+    or a tuple of such (``_MISSING`` if it is none of those)."""
+    if symbol.kind == "global":
+        return globals_.get(symbol.value, _MISSING)
+    if symbol.index is not None:
+        return memo.get(symbol.index, _MISSING)
+    if symbol.kind in ("str", "const"):
+        return symbol.value
+    if symbol.kind == "tuple":
+        items = tuple(_value(item, globals_, memo) for item in symbol.value)
+        return _MISSING if any(item is _MISSING for item in items) else items
+    return _MISSING
+
+
+def _made_of(kind: type, obj: Any, made: set[int]) -> bool:
+    return type(obj) is kind and id(obj) in made
+
+
+def _made_dict(obj: Any, made: set[int]) -> bool:
+    """A dict this load made, keyed by exact strs (what a maker copies from or
+    into: one a fresh load would find again would go stale, or be written)."""
+    return _made_of(dict, obj, made) and all(type(key) is str for key in obj)
+
+
+def _made_cells(obj: Any, made: set[int]) -> bool:
+    """None, or a tuple of cells this load made (a closure: written into, or copied)."""
+    return obj is None or (
+        type(obj) is tuple and all(_made_of(types.CellType, cell, made) for cell in obj)
+    )
+
+
+def _function_slots(slots: Any, made: set[int]) -> bool:
+    """cloudpickle's slot state of a function, as its receiver applies it: the
+    globals copied into the function's, the closure's contents into its cells
+    (each made by this load), the rest set as attributes; no other key (a
+    ``__dict__`` would swap the function's dict for what it names)."""
+    if not _made_dict(slots, made) or frozenset(slots) not in blocks.SLOT_KEYS:
+        return False
+    submodules = slots["_cloudpickle_submodules"]
+    return (
+        _made_dict(slots["__globals__"], made)
+        and _made_cells(slots["__closure__"], made)
+        and _made_of(list, submodules, made)
+        and all(type(module) is types.ModuleType for module in submodules)
+    )
+
+
+def _made_function(args: tuple[Any, ...], made: set[int]) -> bool:
+    # _make_function(code, globals, name, argdefs, closure)
+    return (
+        len(args) == 5
+        and type(args[0]) is types.CodeType
+        and _made_dict(args[1], made)
+        and (args[2] is None or type(args[2]) is str)
+        and (args[3] is None or type(args[3]) is tuple)
+        and _made_cells(args[4], made)
+    )
+
+
+def _function_state_applied(args: tuple[Any, ...], made: set[int]) -> bool:
+    # _function_setstate(func, (attributes, slots))
+    if len(args) != 2 or not _made_of(types.FunctionType, args[0], made):
+        return False
+    state = args[1]
+    return (
+        type(state) is tuple
+        and len(state) == 2
+        and _made_dict(state[0], made)
+        and _function_slots(state[1], made)
+    )
+
+
+def _class_state_applied(args: tuple[Any, ...], made: set[int]) -> bool:
+    # _class_setstate(cls, (clsdict, slotstate)), slotstate empty
+    if len(args) != 2 or not _made_of(type, args[0], made):
+        return False
+    state = args[1]
+    return (
+        type(state) is tuple
+        and len(state) == 2
+        and _made_dict(state[0], made)
+        and _made_of(dict, state[1], made)
+        and not state[1]
+    )
+
+
+def _function_of_layout(args: tuple[Any, ...], made: set[int]) -> bool:
+    # blocks.make_function(code, base_globals, closure, layout, attributes, *slot values)
+    if len(args) < 5:
+        return False
+    keys = blocks.layout_keys(args[3])
+    return (
+        keys is not None
+        and len(args) == 5 + len(keys)
+        and type(args[0]) is types.CodeType
+        and _made_dict(args[1], made)
+        and _made_cells(args[2], made)
+        and _made_dict(args[4], made)
+        and _function_slots(dict(zip(keys, args[5:], strict=True)), made)
+    )
+
+
+def _function_of_block(args: tuple[Any, ...], made: set[int]) -> bool:
+    # function_once(block) or function_ref(digest): a new dict; with blocks.SENT_PARTS after it
+    if not args or type(args[0]) is not bytes:
+        return False
+    if len(args) == 1:
+        return True
+    if len(args) != 1 + len(blocks.SENT_PARTS):
+        return False
+    sent = dict(zip(blocks.SENT_PARTS, args[1:], strict=True))
+    slots = {key: sent[key] for key in ("__globals__", "__closure__", "_cloudpickle_submodules")}
+    return (
+        _made_dict(sent["base_globals"], made)
+        and _made_cells(sent["closure"], made)
+        and _made_dict(sent["attributes"], made)
+        and _made_of(list, slots["_cloudpickle_submodules"], made)
+        and all(type(module) is types.ModuleType for module in slots["_cloudpickle_submodules"])
+        and _made_dict(slots["__globals__"], made)
+        and _made_cells(slots["__closure__"], made)
+    )
+
+
+def _atoms(args: tuple[Any, ...], made: set[int]) -> bool:
+    # types.CodeType(...): ints, strs, bytes and tuples of such (an __index__ would run)
+    return all(
+        type(arg) in (int, str, bytes, type(None))
+        or (type(arg) is tuple and _atoms(arg, made))
+        or type(arg) is types.CodeType
+        for arg in args
+    )
+
+
+def _stored(count: int) -> Callable[[tuple[Any, ...], set[int]], bool]:
+    """At most ``count`` arguments, each only stored (a cell's contents)."""
+    return lambda args, made: len(args) <= count
+
+
+def _wrapping(args: tuple[Any, ...], made: set[int]) -> bool:
+    # classmethod(f), staticmethod(f): f's names are copied; types.MappingProxyType(d)
+    return len(args) == 1 and (
+        _made_of(types.FunctionType, args[0], made) or _made_dict(args[0], made)
+    )
+
+
+#: What each maker may be given, as the load passed it (:func:`_value`): exact
+#: types, so that nothing of the user's runs as the maker reads its arguments
+#: (an ``__iter__`` unpacking a state, a descriptor read as names are copied, an
+#: ``__index__``); and made by this load, each container the maker copies from
+#: or writes into (else it reads or writes what a fresh load would find again).
+_SIGNATURES: dict[int, Callable[[tuple[Any, ...], set[int]], bool]] = {
+    id(maker): check
+    for makers, check in (
+        ((cp.MAKE_FUNCTION,), _made_function),
+        ((cp.FUNCTION_SETSTATE,), _function_state_applied),
+        ((cp.CLASS_SETSTATE,), _class_state_applied),
+        ((blocks.make_function, blocks.make_function_in_python), _function_of_layout),
+        (
+            (blocks.function_once, blocks.function_ref, blocks.function_ref_in_python),
+            _function_of_block,
+        ),
+        ((blocks.code_once, blocks.code_ref), lambda args, made: len(args) == 1 and type(args[0]) is bytes),
+        ((types.CodeType,), _atoms),
+        ((classmethod, staticmethod, types.MappingProxyType), _wrapping),
+        ((*cp.MAKERS, types.CellType), _stored(1)),
     )
     for maker in makers
 }  # fmt: skip
+
+
+def _made_ids(
+    read: opcode_walk.Reductions, globals_: dict[tuple[str, str], Any], memo: dict[int, Any]
+) -> set[int]:
+    """The ids of the objects this load made: in the memo, from an empty
+    container, a NEWOBJ, or a maker's or a class skeleton's call (a lookup's
+    result, a global and a constant are found)."""
+    made: set[int] = set()
+    for index, symbol in enumerate(read.memo):
+        if symbol.index != index:
+            continue  # (memoized again: its first index stands for it)
+        if symbol.kind in ("list", "dict", "set", "new") or (
+            symbol.kind == "call" and _role(symbol.value[0], globals_, memo) in ("make", "class")
+        ):
+            made.add(id(memo[index]))
+    return made
 
 
 def _resolved(
@@ -607,18 +816,24 @@ def _resolved(
     return memo.get(symbol.index, _MISSING) if symbol.index is not None else _MISSING
 
 
-def _made_without_code(metaclass: Any, name: Any, bases: Any, namespace: Any) -> bool:
+def _made_without_code(
+    metaclass: Any, name: Any, bases: Any, namespace: Any, tracker: Any, extra: Any
+) -> bool:
     """Whether a fresh load's skeleton class (``_make_skeleton_class``) runs no
     code of the user's: no metaclass but ``type``, no ``__init_subclass__`` in
     its bases' MROs, a namespace of ``__module__`` only (a value's
-    ``__set_name__`` would run). Then a reused part skips nothing a load runs."""
+    ``__set_name__`` would run), a tracker id that is a str (it is hashed).
+    Then a reused part skips nothing a load runs."""
     return (
         metaclass is type
         and type(name) is str
+        and type(bases) is tuple
         and cp.no_code_runs_in_subclassing(bases)
         and type(namespace) is dict
         and namespace.keys() <= {"__module__"}
         and type(namespace.get("__module__", "")) is str
+        and type(tracker) is str
+        and extra is None
     )
 
 
@@ -636,50 +851,84 @@ def _check_reductions(
     memo: dict[int, Any],
     walk: _Walk,
 ) -> None:
-    """Raise NotReusable unless each reduction of ``head`` makes a new object or
-    looks up what a probe reads again, and no opcode changes a found object."""
-    calls, changed = read.calls, list(read.changed)
-    for call in calls:
+    """Raise NotReusable unless each reduction makes a new object from what
+    its maker may be given (:data:`_SIGNATURES`) or looks up what a probe reads
+    again, each NEWOBJ makes a plain object, and each BUILD fills one (its
+    ``__dict__``, and its slots only)."""
+    made = walk.made_ids = _made_ids(read, globals_, memo)
+    for call in read.calls:
         callable_, arguments = call.value
         role = _role(callable_, globals_, memo)
+        args = _value(arguments, globals_, memo)
+        if type(args) is not tuple:
+            raise NotReusable("a reduction's arguments")
         if role == "class":
-            made = [_resolved(argument, globals_, memo) for argument in arguments.value]
-            if len(made) != 6 or not _made_without_code(*made[:4]):
+            if len(args) != 6 or not _made_without_code(*args):
                 raise NotReusable("a class whose making runs code")
-            walk.bases.extend(made[2])
+            walk.bases.extend(args[2])
         elif role in ("types", "sentinel", "module"):
-            key: tuple[opcode_walk.Symbol, ...] = (
-                arguments.value if arguments.kind == "tuple" else ()
-            )
-            if len(key) != 1 or key[0].kind != "str" or call.index is None:
+            if len(args) != 1 or type(args[0]) is not str or call.index is None:
                 raise NotReusable("a lookup")
-            result, name = memo[call.index], key[0].value
+            result, name = memo[call.index], args[0]
             if role == "types":
                 reread = walk.read(_GLOBAL, "types", (name,))
             elif role == "module":
-                reread = walk.read(_MODULE, name)
+                reread = walk.imported(name)
             else:
                 walk.read(_ITEMS, cp.DATACLASS_SENTINELS)
                 reread = cp.DATACLASS_SENTINELS.get(name, _MISSING)
             if reread is not result:
                 raise NotReusable("a lookup")
-        elif role is None:
-            raise NotReusable(_resolved(callable_, globals_, memo))
-        changes = _CHANGES_ARGUMENT.get(id(_resolved(callable_, globals_, memo)))
-        if changes is not None:
-            if arguments.kind != "tuple":
-                raise NotReusable("a maker's arguments")
-            if len(arguments.value) > changes:  # (function_once(block) alone: a new dict)
-                changed.append(arguments.value[changes])
-    for target in changed:
-        if target.kind == "global" or (
-            target.kind == "call"
-            and _role(target.value[0], globals_, memo) not in ("make", "class")
+        elif role != "make" or not _SIGNATURES[id(_resolved(callable_, globals_, memo))](
+            args, made
         ):
-            raise NotReusable("a found object changed by the load")
+            raise NotReusable(_resolved(callable_, globals_, memo))
+    for new in read.news:
+        cls, arguments = (_value(symbol, globals_, memo) for symbol in new.value)
+        if type(cls) is not type or not _plain(cls) or type(arguments) is not tuple or arguments:
+            # (object.__new__(cls) and nothing else: another __new__ runs code,
+            # or makes what it is given into something found: a function of a
+            # found globals dict)
+            raise NotReusable("a NEWOBJ of what is not a plain class")
+    for target, state in read.builds:
+        if target.kind != "new":
+            raise NotReusable("a BUILD onto what no NEWOBJ made")
+        _check_build(_value(target.value[0], globals_, memo), _value(state, globals_, memo), made)
+
+
+def _check_build(cls: type, state: Any, made: set[int]) -> None:
+    """A BUILD of an instance of the plain class ``cls``: a dict this load made
+    (put into its ``__dict__``), or ``(that or None, slots)`` whose keys each
+    name a slot of ``cls`` (set with ``setattr``: ``__dict__`` or ``__class__``
+    would swap what the instance is made of)."""
+    if type(state) is tuple and len(state) == 2:
+        state, slots = state
+        if not _made_dict(slots, made) or any(
+            type(_class_attribute(cls, key)) is not types.MemberDescriptorType for key in slots
+        ):
+            raise NotReusable("a BUILD of what is not a slot")
+        if state is None:
+            return
+    if not _made_dict(state, made):
+        raise NotReusable("a BUILD of a state this load did not make")
+
+
+def _class_attribute(cls: type, name: str) -> Any:
+    """What ``cls``'s MRO finds for ``name`` (read from the dicts: no code runs)."""
+    for klass in _mro(cls):
+        found = _dict(klass).get(name, _MISSING)
+        if found is not _MISSING:
+            return found
+    return _MISSING
 
 
 _class_setstate = cp.CLASS_SETSTATE  # (what _Loading calls: a test's seam)
+
+
+def _refuse(reason: str) -> None:
+    raise NotReusable(reason)
+
+
 _CLASS_SETSTATE_NAME = (cp.CLASS_SETSTATE.__module__, cp.CLASS_SETSTATE.__qualname__)
 
 
@@ -700,10 +949,12 @@ class _Loading(_pickle.Unpickler):
         self.globals.setdefault((module, name), obj)
         self.note(self.walk.find, obj)
         # (under its own name only: the part calls it there and nowhere else uses
-        # it, checked before the load; under another, the state goes unwalked
-        # and the part is not reused)
-        if obj is cp.CLASS_SETSTATE and (module, name) == _CLASS_SETSTATE_NAME:
-            return self.apply_state
+        # it, checked before the load; found under another, the state it applies
+        # goes unwalked: the part is not reused)
+        if obj is cp.CLASS_SETSTATE:
+            if (module, name) == _CLASS_SETSTATE_NAME:
+                return self.apply_state
+            self.note(_refuse, "_class_setstate under another name")
         return obj
 
     def _apply_state(self, cls: Any, state: Any) -> Any:
@@ -736,18 +987,22 @@ def _load_walked(head: bytes) -> tuple[Any, int, tuple[Any, ...] | None, bool]:
         raise NotReusable("_class_setstate used but to be called")  # (the walk's would leak)
     walk = _Walk()
     loading = _Loading(head, walk)
+    receiver = connection.RECEIVER.get()
+    kept = receiver.kept if receiver is not None else 0
     root = loading.load()
     holder = _memo_of(loading)
     memo = holder.memo.copy()
     try:
         if loading.failed is not None:
             raise loading.failed
-        if connection.carried_by(head):
-            # Its load keeps blocks on the connection (their newest copy): not skipped.
-            raise NotReusable("blocks carried")
+        if receiver is not None and receiver.kept != kept:
+            # Its load kept blocks on the connection (their newest copy), which
+            # a fresh load does again: not skipped.
+            raise NotReusable("blocks kept")
         _check_reductions(read, loading.globals, memo, walk)
         for (module, name), obj in loading.globals.items():
             # A fresh load finds it again, as find_class does.
+            walk.packages(module)  # (find_class imports the module first)
             if walk.read(_GLOBAL, module, tuple(name.split("."))) is not obj:
                 raise NotReusable((module, name))
         walk.walk(root)  # (nothing of it was published but its classes)

@@ -30,15 +30,17 @@ OPCODES = frozenset({
     "BINUNICODE8", "SHORT_BINBYTES", "BINBYTES", "BINBYTES8", "BYTEARRAY8", "BININT", "BININT1",
     "BININT2", "LONG1", "LONG4", "BINFLOAT", "NONE", "NEWTRUE", "NEWFALSE", "EMPTY_TUPLE", "TUPLE1",
     "TUPLE2", "TUPLE3", "TUPLE", "MARK", "EMPTY_LIST", "APPEND", "APPENDS", "EMPTY_DICT", "SETITEM",
-    "SETITEMS", "EMPTY_SET", "ADDITEMS", "FROZENSET", "STACK_GLOBAL", "REDUCE", "NEWOBJ",
-    "NEWOBJ_EX", "BUILD", "POP", "POP_MARK", "DUP", "STOP",
+    "SETITEMS", "EMPTY_SET", "ADDITEMS", "FROZENSET", "STACK_GLOBAL", "REDUCE", "NEWOBJ", "BUILD",
+    "POP", "POP_MARK", "DUP", "STOP",
 })  # fmt: skip
 
 
 class Symbol:
-    """What an opcode pushed, as far as :func:`reductions` needs it:
-    a ``str``, a ``global`` ``(module, name)``, a ``call`` ``(callable,
-    arguments)``, a ``tuple`` of symbols, or ``other``; and its memo index."""
+    """What an opcode pushed, as far as :func:`reductions` needs it: a
+    ``str`` or a ``const`` (its value), a ``global`` ``(module, name)``, a
+    ``call`` ``(callable, arguments)`` (REDUCE), a ``new`` ``(class,
+    arguments)`` (NEWOBJ), a ``tuple`` of symbols, an empty ``list``, ``dict``
+    or ``set``, or ``other``; and its memo index."""
 
     __slots__ = ("index", "kind", "value")
 
@@ -49,35 +51,30 @@ class Symbol:
 
 
 _STRINGS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8"})
-#: Opcodes that change an object on the stack: how many items above it they pop
-#: (None: down to the mark).
-_CHANGES = {
-    "APPEND": 1,
-    "BUILD": 1,
-    "SETITEM": 2,
-    "APPENDS": None,
-    "SETITEMS": None,
-    "ADDITEMS": None,
-}
-
-
 #: Opcodes that make an object (running code: a class's __new__, a key's
 #: __hash__), which must be memoized at once.
-_MAKES = frozenset(
-    {"REDUCE", "NEWOBJ", "NEWOBJ_EX", "EMPTY_DICT", "EMPTY_LIST", "EMPTY_SET", "FROZENSET"}
-)
+_MAKES = frozenset({"REDUCE", "NEWOBJ", "EMPTY_DICT", "EMPTY_LIST", "EMPTY_SET", "FROZENSET"})
+#: Constants, as their opcodes push them (what carries no argument: its value).
+_CONSTANTS = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False}
+_CONSTANT_OPCODES = frozenset({
+    "SHORT_BINBYTES", "BINBYTES", "BINBYTES8", "BININT", "BININT1", "BININT2", "LONG1", "LONG4",
+    "BINFLOAT", *_CONSTANTS,
+})  # fmt: skip
 
 
 class Reductions:
-    """What :func:`reductions` reads of a part: each REDUCE (``calls``), each
-    object an opcode changes (appends to, sets items of, builds: ``changed``),
-    as symbols, and how many times each global is pushed (``pushes``)."""
+    """What :func:`reductions` reads of a pickle, as symbols: each REDUCE
+    (``calls``), each NEWOBJ (``news``), each BUILD's target and state
+    (``builds``), what each memo index holds (``memo``), and how many times
+    each global is pushed (``pushes``)."""
 
-    __slots__ = ("calls", "changed", "pushes")
+    __slots__ = ("builds", "calls", "memo", "news", "pushes")
 
     def __init__(self) -> None:
         self.calls: list[Symbol] = []
-        self.changed: list[Symbol] = []
+        self.news: list[Symbol] = []
+        self.builds: list[tuple[Symbol, Symbol]] = []
+        self.memo: list[Symbol] = []
         self.pushes: dict[Any, int] = {}
 
     def only_called(self, name: tuple[str, str]) -> bool:
@@ -92,19 +89,30 @@ _FILLS = {
     "APPEND": "list", "APPENDS": "list", "SETITEM": "dict", "SETITEMS": "dict", "ADDITEMS": "set",
 }  # fmt: skip
 _EMPTY = {"EMPTY_LIST": "list", "EMPTY_DICT": "dict", "EMPTY_SET": "set"}
+#: How many items above the object they fill the filling opcodes pop (None: down to the mark).
+_FILL_COUNTS = {"APPEND": 1, "SETITEM": 2, "APPENDS": None, "SETITEMS": None, "ADDITEMS": None}
 
 
 def reductions(head: bytes) -> Reductions:
-    """The REDUCEs of the pickle ``head``, what its opcodes change, and how often
-    each global is pushed (:class:`Reductions`), read from its opcodes as an
-    unpickler runs them; raises Unreadable for an opcode the walk does not
-    know, an object made and not memoized, or items added to what the pickle
-    did not make empty."""
+    """What the pickle ``head`` calls, makes and changes (:class:`Reductions`),
+    read from its opcodes as an unpickler runs them. Raises Unreadable for an
+    opcode the walk does not know, an object made and not memoized, items
+    added to what the pickle did not make empty, or bytes that are not
+    exactly one pickle (what follows its STOP, or a frame past its end, would
+    be read as part of what comes after it)."""
+    try:
+        return _read(head)
+    except Unreadable:
+        raise
+    except Exception as error:  # (not a pickle genops reads; a stack it underflows)
+        raise Unreadable(f"not a pickle the walk reads: {error!r}") from error
+
+
+def _read(head: bytes) -> Reductions:
     stack: list[Symbol] = []
     marks: list[int] = []
-    memo: list[Symbol] = []
     read = Reductions()
-    calls, changed = read.calls, read.changed
+    calls, memo = read.calls, read.memo
 
     def push(symbol: Symbol) -> None:
         stack.append(symbol)
@@ -118,11 +126,14 @@ def reductions(head: bytes) -> Reductions:
         return items
 
     arg: Any
+    position: Any
     unmemoized: str | None = None
-    for opcode, arg, _ in pickletools.genops(head):
+    for opcode, arg, position in pickletools.genops(head):
         name = opcode.name
         if name not in OPCODES:
             raise Unreadable(name)
+        if name == "FRAME" and position + 9 + arg > len(head):
+            raise Unreadable("a frame past the pickle's end")
         if name in ("PROTO", "FRAME"):
             continue
         if unmemoized is not None and name != "MEMOIZE" and (unmemoized, name) != ("REDUCE", "POP"):
@@ -131,18 +142,22 @@ def reductions(head: bytes) -> Reductions:
             raise Unreadable(f"{unmemoized} not memoized")
         unmemoized = name if name in _MAKES else None
         if name == "STOP":
-            break
-        if name in _CHANGES:
-            count = _CHANGES[name]
+            if position + 1 != len(head):
+                raise Unreadable("bytes after the pickle's STOP")
+            return read
+        if name in _FILL_COUNTS:
+            count = _FILL_COUNTS[name]
             target = stack[marks[-1] - 1] if count is None else stack[-count - 1]
-            if name != "BUILD" and target.kind != _FILLS[name]:
+            if target.kind != _FILLS[name]:
                 # (an object's append, extend, __setitem__ or add: its code runs)
                 raise Unreadable(f"{name} onto what is not an empty {_FILLS[name]}")
-            changed.append(target)
             if count is None:
                 down_to_mark()
             else:
                 del stack[-count:]
+        elif name == "BUILD":
+            state = stack.pop()
+            read.builds.append((stack[-1], state))
         elif name == "MEMOIZE":
             if stack[-1].index is None:
                 stack[-1].index = len(memo)
@@ -153,6 +168,8 @@ def reductions(head: bytes) -> Reductions:
             marks.append(len(stack))
         elif name in _STRINGS:
             stack.append(Symbol("str", arg))
+        elif name in _CONSTANT_OPCODES:
+            stack.append(Symbol("const", _CONSTANTS.get(name, arg)))
         elif name == "STACK_GLOBAL":
             qualname, module = stack.pop(), stack.pop()
             push(Symbol("global", (module.value, qualname.value)))
@@ -160,16 +177,17 @@ def reductions(head: bytes) -> Reductions:
             arguments, callable_ = stack.pop(), stack.pop()
             calls.append(Symbol("call", (callable_, arguments)))
             stack.append(calls[-1])
-        elif name in ("NEWOBJ", "NEWOBJ_EX"):
-            del stack[-(2 if name == "NEWOBJ" else 3) :]
-            stack.append(Symbol("other"))
+        elif name == "NEWOBJ":
+            arguments, cls = stack.pop(), stack.pop()
+            read.news.append(Symbol("new", (cls, arguments)))
+            stack.append(read.news[-1])
         elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
             count = int(name[-1])
             items = stack[-count:]
             del stack[-count:]
             stack.append(Symbol("tuple", tuple(items)))
-        elif name == "TUPLE":
-            stack.append(Symbol("tuple", tuple(down_to_mark())))
+        elif name in ("TUPLE", "EMPTY_TUPLE"):
+            stack.append(Symbol("tuple", tuple(down_to_mark()) if name == "TUPLE" else ()))
         elif name in ("FROZENSET", "POP_MARK"):
             down_to_mark()
             if name == "FROZENSET":
@@ -181,6 +199,6 @@ def reductions(head: bytes) -> Reductions:
                 stack.pop()
         elif name == "DUP":
             push(stack[-1])
-        else:  # (a constant, an empty container)
+        else:  # (an empty container; a bytearray)
             stack.append(Symbol(_EMPTY.get(name, "other")))
-    return read
+    raise Unreadable("no STOP")
