@@ -1253,3 +1253,396 @@ def test_a_function_made_with_a_found_globals_dict_makes_the_part_loaded_with_it
     plugins.CONFIG["mode"] = "changed on the worker"
     read(receiver, payloads[3])
     assert plugins.CONFIG["mode"] == "sent"
+
+
+# What a seventh review found: hand-written parts (a sender may write what no
+# pickler of ours writes) whose load writes into what it found, reads a state
+# through code of the user's, or is not exactly one pickle; and globals read
+# through code of the user's, or in another modules dict than an import's.
+# Each part must not be reused, and each task must see what a fresh load gives.
+
+
+def _text(value: str) -> bytes:
+    data = value.encode()
+    return b"\x8c" + bytes([len(data)]) + data  # SHORT_BINUNICODE
+
+
+def _global(module: str, name: str) -> bytes:
+    return _text(module) + _text(name) + b"\x93"  # STACK_GLOBAL
+
+
+_MEMO = b"\x94"  # MEMOIZE
+_CPC = "cloudpickle.cloudpickle"
+
+
+def _get(index: int) -> bytes:
+    return b"h" + bytes([index])  # BINGET
+
+
+def _pickle(opcodes: bytes) -> bytes:
+    return b"\x80\x05" + opcodes + b"."
+
+
+def _slots(globals_items: bytes = b"", closure: bytes = b"N") -> bytes:
+    # A function's slot state, as cloudpickle writes it (the keys of its layout)
+    return (
+        b"}" + _MEMO + b"(" + _text("__name__") + _text("plain") + _text("__qualname__")
+        + _text("plain") + _text("__annotations__") + b"}" + _MEMO + _text("__kwdefaults__") + b"N"
+        + _text("__defaults__") + b"N" + _text("__module__") + _text("plugins") + _text("__doc__")
+        + b"N" + _text("__globals__") + b"}" + _MEMO + globals_items + _text("__closure__") + closure
+        + _text("_cloudpickle_submodules") + b"]" + _MEMO + b"u"
+    )  # fmt: skip
+
+
+def _framed(head: bytes, body: bytes) -> bytes:
+    size = len(head).to_bytes(4, "little")
+    return bytes((classes_first.MARKER, 1)) + size + head + body  # (KEEP)
+
+
+_HAND_WRITTEN_PLUGINS = """
+calls = []
+def make():
+    n = 0
+    def counter():
+        nonlocal n
+        n += 1
+        return n
+    return counter
+counter = make()
+COUNTER_CODE, COUNTER_CLOSURE = counter.__code__, counter.__closure__
+def plain():
+    return 1
+PLAIN_CODE = plain.__code__
+import cloudpickle.cloudpickle
+apply_state = cloudpickle.cloudpickle._class_setstate  # (under another name)
+class Thing:
+    pass
+CONFIG = {'mode': 'sent'}
+class Pair:
+    def __iter__(self):
+        calls.append('Pair.__iter__')
+        return iter(({}, {'__globals__': {}, '__closure__': None, '_cloudpickle_submodules': []}))
+class Shown:
+    def __get__(self, instance, owner):
+        calls.append('Shown.__get__')
+        return 'shown'
+class Named:
+    __doc__ = Shown()
+"""
+
+_NONE = _pickle(b"N")
+
+#: name: (classes' part, task's part, what the worker changes, what a task observes)
+_HAND_WRITTEN = {
+    "a found closure's cells set by the load": (
+        _pickle(
+            _global(_CPC, "_make_function") + _MEMO + b"("
+            + _global("plugins", "COUNTER_CODE") + _MEMO + b"}" + _MEMO + b"NN"
+            + _global("plugins", "COUNTER_CLOSURE") + _MEMO + b"tR" + _MEMO
+            + _global(_CPC, "_function_setstate") + _MEMO + _get(4) + b"}" + _MEMO
+            + _slots(closure=_global(_CPC, "_make_cell") + _MEMO + b"K\x00\x85R" + _MEMO + b"\x85")
+            + b"\x86\x86R0" + _get(4)
+        ),
+        _NONE,
+        "plugins.counter(); plugins.counter()",
+        "plugins.counter.__closure__[0].cell_contents",
+    ),
+    "a found dict made an object's __dict__ by BUILD": (
+        _pickle(
+            _global("plugins", "Thing") + _MEMO + b")\x81" + _MEMO + b"N}" + _MEMO
+            + _text("__dict__") + _global("plugins", "CONFIG") + _MEMO + b"s\x86b"
+            + b"}" + _MEMO + _text("mode") + _text("sent") + b"sb"
+        ),
+        _NONE,
+        "plugins.CONFIG['mode'] = 'changed'",
+        "plugins.CONFIG['mode']",
+    ),
+    "a function of a found globals dict made by NEWOBJ": (
+        _pickle(
+            _global("types", "FunctionType") + _MEMO + _global("plugins", "PLAIN_CODE") + _MEMO
+            + _global("plugins", "CONFIG") + _MEMO + b"\x86\x81" + _MEMO
+            + _global(_CPC, "_function_setstate") + _MEMO + _get(3) + b"}" + _MEMO
+            + _slots(globals_items=_text("mode") + _text("sent") + b"s") + b"\x86\x86R0" + _get(3)
+        ),
+        _NONE,
+        "plugins.CONFIG['mode'] = 'changed'",
+        "plugins.CONFIG['mode']",
+    ),
+    "a state unpacked by the user's __iter__": (
+        _pickle(
+            _global(_CPC, "_make_function") + _MEMO + b"(" + _global("plugins", "PLAIN_CODE")
+            + _MEMO + b"}" + _MEMO + b"NNNtR" + _MEMO + _global(_CPC, "_function_setstate")
+            + _MEMO + _get(3) + _global("plugins", "Pair") + _MEMO + b")\x81" + _MEMO
+            + b"\x86R0" + _get(3)
+        ),
+        _NONE,
+        "plugins.calls.clear()",
+        "plugins.calls",
+    ),
+    "names copied by a classmethod through the user's descriptor": (
+        _pickle(
+            _global("builtins", "classmethod") + _MEMO + _global("plugins", "Named") + _MEMO
+            + b")\x81" + _MEMO + b"\x85R" + _MEMO + b"0N"
+        ),
+        _NONE,
+        "plugins.calls.clear()",
+        "plugins.calls",
+    ),
+    "bytes after the part's STOP": (_pickle(b"N") + b"\x80\x05K\x07.", _pickle(b"K\x01"), "", "task"),
+    "the part's STOP in the task's part": (b"\x80\x05N", b"." + _pickle(b"K\x01"), "", "task"),
+    "a frame past the part's end": (
+        b"\x80\x05\x95" + (2 + len(_pickle(b"K\x01"))).to_bytes(8, "little") + b"N.",
+        _pickle(b"K\x01"),
+        "",
+        "task",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(_HAND_WRITTEN))
+def test_a_hand_written_part_that_a_reused_load_would_differ_from_is_not_reused(monkeypatch, case):
+    head, body, change, observe = _HAND_WRITTEN[case]
+    plugins = _plugins(monkeypatch, _HAND_WRITTEN_PLUGINS)
+    monkeypatch.setitem(sys.modules, "plugins", plugins)
+    payload = _framed(head, body)
+    receiver = connection.Receiver()
+    seen, fresh = [], []
+    for _ in range(4):
+        exec(change, {"plugins": plugins})
+        task = read(receiver, payload)
+        seen.append(repr(eval(observe, {"plugins": plugins, "task": task})))
+        exec(change, {"plugins": plugins})
+        task = held_classes.load_together(head, body, ())
+        fresh.append(repr(eval(observe, {"plugins": plugins, "task": task})))
+    assert seen == fresh
+    held = receiver.loaded.get(connection.digest(head))
+    assert held is None or held.probes is None
+
+
+def _class_skeleton(tracker: str) -> bytes:
+    # _make_skeleton_class(type, tracker, (object,), {'__module__': '__main__'}, tracker, None):
+    # memo 6 and 7 hold '__module__' and '__main__', memo 9 the class
+    return (
+        _global(_CPC, "_make_skeleton_class") + _MEMO + b"(" + _global("builtins", "type") + _MEMO
+        + _text(tracker) + _MEMO + _global("builtins", "object") + _MEMO + b"\x85" + _MEMO
+        + b"}" + _MEMO + _text("__module__") + _MEMO + _text("__main__") + _MEMO + b"s"
+        + _text(tracker) + _MEMO + b"NtR" + _MEMO
+    )  # fmt: skip
+
+
+_APPLY_EMPTY_STATE = b"}" + _MEMO + _get(6) + _get(7) + b"s}" + _MEMO + b"\x86\x86R0"
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        # BUILD onto the class: its registry is set outside _class_setstate
+        b"N}" + _MEMO + _text("registry") + _MEMO + b"]" + _MEMO + b"s\x86b"
+        + _global(_CPC, "_class_setstate") + _MEMO + _get(9) + _APPLY_EMPTY_STATE,
+        # _class_setstate found under another name: its state goes on unwalked
+        _global(_CPC, "_class_setstate") + _MEMO + _get(9) + _APPLY_EMPTY_STATE
+        + _global("plugins", "apply_state") + _MEMO + _get(9)
+        + b"}" + _MEMO + _text("registry") + b"]" + _MEMO + b"s}" + _MEMO + b"\x86\x86R0",
+    ],
+    ids=["BUILD onto the class", "_class_setstate under another name"],
+)  # fmt: skip
+def test_a_class_attribute_put_there_but_by_the_walked_state_is_not_reused(monkeypatch, how):
+    import cloudpickle.cloudpickle as cpc
+
+    monkeypatch.setitem(sys.modules, "plugins", _plugins(monkeypatch, _HAND_WRITTEN_PLUGINS))
+    tracker = f"graphpickle-test-{len(how)}"
+    head = _pickle(_class_skeleton(tracker) + how + _get(9))
+    payload = _framed(head, _NONE)
+    receiver = connection.Receiver()
+    for _ in range(3):
+        read(receiver, payload)
+    cpc._DYNAMIC_CLASS_TRACKER_BY_ID[tracker].registry.append("a task's item")
+    read(receiver, payload)
+    assert cpc._DYNAMIC_CLASS_TRACKER_BY_ID[tracker].registry == []  # (as a fresh load sets it)
+    assert receiver.loaded[connection.digest(head)].probes is None
+
+
+def test_a_part_whose_load_keeps_a_block_is_not_reused():
+    # code_once on block bytes the part gets from its memo (not next to the
+    # call): a fresh load keeps the block on the connection every time, so a
+    # later payload naming it by digest loads once it was evicted.
+    import marshal
+    import pickle
+
+    block = marshal.dumps((lambda: "held").__code__)
+    digest = connection.digest(block)
+    head = _pickle(
+        b"\x8e" + len(block).to_bytes(8, "little") + block + _MEMO
+        + _global("graphpickle.core.blocks", "code_once") + _MEMO + _get(0) + b"\x85R" + _MEMO
+    )  # fmt: skip
+    named = _pickle(_global("graphpickle.core.blocks", "code_ref") + b"C\x10" + digest + b"\x85R")
+    receiver = connection.Receiver()
+    for _ in range(3):
+        read(receiver, _framed(head, _NONE))
+    receiver.held.pop(digest)  # (evicted: the oldest blocks go)
+    read(receiver, _framed(head, _NONE))
+    token = connection.RECEIVER.set(receiver)
+    try:
+        assert type(pickle.loads(named)) is types.CodeType
+    finally:
+        connection.RECEIVER.reset(token)
+    assert receiver.loaded[connection.digest(head)].probes is None
+
+
+def test_a_rebound_sys_modules_is_a_change(monkeypatch):
+    # find_class imports from the interpreter's modules dict; cloudpickle's
+    # subimport returns from the one sys.modules names. A worker that rebinds
+    # sys.modules to a copy, then puts a new version of a module in the
+    # interpreter's: a fresh load finds the new one.
+    plugins = _plugins(monkeypatch, "class Tag:\n    version = 'old'\n")
+    payloads, receiver = _reused_three_times(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    tag = plugins.Tag\n"
+    )
+    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    new = types.ModuleType(_REGISTRY_MODULE)
+    exec("class Tag:\n    version = 'new'\n", new.__dict__)
+    real = sys.modules
+    try:
+        before = dict(sys.modules)
+        sys.modules[_REGISTRY_MODULE] = new
+        sys.modules = before  # (a "restore": the interpreter keeps its own)
+        assert type(read(receiver, payloads[3])[0]).tag.version == "new"
+        _, head, body = classes_first.parts(payloads[3], receiver)
+        token = connection.RECEIVER.set(receiver)
+        try:  # (a fresh load)
+            assert type(held_classes.load_together(head, body, ())[0]).tag.version == "new"
+        finally:
+            connection.RECEIVER.reset(token)
+    finally:
+        sys.modules = real
+    assert plugins.Tag.version == "old"
+
+
+@pytest.fixture
+def package(tmp_path, monkeypatch):
+    """An importable package ``heldpkg`` (with ``heldpkg.sub``) that counts
+    how many times its ``__init__`` runs."""
+    root = tmp_path / "heldpkg"
+    root.mkdir()
+    (root / "__init__.py").write_text("import builtins\nbuiltins.HELDPKG_INITS += 1\n")
+    (root / "sub.py").write_text("class Thing:\n    pass\n")
+    monkeypatch.setattr("builtins.HELDPKG_INITS", 0, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import heldpkg.sub  # noqa: F401
+
+    yield
+    for name in ("heldpkg", "heldpkg.sub"):
+        sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize(
+    "via", ["    def thing(self):\n        return sub.Thing\n", "    kind = sub.Thing\n"],
+    ids=["subimport", "find_class"],
+)  # fmt: skip
+@pytest.mark.parametrize("worker", ["unloads", "blocks"])
+def test_the_package_above_a_held_module_is_imported_again(package, via, worker):
+    # __import__("heldpkg.sub") imports heldpkg again if it is missing (its
+    # __init__ runs), and fails on one blocked by None, in every fresh load.
+    import builtins
+
+    namespace: dict = {"__name__": "__main__"}
+    exec(
+        "import dataclasses\nfrom heldpkg import sub\n"
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n" + via,
+        namespace,
+    )
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(4)]
+    receiver = connection.Receiver()
+    for payload in payloads[:3]:
+        read(receiver, payload)
+    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    if worker == "unloads":
+        del sys.modules["heldpkg"]  # (its submodule stays)
+        inits = builtins.HELDPKG_INITS
+        read(receiver, payloads[3])
+        assert "heldpkg" in sys.modules and inits + 1 == builtins.HELDPKG_INITS
+    else:
+        sys.modules["heldpkg"] = None  # type: ignore[assignment]
+        with pytest.raises(ModuleNotFoundError):
+            read(receiver, payloads[3])
+
+
+def test_a_global_found_through_code_of_the_user_s_is_not_reused(monkeypatch):
+    # A module's __getattr__ (PEP 562: a lazy name) runs once per fresh load;
+    # the probes read dicts only, so the part is not reused.
+    plugins = _plugins(
+        monkeypatch,
+        "calls = []\nclass _Tag:\n    pass\n_Tag.__qualname__ = _Tag.__name__ = 'Tag'\n"
+        "def __getattr__(name):\n    if name == 'Tag':\n        calls.append(name)\n"
+        "        return _Tag\n    raise AttributeError(name)\n",
+    )
+    payloads = _point_payloads(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    tag = plugins.Tag\n", 5
+    )[1]
+    receiver = connection.Receiver()
+    counts = []
+    for payload in payloads:
+        plugins.calls.clear()
+        read(receiver, payload)
+        counts.append(len(plugins.calls))
+    assert counts == [1] * 5
+    assert receiver.loaded[classes_first.split(payloads[4])[1]].probes is None
+
+
+def test_a_function_state_applied_as_cloudpickle_writes_it_is_reused(monkeypatch):
+    # (_function_setstate takes items out of its slot state: the check reads
+    # what the pickle put there)
+    monkeypatch.setitem(sys.modules, "plugins", _plugins(monkeypatch, _HAND_WRITTEN_PLUGINS))
+    head = _pickle(
+        _global(_CPC, "_make_function") + _MEMO + b"(" + _global("plugins", "PLAIN_CODE") + _MEMO
+        + b"}" + _MEMO + b"NNNtR" + _MEMO + _global(_CPC, "_function_setstate") + _MEMO + _get(3)
+        + b"}" + _MEMO + _slots() + b"\x86\x86R0" + _get(3)
+    )  # fmt: skip
+    receiver = connection.Receiver()
+    assert [read(receiver, _framed(head, _NONE)) for _ in range(4)] == [None] * 4
+    assert receiver.loaded[connection.digest(head)].probes is not None
+
+
+@pytest.mark.parametrize(
+    "opcodes, reason",
+    [
+        (b"}" + _MEMO + b"(" + _text("a") + b"N" + _text("a") + b"Nu", "set twice"),
+        (
+            _global(_CPC, "_make_cell") + _MEMO + b"}" + _MEMO + b"\x85R" + _MEMO + b"0"
+            + _get(1) + _text("a") + b"Ns",
+            "filled after",
+        ),
+    ],
+    ids=["a key set twice", "a dict filled after a call was given it"],
+)  # fmt: skip
+def test_a_dict_a_callable_read_is_what_the_walk_reads(opcodes, reason):
+    with pytest.raises(opcode_walk.Unreadable, match=reason):
+        opcode_walk.reductions(_pickle(opcodes))
+
+
+@pytest.mark.parametrize("when", ["after the walk", "before the walk"])
+def test_sys_modules_rebound_to_another_dict_is_a_change(monkeypatch, when):
+    # cloudpickle's subimport imports by name, then returns what the dict
+    # sys.modules names holds: a worker that rebinds sys.modules to a copy
+    # holding a new version gives a fresh load's functions the new one.
+    _plugins(monkeypatch, "VERSION = 'old'\n")
+    new = types.ModuleType(_REGISTRY_MODULE)
+    new.VERSION = "new"  # type: ignore[attr-defined]
+    real = sys.modules
+    try:
+        if when == "before the walk":
+            sys.modules = dict(real)  # (the interpreter keeps its own)
+        payloads, receiver = _reused_three_times(
+            "@dataclasses.dataclass\nclass Point:\n    x: int\n"
+            "    def version(self):\n        return plugins.VERSION\n"
+        )
+        held = receiver.loaded[classes_first.split(payloads[3])[1]]
+        assert (held.probes is not None) == (when == "after the walk")
+        if when == "after the walk":
+            sys.modules = {**real, _REGISTRY_MODULE: new}
+        else:
+            sys.modules[_REGISTRY_MODULE] = new
+        assert read(receiver, payloads[3])[0].version() == "new"
+    finally:
+        sys.modules = real

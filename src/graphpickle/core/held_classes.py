@@ -197,7 +197,7 @@ class _Walk:
         self.mros: set[int] = set()
         #: The bases the part's class skeletons are made with.
         self.bases: list[type] = []
-        #: The ids of what the load made (:func:`_made_ids`).
+        #: The ids of what the load made (:func:`_made_by`).
         self.made_ids: set[int] = set()
         self.packages_read: set[str] = set()
         # What find_class imports from and what cloudpickle's subimport returns
@@ -634,40 +634,75 @@ def _value(
     return _MISSING
 
 
-def _made_of(kind: type, obj: Any, made: set[int]) -> bool:
-    return type(obj) is kind and id(obj) in made
+class _Made:
+    """What a part's load made: the ids of its objects (:func:`_made_by`), and
+    the items the pickle filled each dict it made with (before any callable
+    was given it: what that callable read, though it may take items out)."""
+
+    __slots__ = ("_dicts", "_globals", "_memo", "ids")
+
+    def __init__(
+        self,
+        ids: set[int],
+        dicts: dict[int, opcode_walk.Symbol],
+        globals_: dict[tuple[str, str], Any],
+        memo: dict[int, Any],
+    ) -> None:
+        self.ids, self._dicts, self._globals, self._memo = ids, dicts, globals_, memo
+
+    def items(self, obj: Any) -> dict[str, Any] | None:
+        """The str-keyed items the pickle set in ``obj``, a dict it made."""
+        symbol = self._dicts.get(id(obj))
+        if symbol is None:
+            return None
+        pairs, _ = symbol.value
+        if any(key.kind != "str" for key, _ in pairs):
+            return None
+        return {key.value: _value(value, self._globals, self._memo) for key, value in pairs}
 
 
-def _made_dict(obj: Any, made: set[int]) -> bool:
+def _made_of(kind: type, obj: Any, made: _Made) -> bool:
+    return type(obj) is kind and id(obj) in made.ids
+
+
+def _made_dict(obj: Any, made: _Made) -> bool:
     """A dict this load made, keyed by exact strs (what a maker copies from or
     into: one a fresh load would find again would go stale, or be written)."""
     return _made_of(dict, obj, made) and all(type(key) is str for key in obj)
 
 
-def _made_cells(obj: Any, made: set[int]) -> bool:
+def _made_cells(obj: Any, made: _Made) -> bool:
     """None, or a tuple of cells this load made (a closure: written into, or copied)."""
     return obj is None or (
         type(obj) is tuple and all(_made_of(types.CellType, cell, made) for cell in obj)
     )
 
 
-def _function_slots(slots: Any, made: set[int]) -> bool:
-    """cloudpickle's slot state of a function, as its receiver applies it: the
-    globals copied into the function's, the closure's contents into its cells
-    (each made by this load), the rest set as attributes; no other key (a
-    ``__dict__`` would swap the function's dict for what it names)."""
-    if not _made_dict(slots, made) or frozenset(slots) not in blocks.SLOT_KEYS:
-        return False
-    submodules = slots["_cloudpickle_submodules"]
+def _copied(globals_: Any, closure: Any, submodules: Any, made: _Made) -> bool:
+    """What a function's receiver copies into it (its globals, its closure's
+    contents) made by this load, and the submodules it imported modules."""
     return (
-        _made_dict(slots["__globals__"], made)
-        and _made_cells(slots["__closure__"], made)
+        _made_dict(globals_, made)
+        and _made_cells(closure, made)
         and _made_of(list, submodules, made)
         and all(type(module) is types.ModuleType for module in submodules)
     )
 
 
-def _made_function(args: tuple[Any, ...], made: set[int]) -> bool:
+def _slot_values(slots: dict[str, Any] | None, made: _Made) -> bool:
+    """cloudpickle's slot state of a function, as its receiver applies it:
+    :func:`_copied`, the rest set as attributes; no other key (a ``__dict__``
+    would swap the function's dict for what it names)."""
+    return (
+        slots is not None
+        and frozenset(slots) in blocks.SLOT_KEYS
+        and _copied(
+            slots["__globals__"], slots["__closure__"], slots["_cloudpickle_submodules"], made
+        )
+    )
+
+
+def _made_function(args: tuple[Any, ...], made: _Made) -> bool:
     # _make_function(code, globals, name, argdefs, closure)
     return (
         len(args) == 5
@@ -679,8 +714,8 @@ def _made_function(args: tuple[Any, ...], made: set[int]) -> bool:
     )
 
 
-def _function_state_applied(args: tuple[Any, ...], made: set[int]) -> bool:
-    # _function_setstate(func, (attributes, slots))
+def _function_state_applied(args: tuple[Any, ...], made: _Made) -> bool:
+    # _function_setstate(func, (attributes, slots)): it takes items out of slots
     if len(args) != 2 or not _made_of(types.FunctionType, args[0], made):
         return False
     state = args[1]
@@ -688,11 +723,12 @@ def _function_state_applied(args: tuple[Any, ...], made: set[int]) -> bool:
         type(state) is tuple
         and len(state) == 2
         and _made_dict(state[0], made)
-        and _function_slots(state[1], made)
+        and _made_dict(state[1], made)
+        and _slot_values(made.items(state[1]), made)
     )
 
 
-def _class_state_applied(args: tuple[Any, ...], made: set[int]) -> bool:
+def _class_state_applied(args: tuple[Any, ...], made: _Made) -> bool:
     # _class_setstate(cls, (clsdict, slotstate)), slotstate empty
     if len(args) != 2 or not _made_of(type, args[0], made):
         return False
@@ -706,7 +742,7 @@ def _class_state_applied(args: tuple[Any, ...], made: set[int]) -> bool:
     )
 
 
-def _function_of_layout(args: tuple[Any, ...], made: set[int]) -> bool:
+def _function_of_layout(args: tuple[Any, ...], made: _Made) -> bool:
     # blocks.make_function(code, base_globals, closure, layout, attributes, *slot values)
     if len(args) < 5:
         return False
@@ -718,11 +754,11 @@ def _function_of_layout(args: tuple[Any, ...], made: set[int]) -> bool:
         and _made_dict(args[1], made)
         and _made_cells(args[2], made)
         and _made_dict(args[4], made)
-        and _function_slots(dict(zip(keys, args[5:], strict=True)), made)
+        and _slot_values(dict(zip(keys, args[5:], strict=True)), made)
     )
 
 
-def _function_of_block(args: tuple[Any, ...], made: set[int]) -> bool:
+def _function_of_block(args: tuple[Any, ...], made: _Made) -> bool:
     # function_once(block) or function_ref(digest): a new dict; with blocks.SENT_PARTS after it
     if not args or type(args[0]) is not bytes:
         return False
@@ -731,19 +767,15 @@ def _function_of_block(args: tuple[Any, ...], made: set[int]) -> bool:
     if len(args) != 1 + len(blocks.SENT_PARTS):
         return False
     sent = dict(zip(blocks.SENT_PARTS, args[1:], strict=True))
-    slots = {key: sent[key] for key in ("__globals__", "__closure__", "_cloudpickle_submodules")}
     return (
         _made_dict(sent["base_globals"], made)
         and _made_cells(sent["closure"], made)
         and _made_dict(sent["attributes"], made)
-        and _made_of(list, slots["_cloudpickle_submodules"], made)
-        and all(type(module) is types.ModuleType for module in slots["_cloudpickle_submodules"])
-        and _made_dict(slots["__globals__"], made)
-        and _made_cells(slots["__closure__"], made)
+        and _copied(sent["__globals__"], sent["__closure__"], sent["_cloudpickle_submodules"], made)
     )
 
 
-def _atoms(args: tuple[Any, ...], made: set[int]) -> bool:
+def _atoms(args: tuple[Any, ...], made: _Made) -> bool:
     # types.CodeType(...): ints, strs, bytes and tuples of such (an __index__ would run)
     return all(
         type(arg) in (int, str, bytes, type(None))
@@ -753,16 +785,20 @@ def _atoms(args: tuple[Any, ...], made: set[int]) -> bool:
     )
 
 
-def _stored(count: int) -> Callable[[tuple[Any, ...], set[int]], bool]:
+def _stored(count: int) -> Callable[[tuple[Any, ...], _Made], bool]:
     """At most ``count`` arguments, each only stored (a cell's contents)."""
     return lambda args, made: len(args) <= count
 
 
-def _wrapping(args: tuple[Any, ...], made: set[int]) -> bool:
+def _wrapping(args: tuple[Any, ...], made: _Made) -> bool:
     # classmethod(f), staticmethod(f): f's names are copied; types.MappingProxyType(d)
     return len(args) == 1 and (
         _made_of(types.FunctionType, args[0], made) or _made_dict(args[0], made)
     )
+
+
+def _code_of_block(args: tuple[Any, ...], made: _Made) -> bool:
+    return len(args) == 1 and type(args[0]) is bytes
 
 
 #: What each maker may be given, as the load passed it (:func:`_value`): exact
@@ -770,7 +806,7 @@ def _wrapping(args: tuple[Any, ...], made: set[int]) -> bool:
 #: (an ``__iter__`` unpacking a state, a descriptor read as names are copied, an
 #: ``__index__``); and made by this load, each container the maker copies from
 #: or writes into (else it reads or writes what a fresh load would find again).
-_SIGNATURES: dict[int, Callable[[tuple[Any, ...], set[int]], bool]] = {
+_SIGNATURES: dict[int, Callable[[tuple[Any, ...], _Made], bool]] = {
     id(maker): check
     for makers, check in (
         ((cp.MAKE_FUNCTION,), _made_function),
@@ -781,7 +817,7 @@ _SIGNATURES: dict[int, Callable[[tuple[Any, ...], set[int]], bool]] = {
             (blocks.function_once, blocks.function_ref, blocks.function_ref_in_python),
             _function_of_block,
         ),
-        ((blocks.code_once, blocks.code_ref), lambda args, made: len(args) == 1 and type(args[0]) is bytes),
+        ((blocks.code_once, blocks.code_ref), _code_of_block),
         ((types.CodeType,), _atoms),
         ((classmethod, staticmethod, types.MappingProxyType), _wrapping),
         ((*cp.MAKERS, types.CellType), _stored(1)),
@@ -790,21 +826,24 @@ _SIGNATURES: dict[int, Callable[[tuple[Any, ...], set[int]], bool]] = {
 }  # fmt: skip
 
 
-def _made_ids(
+def _made_by(
     read: opcode_walk.Reductions, globals_: dict[tuple[str, str], Any], memo: dict[int, Any]
-) -> set[int]:
-    """The ids of the objects this load made: in the memo, from an empty
-    container, a NEWOBJ, or a maker's or a class skeleton's call (a lookup's
-    result, a global and a constant are found)."""
-    made: set[int] = set()
+) -> _Made:
+    """What this load made: in the memo, from an empty container, a NEWOBJ, or
+    a maker's or a class skeleton's call (a lookup's result, a global and a
+    constant are found)."""
+    ids: set[int] = set()
+    dicts: dict[int, opcode_walk.Symbol] = {}
     for index, symbol in enumerate(read.memo):
         if symbol.index != index:
             continue  # (memoized again: its first index stands for it)
         if symbol.kind in ("list", "dict", "set", "new") or (
             symbol.kind == "call" and _role(symbol.value[0], globals_, memo) in ("make", "class")
         ):
-            made.add(id(memo[index]))
-    return made
+            ids.add(id(memo[index]))
+        if symbol.kind == "dict":
+            dicts[id(memo[index])] = symbol
+    return _Made(ids, dicts, globals_, memo)
 
 
 def _resolved(
@@ -855,7 +894,8 @@ def _check_reductions(
     its maker may be given (:data:`_SIGNATURES`) or looks up what a probe reads
     again, each NEWOBJ makes a plain object, and each BUILD fills one (its
     ``__dict__``, and its slots only)."""
-    made = walk.made_ids = _made_ids(read, globals_, memo)
+    made = _made_by(read, globals_, memo)
+    walk.made_ids = made.ids
     for call in read.calls:
         callable_, arguments = call.value
         role = _role(callable_, globals_, memo)
@@ -896,7 +936,7 @@ def _check_reductions(
         _check_build(_value(target.value[0], globals_, memo), _value(state, globals_, memo), made)
 
 
-def _check_build(cls: type, state: Any, made: set[int]) -> None:
+def _check_build(cls: type, state: Any, made: _Made) -> None:
     """A BUILD of an instance of the plain class ``cls``: a dict this load made
     (put into its ``__dict__``), or ``(that or None, slots)`` whose keys each
     name a slot of ``cls`` (set with ``setattr``: ``__dict__`` or ``__class__``

@@ -40,14 +40,27 @@ class Symbol:
     ``str`` or a ``const`` (its value), a ``global`` ``(module, name)``, a
     ``call`` ``(callable, arguments)`` (REDUCE), a ``new`` ``(class,
     arguments)`` (NEWOBJ), a ``tuple`` of symbols, an empty ``list``, ``dict``
-    or ``set``, or ``other``; and its memo index."""
+    or ``set`` (a dict's value: its items, ``(key, value)`` symbols, as the
+    pickle sets them, and the str keys among them), or ``other``; its memo index; and whether a REDUCE or
+    a BUILD was given it (``given``: a dict is filled no more after)."""
 
-    __slots__ = ("index", "kind", "value")
+    __slots__ = ("given", "index", "kind", "value")
 
     def __init__(self, kind: str, value: Any = None) -> None:
         self.kind = kind
         self.value = value
         self.index: int | None = None
+        self.given = False
+
+
+def _give(symbol: Symbol) -> None:
+    """``symbol`` is given to a REDUCE or a BUILD: a dict in it (or in a tuple
+    of it) is what the callable reads, and is filled no more."""
+    if symbol.kind == "dict":
+        symbol.given = True
+    elif symbol.kind == "tuple":
+        for item in symbol.value:
+            _give(item)
 
 
 _STRINGS = frozenset({"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8"})
@@ -151,12 +164,14 @@ def _read(head: bytes) -> Reductions:
             if target.kind != _FILLS[name]:
                 # (an object's append, extend, __setitem__ or add: its code runs)
                 raise Unreadable(f"{name} onto what is not an empty {_FILLS[name]}")
-            if count is None:
-                down_to_mark()
-            else:
+            items = down_to_mark() if count is None else stack[-count:]
+            if count is not None:
                 del stack[-count:]
+            if target.kind == "dict":
+                _fill(target, items)
         elif name == "BUILD":
             state = stack.pop()
+            _give(state)
             read.builds.append((stack[-1], state))
         elif name == "MEMOIZE":
             if stack[-1].index is None:
@@ -175,6 +190,7 @@ def _read(head: bytes) -> Reductions:
             push(Symbol("global", (module.value, qualname.value)))
         elif name == "REDUCE":
             arguments, callable_ = stack.pop(), stack.pop()
+            _give(arguments)
             calls.append(Symbol("call", (callable_, arguments)))
             stack.append(calls[-1])
         elif name == "NEWOBJ":
@@ -200,5 +216,21 @@ def _read(head: bytes) -> Reductions:
         elif name == "DUP":
             push(stack[-1])
         else:  # (an empty container; a bytearray)
-            stack.append(Symbol(_EMPTY.get(name, "other")))
+            kind = _EMPTY.get(name, "other")
+            stack.append(Symbol(kind, ([], set()) if kind == "dict" else None))
     raise Unreadable("no STOP")
+
+
+def _fill(target: Symbol, items: list[Symbol]) -> None:
+    """Note the items SETITEM(S) sets in the dict ``target``: before any
+    callable was given it, each str key once (what a pickler writes), so that
+    its items are what each callable given it read."""
+    if target.given:
+        raise Unreadable("a dict filled after a callable was given it")
+    pairs, names = target.value
+    for key, value in zip(items[::2], items[1::2], strict=True):
+        if key.kind == "str":
+            if key.value in names:
+                raise Unreadable(f"the key {key.value!r} set twice")
+            names.add(key.value)
+        pairs.append((key, value))
