@@ -1646,3 +1646,21 @@ def test_sys_modules_rebound_to_another_dict_is_a_change(monkeypatch, when):
         assert read(receiver, payloads[3])[0].version() == "new"
     finally:
         sys.modules = real
+
+
+@pytest.mark.skipif(sys.version_info < (3, 15), reason="frozendict: 3.15+")
+def test_a_frozendict_of_a_found_dict_is_not_reused(monkeypatch):
+    # NEWOBJ(frozendict, (CONFIG,)) copies CONFIG as it is in every fresh load.
+    plugins = _plugins(monkeypatch, _HAND_WRITTEN_PLUGINS)
+    monkeypatch.setitem(sys.modules, "plugins", plugins)
+    head = _pickle(
+        _global("builtins", "frozendict") + _MEMO + _global("plugins", "CONFIG") + _MEMO
+        + b"\x85\x81" + _MEMO
+    )  # fmt: skip
+    payload = _framed(head, _pickle(_get(2)))
+    receiver = connection.Receiver()
+    for _ in range(3):
+        read(receiver, payload)
+    plugins.CONFIG["mode"] = "changed"
+    assert read(receiver, payload)["mode"] == "changed"
+    assert receiver.loaded[connection.digest(head)].probes is None

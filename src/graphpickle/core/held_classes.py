@@ -634,6 +634,9 @@ def _value(
     return _MISSING
 
 
+_FROZENDICT = getattr(builtins, "frozendict", _MISSING)
+
+
 class _Made:
     """What a part's load made: the ids of its objects (:func:`_made_by`), and
     the items the pickle filled each dict it made with (before any callable
@@ -925,10 +928,13 @@ def _check_reductions(
             raise NotReusable(_resolved(callable_, globals_, memo))
     for new in read.news:
         cls, arguments = (_value(symbol, globals_, memo) for symbol in new.value)
-        if type(cls) is not type or not _plain(cls) or type(arguments) is not tuple or arguments:
+        if type(arguments) is not tuple or not (
+            (type(cls) is type and _plain(cls) and not arguments)
+            or (cls is _FROZENDICT and len(arguments) == 1 and _made_of(dict, arguments[0], made))
+        ):
             # (object.__new__(cls) and nothing else: another __new__ runs code,
             # or makes what it is given into something found: a function of a
-            # found globals dict)
+            # found globals dict; 3.15's frozendict copies a dict it was given)
             raise NotReusable("a NEWOBJ of what is not a plain class")
     for target, state in read.builds:
         if target.kind != "new":
