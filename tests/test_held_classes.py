@@ -10,6 +10,7 @@ same change with the check switched off must show (the case can fail)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import sys
 import threading
@@ -358,7 +359,28 @@ def test_a_task_whose_functions_share_the_part_s_globals_loads_the_part_afresh()
         uses.__globals__["OFFSET"] = -1000  # a task rebinds the part's global
     assert len({id(m) for m in methods}) == len(methods)  # (made anew each time)
     held = receiver.loaded[classes_first.split(payloads[-1])[1]]
-    assert held.probes is not None and held.avoid and held.strikes == 0
+    assert held.probes is not None and held.avoid and held.stale and held.strikes == 0
+
+
+def test_a_task_that_loads_the_part_afresh_costs_the_others_no_strike():
+    # Tasks of a function sharing the part's globals (loaded afresh, the class
+    # state applied again) between tasks that reuse it: each of those walks the
+    # part again, and it is never given up.
+    source = (
+        _POINT + "    def total(self):\n        return self.x + OFFSET\n"
+        "OFFSET = 10\ndef uses(p):\n    return p.total()\n"
+    )
+    namespace: dict = {"__name__": "__main__", "__package__": None}
+    exec("import dataclasses\n" + source, namespace)
+    sender = connection.Sender()
+    point, uses = namespace["Point"], namespace["uses"]
+    payloads = [write(sender, [uses, point(i)] if i % 2 else [point(i)]) for i in range(12)]
+    receiver = connection.Receiver()
+    for i, payload in enumerate(payloads):
+        loaded = read(receiver, payload)
+        assert (loaded[0](loaded[1]) if i % 2 else loaded[0].total()) == i + 10
+    held = receiver.loaded[classes_first.split(payloads[-1])[1]]
+    assert held.probes is not None and held.strikes == 0
 
 
 def test_a_task_part_s_memo_gets_are_read_as_the_unpickler_reads_them():
@@ -1664,3 +1686,290 @@ def test_a_frozendict_of_a_found_dict_is_not_reused(monkeypatch):
     plugins.CONFIG["mode"] = "changed"
     assert read(receiver, payload)["mode"] == "changed"
     assert receiver.loaded[connection.digest(head)].probes is None
+
+
+# What an eighth review found: code of the user's a fresh load runs that a
+# reused part skipped (cloudpickle's _class_setstate registering an ABC's
+# items, a second BUILD finding a __setstate__ the first put in an instance's
+# __dict__, a code object's constants hashed as a dict key, a __del__ run when
+# a fresh load drops what it made, what __import__ reads of a module's spec);
+# code of the user's run by the check itself (a module dict's key compared);
+# and blocks the connection evicted.
+
+
+def _user_code_per_task(monkeypatch, plugins_source: str, head: bytes) -> tuple[list, int]:
+    """How many times code of the user's (``plugins.calls``) runs in each of
+    five tasks of the hand-written part ``head`` on one connection, and in a
+    fresh load of it."""
+    plugins = _plugins(monkeypatch, plugins_source)
+    monkeypatch.setitem(sys.modules, "plugins", plugins)
+    receiver = connection.Receiver()
+    seen = []
+    for _ in range(5):
+        plugins.calls.clear()
+        read(receiver, _framed(head, _NONE))
+        gc.collect()
+        seen.append(len(plugins.calls))
+    plugins.calls.clear()
+    held_classes.load_together(head, _NONE, ())
+    gc.collect()
+    return seen, len(plugins.calls)
+
+
+_USER_CODE = {
+    "an ABC's registry applied by _class_setstate": (
+        "calls = []\nclass Base:\n    @classmethod\n    def register(cls, item):\n"
+        "        calls.append(cls)\n        if type(item) is list:\n"
+        "            cls._abc_impl = item\n",
+        _pickle(
+            _global(_CPC, "_make_skeleton_class") + _MEMO + b"(" + _global("builtins", "type")
+            + _MEMO + _text("graphpickle-test-abc") + _MEMO + _global("plugins", "Base") + _MEMO
+            + b"\x85" + _MEMO + b"}" + _MEMO + _text("__module__") + _MEMO + _text("__main__")
+            + _MEMO + b"s" + _text("graphpickle-test-abc") + _MEMO + b"NtR" + _MEMO
+            + _global(_CPC, "_class_setstate") + _MEMO + _get(9) + b"}" + _MEMO
+            + _text("_abc_impl") + _MEMO + b"]" + _MEMO + _get(13) + b"as}" + _MEMO
+            + b"\x86\x86R0" + _get(9)
+        ),
+    ),
+    "a __setstate__ a first BUILD put in the instance": (
+        "calls = []\ndef record(state):\n    calls.append(state)\nclass Thing:\n    pass\n",
+        _pickle(
+            _global("plugins", "Thing") + _MEMO + b")\x81" + _MEMO + b"}" + _MEMO
+            + _text("__setstate__") + _global("plugins", "record") + _MEMO + b"sb"
+            + b"}" + _MEMO + _text("x") + b"K\x01sb"
+        ),
+    ),
+    "a code object's constants hashed as a key": (
+        "calls = []\nclass H:\n    def __hash__(self):\n        calls.append(self)\n"
+        "        return 1\nCODE = (lambda: None).__code__.replace(co_consts=(None, H()))\n",
+        _pickle(b"}" + _MEMO + _global("plugins", "CODE") + _MEMO + b"K\x01s"),
+    ),
+    "a __del__ run as a fresh load drops what it made": (
+        "calls = []\nclass Thing:\n    def __del__(self):\n        calls.append(1)\n",
+        _pickle(_global("plugins", "Thing") + _MEMO + b")\x81" + _MEMO + b"0N"),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(_USER_CODE))
+def test_code_of_the_user_s_a_fresh_load_runs_runs_in_every_task(monkeypatch, case):
+    seen, fresh = _user_code_per_task(monkeypatch, *_USER_CODE[case])
+    if not fresh:  # (3.14 hashes a code object without its constants')
+        pytest.skip("a fresh load runs no code of the user's here on this Python")
+    assert seen == [fresh] * 5
+
+
+def test_a_part_naming_blocks_the_connection_evicted_fails_as_a_fresh_load_does(monkeypatch):
+    # (a sender that sees the connection as its receiver does never names an
+    # evicted block: a fresh load then fails, naming it; so must a reused part)
+    _plugins(monkeypatch, "")
+    payloads, receiver = _reused_three_times(_POINT)
+    for name, (value, _) in list(receiver.held.items()):
+        if type(value) is tuple:  # (a function block's parts)
+            del receiver.held[name]
+    with pytest.raises(connection.MissingBlock):
+        read(receiver, payloads[3])
+
+
+_SPY_CALLS: list = []
+
+
+class _LoggedModule(types.ModuleType):
+    def __getattribute__(self, name):
+        if name == "__spec__":
+            _SPY_CALLS.append(name)
+        return super().__getattribute__(name)
+
+
+class _SpySpec:
+    def __getattr__(self, name):
+        _SPY_CALLS.append(name)
+        raise AttributeError(name)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda module: setattr(module, "__class__", _LoggedModule),
+        lambda module: setattr(module, "__spec__", _SpySpec()),
+    ],
+    ids=["the module's class", "its spec"],
+)
+@pytest.mark.parametrize(
+    "via",
+    ["    tag = plugins.Tag\n", "    def tag(self):\n        return plugins.Tag\n"],
+    ids=["find_class", "subimport"],
+)
+def test_what_import_reads_of_a_module_s_spec_is_read_in_every_task(monkeypatch, change, via):
+    # __import__ of a module already imported reads its __spec__ and the
+    # spec's _initializing (it waits for another thread's import when true).
+    plugins = _plugins(monkeypatch, "class Tag:\n    pass\n")
+    payloads, receiver = _reused_three_times(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n" + via
+    )
+    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    change(plugins)
+    _SPY_CALLS.clear()
+    try:
+        read(receiver, payloads[3])
+        assert _SPY_CALLS
+    finally:
+        plugins.__class__ = types.ModuleType
+
+
+def test_a_package_whose_module_class_reads_its_spec_is_not_reused(package, monkeypatch):
+    # (the pattern the docs give: sys.modules[__name__].__class__ = ...)
+    import heldpkg
+
+    monkeypatch.setattr(heldpkg, "__class__", _LoggedModule)
+    namespace: dict = {"__name__": "__main__"}
+    exec(
+        "import dataclasses\nfrom heldpkg import sub\n"
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    kind = sub.Thing\n",
+        namespace,
+    )
+    sender = connection.Sender()
+    payloads = [write(sender, [namespace["Point"](i)]) for i in range(5)]
+    receiver = connection.Receiver()
+    counts = []
+    for payload in payloads:
+        _SPY_CALLS.clear()
+        read(receiver, payload)
+        counts.append(len(_SPY_CALLS))
+    assert all(counts), counts
+    assert receiver.loaded[classes_first.split(payloads[4])[1]].probes is None
+
+
+def test_the_check_compares_no_key_of_the_user_s(monkeypatch):
+    # A key whose hash is a global's name, put in its module's dict: looking
+    # the name up there would run its __eq__ inside the check (which changed
+    # what the check had read before, unseen).
+    plugins = _plugins(monkeypatch, "class Tag:\n    pass\n")
+    payloads, receiver = _reused_three_times(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    items = [1, 2]\n"
+        "    tag = plugins.Tag\n"
+    )
+    cls = type(read(receiver, payloads[2])[0])
+    compared = []
+
+    class Key:
+        def __hash__(self):
+            return hash("Tag")
+
+        def __eq__(self, other):
+            compared.append(other)
+            cls.items.append(9)
+            return False
+
+    tag = plugins.Tag
+    del plugins.Tag
+    vars(plugins)[Key()] = 0
+    plugins.Tag = tag
+    compared.clear()
+    assert list(type(read(receiver, payloads[3])[0]).items) == [1, 2]
+
+
+_VICTIM = (
+    "import sys, types\n"
+    f"module = types.ModuleType({_REGISTRY_MODULE!r})\n"
+    "exec('class Tag:\\n    pass\\n', module.__dict__)\n"
+    f"sys.modules[{_REGISTRY_MODULE!r}] = module\n"
+)
+
+
+def test_a_key_of_the_user_s_freeing_what_the_check_reads_crashes_nothing(tmp_path):
+    # (its __eq__ drops the module's last reference while the check reads its
+    # dict: a use after free before the probes held what they read)
+    sender = (
+        WRITE_SCRIPT
+        + _VICTIM
+        + f"""
+import pickle
+namespace = {{"__name__": "__main__"}}
+exec("import dataclasses, {_REGISTRY_MODULE} as plugins\\n@dataclasses.dataclass\\n"
+     "class Point:\\n    x: int\\n    tag = plugins.Tag\\n", namespace)
+sender = connection.Sender()
+with open(sys.argv[1], "wb") as out:
+    pickle.dump([write(sender, [namespace["Point"](i)]) for i in range(4)], out)
+"""
+    )
+    receiver = (
+        READ_SCRIPT
+        + _VICTIM
+        + f"NAME = {_REGISTRY_MODULE!r}\n"
+        + """
+import gc
+import graphpickle.integrations.dask_distributed as gpd
+from graphpickle.core import held_classes
+held_classes.ENABLED = True
+receiver = connection.Receiver()
+def read(payload):
+    token = connection.RECEIVER.set(receiver)
+    try:
+        return gpd.loads(payload)
+    finally:
+        connection.RECEIVER.reset(token)
+for payload in sent[:3]:
+    read(payload)
+armed = []
+class Key:
+    def __hash__(self):
+        return hash("Tag")
+    def __eq__(self, other):
+        if armed:
+            armed.clear()
+            sys.modules.pop(NAME, None)
+            junk = [bytes(n) for n in range(16, 2048, 8) for _ in range(16)]
+        return False
+tag = module.Tag
+del module.Tag
+vars(module)[Key()] = 0
+module.Tag = tag
+del module, tag
+gc.collect()
+armed.append(1)
+try:
+    read(sent[3])
+except Exception as error:
+    print(type(error).__name__)
+print("survived")
+"""
+    )
+    run_python(sender, str(tmp_path / "sent.pkl"), cwd=tmp_path)
+    assert (
+        run_python(receiver, str(tmp_path / "sent.pkl"), cwd=tmp_path).strip().endswith("survived")
+    )
+
+
+def test_a_class_dict_keyed_by_what_hashes_in_python_is_not_reused(monkeypatch):
+    # (the walk looks names up among a class's keys: a key of the user's
+    # would be hashed and compared with its code)
+    plugins = _plugins(
+        monkeypatch,
+        "calls = []\nclass Key:\n    def __hash__(self):\n        calls.append(self)\n"
+        "        return 1\nBase = type('Base', (), {Key(): 1})\nclass Thing(Base):\n    pass\n",
+    )
+    monkeypatch.setattr(plugins, "thing", plugins.Thing(), raising=False)
+    payloads, receiver = _reused_three_times(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    thing = plugins.thing\n"
+    )
+    plugins.calls.clear()
+    read(receiver, payloads[3])
+    assert plugins.calls == []
+    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is None
+
+
+def test_a_module_whose_spec_is_the_user_s_is_not_reused(monkeypatch):
+    plugins = _plugins(monkeypatch, "class Tag:\n    pass\n")
+    plugins.__spec__ = _SpySpec()
+    payloads = _point_payloads(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    tag = plugins.Tag\n", 5
+    )[1]
+    receiver = connection.Receiver()
+    counts = []
+    for payload in payloads:
+        _SPY_CALLS.clear()
+        read(receiver, payload)
+        counts.append(len(_SPY_CALLS))
+    assert all(counts), counts
+    assert receiver.loaded[classes_first.split(payloads[4])[1]].probes is None

@@ -78,7 +78,7 @@ typedef struct {
     PyObject *str_generation, *str_globals_ref, *str_package, *str_name, *str_path, *str_file;
     PyObject *str_locals, *str_lambda, *main_modules, *str_modules, *sys_dict;
     PyObject *str_builtins, *str_dict, *str_update, *str_closure, *str_cell_contents, *str_held;
-    PyObject *str_import, *builtins_dict;
+    PyObject *str_import, *builtins_dict, *str_spec;
     PyObject *empty_bytes, *empty_dict;
     /* Importable functions and classes, remembered once the Python policy
      * found them importable (remember_by_reference): object -> (module, module
@@ -170,7 +170,7 @@ typedef struct {
     DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
     DO(function_builtins) DO(function_layouts) DO(make_function_slow)                             \
     DO(session_reduction) DO(session_subimport)                                                   \
-    DO(missing_marker) DO(modules_dict) DO(modules_items)
+    DO(missing_marker) DO(modules_dict) DO(modules_items) DO(str_spec)
 
 static inline SpeedupsState *
 module_state(PyObject *module)
@@ -2887,11 +2887,12 @@ same_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * and compared as it goes (it stops at the first change). held_classes.py
  * builds the probes, and reuses a loaded classes' part while they read the
  * same. No Python code of the user's runs: the probes read the fields of
- * functions, cells, exact dicts, lists and sets, the slots of plain objects
- * (classes that define no hooks: checked when the probes were made), classes'
- * dicts, and globals (a module's attribute, as a load's find_class reads it).
- * A probe is a tuple (kind, target[, argument]); `missing` stands for what is
- * not there. */
+ * functions, cells, exact dicts, lists and sets (a set's whole table), the
+ * slots of plain objects (classes that define no hooks: checked when the
+ * probes were made), classes' dicts, and globals and modules (by dict lookups
+ * only, in dicts keyed by exact strs only, each object held while the next is
+ * looked up: emit_global). A probe is a tuple (kind, target[, argument]);
+ * `missing` stands for what is not there. */
 enum {
     PROBE_ATTR, PROBE_ITEMS, PROBE_CLASS_ITEMS, PROBE_LIST, PROBE_CELL, PROBE_GLOBAL, PROBE_MODULE,
     PROBE_ANNOTATIONS, PROBE_SET, PROBE_FUNCTION, PROBE_PLAIN, PROBE_MODULES
@@ -2924,7 +2925,10 @@ typedef struct {
     PyObject *out, *reading, *missing;
     Py_ssize_t at;
     int same;
-    PyObject *modules; /* sys.modules, read once and held (a getattr below may rebind it) */
+    PyObject *modules; /* the interpreter's modules dict, read once and held */
+    PyObject *str_keyed[8]; /* dicts found keyed by exact strs only in this reading (borrowed: */
+    int n_str_keyed;        /* nothing runs code while the probes read, so none changes) */
+    PyObject *str_spec; /* "__spec__" (the module state's) */
 } Probed;
 
 static int
@@ -2995,58 +2999,127 @@ emit_attribute(Probed *p, PyObject *target, PyObject *name)
     return emit_new(p, value);
 }
 
-/* What find_class finds for (module, names): modules[module].a.b.c, read as
- * dict lookups only, so that no code of the user's runs (a module's
- * __getattr__, a metaclass's, a descriptor's __get__): the first name from an
- * exact module's __dict__ (not a dunder: a module's type defines some), each
- * next from the __dict__s of the MRO of a class whose metaclass is type (not a
- * dunder: type defines some), a value with no __get__ or a function (which
- * gives itself for a class). What a lookup cannot read so reads as missing:
- * held_classes.py then finds it differs from what the load found, and does
- * not reuse the part. `modules` is the interpreter's (what an import reads). */
+/* Whether `dict` is an exact dict whose keys are all exact strs: looking a str
+ * up in it then compares strs only (a key of another class whose hash matched
+ * would have its __eq__ run, which could change or free what the probes
+ * read). Remembered for the rest of this reading (nothing runs code then). */
 static int
-emit_global(Probed *p, PyObject *module_name, PyObject *names)
+str_keyed(Probed *p, PyObject *dict)
+{
+    if (dict == NULL || !PyDict_CheckExact(dict)) {
+        return 0;
+    }
+    for (int i = 0; i < p->n_str_keyed; i++) {
+        if (p->str_keyed[i] == dict) {
+            return 1;
+        }
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) {
+            return 0;
+        }
+    }
+    if (p->n_str_keyed < (int)(sizeof(p->str_keyed) / sizeof(p->str_keyed[0]))) {
+        p->str_keyed[p->n_str_keyed++] = dict;
+    }
+    return 1;
+}
+
+/* dict[name], a new reference (NULL: missing, or an error); a dict that is not
+ * str_keyed reads as missing. */
+static PyObject *
+lookup(Probed *p, PyObject *dict, PyObject *name)
+{
+    if (!PyUnicode_CheckExact(name) || !str_keyed(p, dict)) {
+        return NULL;
+    }
+    return Py_XNewRef(PyDict_GetItemWithError(dict, name));
+}
+
+/* What `__import__` reads of a module already imported (import_get_module,
+ * import_ensure_initialized), read as dict lookups only: the module (an exact
+ * module, else missing) and its __spec__ (an item of its __dict__): two values.
+ * What the spec holds is probed apart (held_classes.py: a ModuleSpec's dict,
+ * whose `_initializing` must be missing or False). A new reference to the
+ * module, or NULL (missing; or an error). */
+static PyObject *
+emit_module(Probed *p, PyObject *module_name)
 {
     if (p->modules == NULL) {
         p->modules = Py_XNewRef(PyImport_GetModuleDict());
     }
-    PyObject *found = p->modules != NULL && PyDict_CheckExact(p->modules)
-                          ? PyDict_GetItemWithError(p->modules, module_name) : NULL;
+    PyObject *module = lookup(p, p->modules, module_name);
+    if (module != NULL && !PyModule_CheckExact(module)) {
+        Py_CLEAR(module);
+    }
+    PyObject *spec = module == NULL ? NULL : lookup(p, PyModule_GetDict(module), p->str_spec);
+    int failed = PyErr_Occurred() != NULL || emit(p, module) < 0 || emit(p, spec) < 0;
+    Py_XDECREF(spec);
+    if (failed) {
+        Py_XDECREF(module);
+        return NULL;
+    }
+    return module;
+}
+
+/* What find_class finds for (module, names): the module (emit_module), then
+ * .a.b.c read as dict lookups only, so that no code of the user's runs (a
+ * module's __getattr__, a metaclass's, a descriptor's __get__): the first name
+ * from the module's __dict__ (not a dunder: a module's type defines some), each
+ * next from the __dict__s of the MRO of a class whose metaclass is type (not a
+ * dunder: type defines some), a value with no __get__ or a function (which
+ * gives itself for a class). What a lookup cannot read so reads as missing:
+ * held_classes.py then finds it differs from what the load found, and does
+ * not reuse the part. Every object read is held while the next is looked up. */
+static int
+emit_global(Probed *p, PyObject *module_name, PyObject *names)
+{
+    PyObject *found = emit_module(p, module_name);
+    if (found == NULL && PyErr_Occurred()) {
+        return -1;
+    }
     for (Py_ssize_t i = 0; found != NULL && i < PyTuple_GET_SIZE(names); i++) {
-        PyObject *name = PyTuple_GET_ITEM(names, i);
+        PyObject *name = PyTuple_GET_ITEM(names, i), *next = NULL;
         if (!PyUnicode_CheckExact(name) || is_dunder(name)) {
-            found = NULL;
+            next = NULL;
         }
         else if (i == 0) {
-            found = PyModule_CheckExact(found)
-                        ? PyDict_GetItemWithError(PyModule_GetDict(found), name) : NULL;
+            next = lookup(p, PyModule_GetDict(found), name);
         }
         else if (Py_IS_TYPE(found, &PyType_Type)) {
-            PyObject *mro = ((PyTypeObject *)found)->tp_mro, *value = NULL;
-            for (Py_ssize_t k = 0; mro != NULL && value == NULL && k < PyTuple_GET_SIZE(mro); k++) {
+            PyObject *mro = Py_XNewRef(((PyTypeObject *)found)->tp_mro);
+            int readable = 1;
+            for (Py_ssize_t k = 0; mro != NULL && next == NULL && readable && !PyErr_Occurred()
+                                   && k < PyTuple_GET_SIZE(mro); k++) {
                 PyTypeObject *klass = (PyTypeObject *)PyTuple_GET_ITEM(mro, k);
 #if PY_VERSION_HEX >= 0x030C0000
                 PyObject *dict = PyType_GetDict(klass);
-                value = dict == NULL ? NULL : PyDict_GetItemWithError(dict, name);
-                Py_XDECREF(dict); /* (the class holds it, and so the value) */
 #else
-                value = klass->tp_dict == NULL ? NULL : PyDict_GetItemWithError(klass->tp_dict, name);
+                PyObject *dict = Py_XNewRef(klass->tp_dict);
 #endif
-                if (value == NULL && PyErr_Occurred()) {
-                    return -1;
-                }
+                readable = str_keyed(p, dict); /* (else getattr would compare keys there) */
+                next = readable ? lookup(p, dict, name) : NULL;
+                Py_XDECREF(dict);
             }
-            found = value != NULL && (Py_TYPE(value)->tp_descr_get == NULL || PyFunction_Check(value))
-                        ? value : NULL;
+            Py_XDECREF(mro);
+            if (next != NULL && Py_TYPE(next)->tp_descr_get != NULL && !PyFunction_Check(next)) {
+                Py_CLEAR(next);
+            }
         }
-        else {
-            found = NULL;
-        }
+        Py_SETREF(found, next);
         if (found == NULL && PyErr_Occurred()) {
             return -1;
         }
     }
-    return PyErr_Occurred() ? -1 : emit(p, found);
+    if (PyTuple_GET_SIZE(names) == 0) {
+        Py_XDECREF(found); /* (a module's own probe: emit_module emitted it) */
+        return 0;
+    }
+    int failed = emit(p, found);
+    Py_XDECREF(found);
+    return failed;
 }
 
 static int
@@ -3256,7 +3329,8 @@ held_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "held_snapshot(probes: tuple, missing)");
         return NULL;
     }
-    Probed p = {PyList_New(0), NULL, args[1], 0, 1, NULL};
+    SpeedupsState *st = module_state(module);
+    Probed p = {PyList_New(0), NULL, args[1], 0, 1, NULL, {NULL}, 0, st->str_spec};
     if (p.out == NULL) {
         return NULL;
     }
@@ -3273,7 +3347,8 @@ held_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "held_unchanged(probes: tuple, reading: tuple, missing)");
         return NULL;
     }
-    Probed p = {NULL, args[1], args[2], 0, 1, NULL};
+    SpeedupsState *st = module_state(module);
+    Probed p = {NULL, args[1], args[2], 0, 1, NULL, {NULL}, 0, st->str_spec};
     int failed = read_probes(&p, args[0]);
     Py_XDECREF(p.modules);
     return failed < 0 ? NULL : PyBool_FromLong(p.same && p.at == PyTuple_GET_SIZE(args[1]));
@@ -3516,6 +3591,7 @@ init_state(PyObject *module, SpeedupsState *st)
         {&st->str_cell_contents, "cell_contents"}, {&st->str_held, "held"},
         {&st->str_import, "__import__"}, {&st->str_sent_as, "sent_as"},
         {&st->str_sender, "sender"}, {&st->str_carried, "carried"},
+        {&st->str_spec, "__spec__"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) {

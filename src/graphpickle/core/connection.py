@@ -64,6 +64,9 @@ RECEIVER: ContextVar[Receiver | None] = ContextVar("graphpickle_receiver", defau
 #: a block it carries is the connection's from the start of its load, even
 #: where it is named inside the very call that carries it (``blocks``).
 LOADING: ContextVar[tuple[Any, ...]] = ContextVar("graphpickle_loading", default=())
+#: A count of the blocks kept while it is set (``held_classes``: a part whose
+#: load keeps one is not reused), this context's only.
+KEPT: ContextVar[list[int] | None] = ContextVar("graphpickle_kept", default=None)
 
 _digests: dict[bytes, bytes] = {}
 _digested = 0  # the bytes of the blocks _digests holds
@@ -176,14 +179,13 @@ def dump_failed(blocks: ContextVar[Any] | None) -> None:
 class Receiver:
     """One connection's blocks, by the digest of their bytes (computed here)."""
 
-    __slots__ = ("_lock", "held", "held_bytes", "kept", "loaded")
+    __slots__ = ("_lock", "held", "held_bytes", "loaded")
 
     def __init__(self) -> None:
         # (a code block's code object, a function block's parts: a tuple, or
         # a classes' part: its bytes)
         self.held: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()
         self.held_bytes = 0
-        self.kept = 0  # how many times keep() ran (a load that keeps changes the connection)
         # the objects of classes' parts it loaded, by digest (held_classes.py)
         self.loaded: OrderedDict[bytes, Any] = OrderedDict()
         self._lock = threading.Lock()
@@ -203,7 +205,6 @@ class Receiver:
                 self.held_bytes -= size
             self.held[name] = (value, len(block))
             self.held_bytes += len(block)
-            self.kept += 1
         return name
 
     def code(self, name: bytes) -> CodeType:
@@ -278,6 +279,9 @@ def received(block: bytes, value: Any) -> bytes | None:
     and caching is on), under the digest returned (else None)."""
     receiver = RECEIVER.get()
     if receiver is not None and CACHING:
+        counted = KEPT.get()
+        if counted is not None:
+            counted[0] += 1
         return receiver.keep(block, value)
     return None
 

@@ -79,6 +79,7 @@ from __future__ import annotations
 import _pickle
 import builtins
 import gc
+import importlib.machinery
 import io
 import pickle
 import threading
@@ -120,7 +121,7 @@ _ATOMS = frozenset({
 _HOOKS = frozenset({
     "__getattribute__", "__getattr__", "__setattr__", "__delattr__", "__class__", "__new__",
     "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__",
-    "__getnewargs_ex__",
+    "__getnewargs_ex__", "__del__",
 })  # fmt: skip
 
 #: The C module (the probes are read in C; nothing is reused without it).
@@ -200,6 +201,9 @@ class _Walk:
         #: The ids of what the load made (:func:`_made_by`).
         self.made_ids: set[int] = set()
         self.packages_read: set[str] = set()
+        self.specs: set[int] = set()
+        #: The digests of the blocks the part names (the connection must hold them).
+        self.blocks: list[bytes] = []
         # What find_class imports from and what cloudpickle's subimport returns
         # from must be one dict (the interpreter's and the one sys.modules
         # names): the probes read it.
@@ -313,7 +317,9 @@ class _Walk:
         """What ``__import__(name)`` leaves in sys.modules under ``name``, read
         with the packages above it (:meth:`packages`)."""
         self.packages(name)
-        return self.read(_MODULE, name)
+        module, spec = self.read_all(_MODULE, name)
+        self.spec(spec)
+        return module
 
     def packages(self, name: str) -> None:
         """Read each package above the module ``name``: ``__import__(name)``
@@ -323,7 +329,37 @@ class _Walk:
             package = ".".join(parts[:end])
             if package not in self.packages_read:
                 self.packages_read.add(package)
-                self.read(_MODULE, package)
+                module, spec = self.read_all(_MODULE, package)
+                if module is _MISSING:  # (not imported, or not a module the probe reads)
+                    raise NotReusable(package)
+                self.spec(spec)
+
+    def finds(self, module: str, names: tuple[str, ...]) -> Any:
+        """What ``find_class(module, ".".join(names))`` finds, read as the
+        probe reads it (dict lookups only; missing where those cannot)."""
+        self.packages(module)  # (find_class imports the module first)
+        _, spec, found = self.read_all(_GLOBAL, module, names)
+        self.spec(spec)
+        return found
+
+    def spec(self, spec: Any) -> None:
+        """What ``__import__`` reads of a module's ``__spec__`` (the probes read
+        the spec from the module's ``__dict__``): ``_initializing``, missing or
+        False (true, a fresh load waits for another thread's import), read
+        from a ModuleSpec's ``__dict__`` (probed, with its class's)."""
+        if spec is None or spec is _MISSING or id(spec) in self.specs:
+            return
+        if type(spec) is not _MODULE_SPEC:
+            raise NotReusable(type(spec))
+        self.specs.add(id(spec))
+        self.kept.append(spec)
+        self.hooks(_MODULE_SPEC)
+        attributes = self.read_all(_PLAIN, spec, ())[1]
+        if type(attributes) is not dict or any(type(key) is not str for key in attributes):
+            raise NotReusable(spec)
+        self.read(_ITEMS, attributes)
+        if attributes.get("_initializing", False) is not False:
+            raise NotReusable("a module being imported")
 
     def cls(self, cls: type) -> None:
         # A class cloudpickle tracks (a fresh load returns it, then applies its
@@ -344,6 +380,9 @@ class _Walk:
         clsdict, slotstate = state
         if type(slotstate) is not dict or slotstate or id(cls) in self.applied:
             raise NotReusable("a class state of another shape")
+        if any(type(key) is not str for key in clsdict) or "_abc_impl" in clsdict:
+            # (_class_setstate calls cls.register(...) for each item of this one)
+            raise NotReusable("a class state applied by more than setattr")
         self.walk(cls)
         if self.classes.get(id(cls)) is not cls:
             raise NotReusable(cls)
@@ -474,6 +513,7 @@ _HASHING = frozenset(
     id(kind) for kind in (dict, set, frozenset, getattr(builtins, "frozendict", dict))
 )
 
+_MODULE_SPEC = importlib.machinery.ModuleSpec
 _TYPE_FLAGS = vars(type)["__flags__"]
 # A class's MRO and __dict__ read with type's own descriptors: getattr would
 # run a metaclass's __getattr__ (or a __mro__/__dict__ it defines).
@@ -487,7 +527,12 @@ def _mro(kind: type) -> tuple[type, ...]:
 
 
 def _dict(kind: type) -> Any:
-    return _DICT.__get__(kind)
+    """``kind``'s ``__dict__``, whose keys must all be strs (looking a name up
+    among keys of the user's would hash and compare them with their code)."""
+    namespace = _DICT.__get__(kind)
+    if any(type(key) is not str for key in namespace):
+        raise NotReusable(kind)
+    return namespace
 
 
 def _defines(kind: type, *names: str) -> bool:
@@ -513,6 +558,8 @@ def _hashes_in_c(key: Any) -> bool:
     kind = type(key)
     if kind is tuple or kind is frozenset:
         return all(_hashes_in_c(item) for item in key)
+    if kind is types.CodeType:  # (hashed and compared with its constants)
+        return all(_hashes_in_c(constant) for constant in key.co_consts)
     return id(kind) in _ATOM_IDS or kind is type or kind is types.FunctionType
 
 
@@ -740,6 +787,7 @@ def _class_state_applied(args: tuple[Any, ...], made: _Made) -> bool:
         type(state) is tuple
         and len(state) == 2
         and _made_dict(state[0], made)
+        and "_abc_impl" not in state[0]  # (its items go to cls.register)
         and _made_of(dict, state[1], made)
         and not state[1]
     )
@@ -829,6 +877,13 @@ _SIGNATURES: dict[int, Callable[[tuple[Any, ...], _Made], bool]] = {
 }  # fmt: skip
 
 
+#: The makers that take a block's digest first (those that take the block keep
+#: it: a part whose load keeps one is not reused).
+_NAMES_A_BLOCK = frozenset(
+    map(id, (blocks.code_ref, blocks.function_ref, blocks.function_ref_in_python))
+)
+
+
 def _made_by(
     read: opcode_walk.Reductions, globals_: dict[tuple[str, str], Any], memo: dict[int, Any]
 ) -> _Made:
@@ -914,7 +969,7 @@ def _check_reductions(
                 raise NotReusable("a lookup")
             result, name = memo[call.index], args[0]
             if role == "types":
-                reread = walk.read(_GLOBAL, "types", (name,))
+                reread = walk.finds("types", (name,))
             elif role == "module":
                 reread = walk.imported(name)
             else:
@@ -926,6 +981,8 @@ def _check_reductions(
             args, made
         ):
             raise NotReusable(_resolved(callable_, globals_, memo))
+        elif id(_resolved(callable_, globals_, memo)) in _NAMES_A_BLOCK:
+            walk.blocks.append(args[0])  # (a fresh load fails once the connection evicts it)
     for new in read.news:
         cls, arguments = (_value(symbol, globals_, memo) for symbol in new.value)
         if type(arguments) is not tuple or not (
@@ -936,9 +993,12 @@ def _check_reductions(
             # or makes what it is given into something found: a function of a
             # found globals dict; 3.15's frozendict copies a dict it was given)
             raise NotReusable("a NEWOBJ of what is not a plain class")
+    built: set[int] = set()
     for target, state in read.builds:
-        if target.kind != "new":
-            raise NotReusable("a BUILD onto what no NEWOBJ made")
+        if target.kind != "new" or id(target) in built:
+            # (a second BUILD finds a __setstate__ the first put in its __dict__)
+            raise NotReusable("a BUILD onto what no NEWOBJ made, or a second")
+        built.add(id(target))
         _check_build(_value(target.value[0], globals_, memo), _value(state, globals_, memo), made)
 
 
@@ -1033,23 +1093,25 @@ def _load_walked(head: bytes) -> tuple[Any, int, tuple[Any, ...] | None, bool]:
         raise NotReusable("_class_setstate used but to be called")  # (the walk's would leak)
     walk = _Walk()
     loading = _Loading(head, walk)
-    receiver = connection.RECEIVER.get()
-    kept = receiver.kept if receiver is not None else 0
-    root = loading.load()
+    kept = [0]
+    token = connection.KEPT.set(kept)  # (what this load keeps: not another thread's)
+    try:
+        root = loading.load()
+    finally:
+        connection.KEPT.reset(token)
     holder = _memo_of(loading)
     memo = holder.memo.copy()
     try:
         if loading.failed is not None:
             raise loading.failed
-        if receiver is not None and receiver.kept != kept:
+        if kept[0]:
             # Its load kept blocks on the connection (their newest copy), which
             # a fresh load does again: not skipped.
             raise NotReusable("blocks kept")
         _check_reductions(read, loading.globals, memo, walk)
         for (module, name), obj in loading.globals.items():
             # A fresh load finds it again, as find_class does.
-            walk.packages(module)  # (find_class imports the module first)
-            if walk.read(_GLOBAL, module, tuple(name.split("."))) is not obj:
+            if walk.finds(module, tuple(name.split("."))) is not obj:
                 raise NotReusable((module, name))
         walk.walk(root)  # (nothing of it was published but its classes)
         for obj in memo.values():  # (what the classes do not reach: made all the same)
@@ -1068,7 +1130,12 @@ def _load_walked(head: bytes) -> tuple[Any, int, tuple[Any, ...] | None, bool]:
         for obj in (memo[index] for index in range(len(memo)))
     ]
     avoid = bytes(avoided) if any(avoided) else b""
-    return holder, len(memo), (tuple(walk.probes), tuple(walk.reading), avoid), False
+    return (
+        holder,
+        len(memo),
+        (tuple(walk.probes), tuple(walk.reading), avoid, tuple(walk.blocks)),
+        False,
+    )
 
 
 class _Putting(_pickle.Unpickler):
@@ -1094,13 +1161,16 @@ def _memo_of(loading: _Loading) -> Any:
 class _Held:
     """What a receiver knows of a classes' part it loaded: seen once (``probes``
     None, ``walked`` False), reusable (an unpickler holding the memo its load
-    made; its probes, what
-    they read then, the mask of memo entries a task's part must not get, the
-    prefix that seeds its memo's length), or not reusable (``walked``, no
-    probes). Never changed once made: a thread that read one uses one
+    made; its probes, what they read then, the mask of memo entries a task's
+    part must not get, the prefix that seeds its memo's length, the digests of
+    the blocks it names, which the connection must still hold; ``stale`` once
+    a task loaded the part afresh), or not reusable (``walked``, no probes). Never changed once made: a thread that read one uses one
     consistent state."""
 
-    __slots__ = ("avoid", "prefix", "probes", "reading", "strikes", "unpickler", "walked")
+    __slots__ = (
+        "avoid", "blocks", "prefix", "probes", "reading", "stale", "strikes", "unpickler",
+        "walked",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -1111,6 +1181,7 @@ class _Held:
         avoid: bytes = b"",
         unpickler: Any = None,
         prefix: bytes = b"",
+        blocks: tuple[bytes, ...] = (),
     ) -> None:
         self.strikes = strikes
         self.walked = walked
@@ -1119,6 +1190,18 @@ class _Held:
         self.avoid = avoid
         self.unpickler = unpickler
         self.prefix = prefix
+        self.blocks = blocks
+        self.stale = False
+
+    def staled(self) -> _Held:
+        """This part, loaded afresh since it was walked (by a task that could
+        not reuse it): walked again by the next task that could."""
+        copy = _Held(
+            self.strikes, self.walked, self.probes, self.reading, self.avoid, self.unpickler,
+            self.prefix, self.blocks,
+        )  # fmt: skip
+        copy.stale = True
+        return copy
 
 
 def _memo_prefix(size: int) -> bytes:
@@ -1201,10 +1284,16 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
     strikes = held.strikes
     if held.probes is not None:
         if _gets_avoided(held, body):
+            # Loaded afresh: its state is applied again to the held classes, so
+            # the next task that could reuse the part walks it again (no
+            # strike: nothing of it changed).
+            if not held.stale:
+                _hold(receiver, name, held.staled())
             return load_together(head, body, buffers)
-        if _unchanged(held):
-            return _load_with(held.unpickler, held.prefix, body, buffers)
-        strikes += 1
+        if not held.stale:
+            if _unchanged(held) and all(digest in receiver.held for digest in held.blocks):
+                return _load_with(held.unpickler, held.prefix, body, buffers)
+            strikes += 1
     if strikes >= _MAX_STRIKES:
         _hold(receiver, name, _Held(strikes, walked=True))
         return load_together(head, body, buffers)
@@ -1215,8 +1304,8 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
         return load_together(head, body, buffers)
     prefix = _memo_prefix(size)
     if walked is not None:
-        probes, reading, avoid = walked
-        again = _Held(strikes, True, probes, reading, avoid, unpickler, prefix)
+        probes, reading, avoid, names = walked
+        again = _Held(strikes, True, probes, reading, avoid, unpickler, prefix, names)
     else:  # (another thread's change: walked again at the next task, a few times)
         again = _Held(strikes + 1) if raced else _Held(strikes, walked=True)
     try:
