@@ -18,11 +18,14 @@ it: what the state holds was made by this load and is reached by no other
 thread until it is on the class (a task running in another thread may change
 the class at any time). The walk writes down *probes*, with what each reads
 then: for each object the load made, what of it could change (every settable
-field of a function, read from the function itself; a dict's, list's or set's
-size and items; a cell's contents; a plain object's class, ``__dict__`` and
-slots; a classmethod's or staticmethod's function and ``__dict__``; what a
-mappingproxy shows); for each global the part names, its module and name; for
-each module a load imports and each lookup it makes, what it found. Once the
+field of a function, read from the function itself; a dict's or list's size and
+items; a set's whole table and where ``pop()`` starts; a cell's contents; a
+plain object's class, ``__dict__`` and slots; a classmethod's or staticmethod's
+function and ``__dict__``; what a mappingproxy shows); for each global the
+part names, each module a load imports (with the packages above it, and what
+``__import__`` reads of its spec) and each lookup it makes, what it found, read
+by dict lookups only (a global found through code, a module's ``__getattr__``
+say, is not reused). Once the
 load is over each class's ``__dict__`` is read, and must hold what its state
 put there (else another thread changed it since, and the part is walked again
 at the next task: :class:`_Raced`).
@@ -33,11 +36,14 @@ know (a property, an instance of a C type or of a class with hooks such as
 by value, a dict key whose class hashes in Python); a reduction whose callable
 is not one known to make a new object from its arguments (``_roles``: a
 ``getattr`` may return what a fresh load would look up again), found by a
-symbolic walk of the part's opcodes (``opcode_walk.py``); an object made and
-not memoized, or made (reached or not) of a kind whose making runs code of the
-user's; an opcode or a maker that changes an object the load found; a class
-whose making runs code (an ``__init_subclass__``); a part whose load keeps code
-blocks on the connection; any error of the walk: each makes the part not
+symbolic walk of the part's opcodes (``opcode_walk.py``); a maker given what
+its signature does not allow (``_SIGNATURES``: exact types, and made by this
+load where it copies from or writes into it); a NEWOBJ of what is not a plain
+class, or a BUILD of what a NEWOBJ did not make (or a second); an object made
+and not memoized, or made (reached or not) of a kind whose making runs code of
+the user's; a class whose making runs code (an ``__init_subclass__``); a part
+that is not exactly one pickle, or whose load keeps code blocks on the
+connection; any error of the walk: each makes the part not
 reusable, and it is loaded with its task, as before (once: the walking task's
 part loads after the walked load).
 
@@ -63,15 +69,16 @@ does one that gets anything else in the part's memo the classes do not reach
 what is left is the reductions' arguments and states, which are not probed).
 
 Off by default (``GRAPHPICKLE_HELD_CLASSES=1`` turns it on; ``GRAPHPICKLE_NO_CACHE=1``
-turns it off whatever that says): each of five reviews found ways a reused
+turns it off whatever that says): each of eight reviews found ways a reused
 part could differ from a fresh load, each now a test that fails without its
-fix but one: a set's items and order are probed, not where ``set.pop()``
-starts (docs/performance.md). It is turned on once a review finds none. What differs from a fresh load, on purpose (README, "Limits"):
-tasks share the part's objects, so a change a task makes to them while another
-task runs is seen by it (as a class attribute is, with cloudpickle's one class
-per process); a reused part's globals are read from ``sys.modules``, not
-imported again (no ``pickle.find_class`` audit event); and what a fresh load
-drops (the class attributes it replaces) is not dropped again.
+fix (docs/performance.md). It is turned on once a review finds none. What
+differs from a fresh load, on purpose (README, "Limits"): tasks share the
+part's objects, so a change a task makes to them while another task runs is
+seen by it (as a class attribute is, with cloudpickle's one class per
+process), and what one task returns of them the next task's classes hold; a
+reused part's globals are read from the modules dict, not imported again (no
+``pickle.find_class`` audit event, no ``__import__`` call); and what a fresh
+load drops (the class attributes it replaces) is not dropped again.
 """
 
 from __future__ import annotations
