@@ -15,6 +15,7 @@ import json
 import sys
 import threading
 import types
+from collections.abc import Callable
 
 import pytest
 from conftest import run_python
@@ -335,20 +336,31 @@ def test_a_part_that_every_task_changes_is_no_longer_walked():
     assert held.probes is None and held.strikes == held_classes._MAX_STRIKES
 
 
+#: A notebook's class whose method reads a global of its module, and a task's
+#: function of the same module (one globals dict for both in a payload).
+_SHARING = (
+    _POINT + "    def total(self):\n        return self.x + OFFSET\n"
+    "OFFSET = 10\ndef uses(p):\n    return p.total() * 3\n"
+)
+
+
+def _sharing_payloads(count: int, uses: Callable[[int], bool]) -> list[bytes]:
+    """``count`` payloads of ``_SHARING``'s tasks: ``[uses, Point(i)]`` where
+    ``uses(i)``, else ``[Point(i)]``."""
+    namespace: dict = {"__name__": "__main__", "__package__": None}
+    exec("import dataclasses\n" + _SHARING, namespace)
+    sender = connection.Sender()
+    point, function = namespace["Point"], namespace["uses"]
+    return [write(sender, [function, point(i)] if uses(i) else [point(i)]) for i in range(count)]
+
+
 def test_a_task_whose_functions_share_the_part_s_globals_loads_the_part_afresh():
     # The task's function and the class's method share their module's globals
     # (one dict per module and payload), and the task's part writes its
     # function's globals into it at each load: reusing the part would make
     # tasks share it (a task's load resetting a global another task running
     # wrote). Such a task loads the part afresh, as cloudpickle's load does.
-    source = (
-        _POINT + "    def total(self):\n        return self.x + OFFSET\n"
-        "OFFSET = 10\nSCALE = 3\ndef uses(p):\n    return p.total() * SCALE\n"
-    )
-    namespace: dict = {"__name__": "__main__", "__package__": None}
-    exec("import dataclasses\n" + source, namespace)
-    sender = connection.Sender()
-    payloads = [write(sender, [namespace["uses"], namespace["Point"](i)]) for i in range(6)]
+    payloads = _sharing_payloads(6, lambda i: True)
     receiver = connection.Receiver()
     methods = []
     for i, payload in enumerate(payloads):
@@ -366,19 +378,11 @@ def test_a_task_that_loads_the_part_afresh_costs_the_others_no_strike():
     # Tasks of a function sharing the part's globals (loaded afresh, the class
     # state applied again) between tasks that reuse it: each of those walks the
     # part again, and it is never given up.
-    source = (
-        _POINT + "    def total(self):\n        return self.x + OFFSET\n"
-        "OFFSET = 10\ndef uses(p):\n    return p.total()\n"
-    )
-    namespace: dict = {"__name__": "__main__", "__package__": None}
-    exec("import dataclasses\n" + source, namespace)
-    sender = connection.Sender()
-    point, uses = namespace["Point"], namespace["uses"]
-    payloads = [write(sender, [uses, point(i)] if i % 2 else [point(i)]) for i in range(12)]
+    payloads = _sharing_payloads(12, lambda i: i % 2 == 1)
     receiver = connection.Receiver()
     for i, payload in enumerate(payloads):
         loaded = read(receiver, payload)
-        assert (loaded[0](loaded[1]) if i % 2 else loaded[0].total()) == i + 10
+        assert (loaded[0](loaded[1]) if i % 2 else loaded[0].total() * 3) == (i + 10) * 3
     held = receiver.loaded[classes_first.split(payloads[-1])[1]]
     assert held.probes is not None and held.strikes == 0
 
@@ -1759,6 +1763,23 @@ def test_code_of_the_user_s_a_fresh_load_runs_runs_in_every_task(monkeypatch, ca
     assert seen == [fresh] * 5
 
 
+def _count_per_task(payloads: list, calls: list) -> tuple[list, connection.Receiver]:
+    """How many items code of the user's appends to ``calls`` in each task of
+    ``payloads`` read on one connection (and that connection's receiver)."""
+    receiver = connection.Receiver()
+    counts = []
+    for payload in payloads:
+        calls.clear()
+        read(receiver, payload)
+        counts.append(len(calls))
+    return counts, receiver
+
+
+def _user_code_of_five_tasks(source: str, calls: list) -> tuple[list, connection.Receiver, list]:
+    payloads = _point_payloads(source, 5)[1]
+    return (*_count_per_task(payloads, calls), payloads)
+
+
 def test_a_part_naming_blocks_the_connection_evicted_fails_as_a_fresh_load_does(monkeypatch):
     # (a sender that sees the connection as its receiver does never names an
     # evicted block: a fresh load then fails, naming it; so must a reused part)
@@ -1830,12 +1851,7 @@ def test_a_package_whose_module_class_reads_its_spec_is_not_reused(package, monk
     )
     sender = connection.Sender()
     payloads = [write(sender, [namespace["Point"](i)]) for i in range(5)]
-    receiver = connection.Receiver()
-    counts = []
-    for payload in payloads:
-        _SPY_CALLS.clear()
-        read(receiver, payload)
-        counts.append(len(_SPY_CALLS))
+    counts, receiver = _count_per_task(payloads, _SPY_CALLS)
     assert all(counts), counts
     assert receiver.loaded[classes_first.split(payloads[4])[1]].probes is None
 
@@ -1962,14 +1978,156 @@ def test_a_class_dict_keyed_by_what_hashes_in_python_is_not_reused(monkeypatch):
 def test_a_module_whose_spec_is_the_user_s_is_not_reused(monkeypatch):
     plugins = _plugins(monkeypatch, "class Tag:\n    pass\n")
     plugins.__spec__ = _SpySpec()
-    payloads = _point_payloads(
-        "@dataclasses.dataclass\nclass Point:\n    x: int\n    tag = plugins.Tag\n", 5
-    )[1]
-    receiver = connection.Receiver()
-    counts = []
-    for payload in payloads:
-        _SPY_CALLS.clear()
-        read(receiver, payload)
-        counts.append(len(_SPY_CALLS))
+    counts, receiver, payloads = _user_code_of_five_tasks(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    tag = plugins.Tag\n", _SPY_CALLS
+    )
     assert all(counts), counts
     assert receiver.loaded[classes_first.split(payloads[4])[1]].probes is None
+
+
+# What a ninth review found: what __import__ reads of a module's spec when the
+# spec is missing from its dict or its class already has a hook, and a
+# skeleton base whose __init_subclass__ or dict keys were checked before (or
+# apart from) what the probes read.
+
+_SPEC_READS: list = []
+
+
+def _reading_spec(spec, name):
+    if name == "_initializing" and object.__getattribute__(spec, "name") == _REGISTRY_MODULE:
+        _SPEC_READS.append(name)
+    return object.__getattribute__(spec, name)
+
+
+def test_a_hook_module_spec_s_class_has_at_the_walk_runs_in_every_task(monkeypatch):
+    import importlib.machinery
+
+    plugins = _plugins(monkeypatch, "class Tag:\n    pass\n")
+    plugins.__spec__ = importlib.machinery.ModuleSpec(_REGISTRY_MODULE, None)
+    plugins.__spec__._initializing = False
+    monkeypatch.setattr(
+        importlib.machinery.ModuleSpec, "__getattribute__", _reading_spec, raising=False
+    )
+    counts, receiver, payloads = _user_code_of_five_tasks(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    tag = plugins.Tag\n", _SPEC_READS
+    )
+    assert all(counts), counts
+    assert receiver.loaded[classes_first.split(payloads[4])[1]].probes is None
+
+
+def test_a_module_without_a_spec_in_its_dict_is_not_reused(monkeypatch):
+    # (__import__'s getattr of __spec__ then goes on to the module's __getattr__)
+    plugins = _plugins(
+        monkeypatch,
+        "calls = []\nclass Tag:\n    pass\n"
+        "def __getattr__(name):\n    calls.append(name)\n    raise AttributeError(name)\n",
+    )
+    del plugins.__spec__
+    counts, receiver, payloads = _user_code_of_five_tasks(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    tag = plugins.Tag\n", plugins.calls
+    )
+    assert all(counts), counts
+    assert receiver.loaded[classes_first.split(payloads[4])[1]].probes is None
+
+
+def test_an_init_subclass_a_base_gains_while_the_part_is_walked_runs_in_every_task(monkeypatch):
+    plugins = _plugins(monkeypatch, "class Base:\n    pass\n")
+    payloads = _point_payloads(
+        "@dataclasses.dataclass\nclass Point(plugins.Base):\n    x: int\n", 5
+    )[1]
+    made: list = []
+    published = held_classes._Walk.published
+
+    def another_thread_meanwhile(self):  # (between the check of the base and its probes)
+        if "__init_subclass__" not in vars(plugins.Base):
+            plugins.Base.__init_subclass__ = classmethod(lambda cls: made.append(cls))
+        return published(self)
+
+    monkeypatch.setattr(held_classes._Walk, "published", another_thread_meanwhile)
+    receiver = connection.Receiver()
+    for payload in payloads[:3]:
+        read(receiver, payload)
+    counts = []
+    for payload in payloads[3:]:
+        made.clear()
+        read(receiver, payload)
+        counts.append(len(made))
+    assert counts == [1, 1]
+
+
+def test_a_base_whose_dict_holds_a_key_of_the_user_s_is_not_reused(monkeypatch):
+    # (making the skeleton looks names up along the base's MRO: the key's __eq__)
+    plugins = _plugins(
+        monkeypatch,
+        "calls = []\nclass Key:\n    def __hash__(self):\n"
+        "        return hash('__init_subclass__')\n    def __eq__(self, other):\n"
+        "        calls.append(other)\n        return False\n"
+        "Base = type('Base', (), {Key(): 1})\n",
+    )
+    counts, receiver, payloads = _user_code_of_five_tasks(
+        "@dataclasses.dataclass\nclass Point(plugins.Base):\n    x: int\n", plugins.calls
+    )
+    assert all(counts), counts
+    assert receiver.loaded[classes_first.split(payloads[4])[1]].probes is None
+
+
+@pytest.mark.parametrize("start", [b"\x80\x02", b""], ids=["protocol 2", "no PROTO"])
+def test_a_part_below_protocol_4_is_not_read(start):
+    # (find_class then renames globals through _compat_pickle's live tables)
+    with pytest.raises(opcode_walk.Unreadable, match="protocol 4"):
+        opcode_walk.reductions(start + _global("plugins", "Tag") + b".")
+
+
+def test_a_key_the_load_drops_as_equal_to_one_before_is_hashed_in_every_task(monkeypatch):
+    seen, fresh = _user_code_per_task(
+        monkeypatch,
+        "calls = []\nclass Key:\n    def __hash__(self):\n        calls.append('hash')\n"
+        "        return 1\n    def __eq__(self, other):\n        calls.append('eq')\n"
+        "        return other == 1\nKEY = Key()\n",
+        _pickle(b"}" + _MEMO + b"(K\x01N" + _global("plugins", "KEY") + _MEMO + b"Nu"),
+    )
+    assert fresh and seen == [fresh] * 5
+
+
+def test_a_class_made_with_a_namespace_the_load_found_is_not_reused(monkeypatch):
+    # (a value the namespace gains later has its __set_name__ run by a fresh load)
+    plugins = _plugins(
+        monkeypatch,
+        "calls = []\nclass Named:\n    def __set_name__(self, owner, name):\n"
+        "        calls.append(name)\nNS = {'__module__': '__main__'}\n",
+    )
+    monkeypatch.setitem(sys.modules, "plugins", plugins)
+    head = _pickle(
+        _global(_CPC, "_make_skeleton_class") + _MEMO + b"(" + _global("builtins", "type") + _MEMO
+        + _text("graphpickle-test-ns") + _MEMO + _global("builtins", "object") + _MEMO + b"\x85"
+        + _MEMO + _global("plugins", "NS") + _MEMO + _text("graphpickle-test-ns") + _MEMO
+        + b"NtR" + _MEMO + _global(_CPC, "_class_setstate") + _MEMO + _get(7) + b"}" + _MEMO
+        + b"}" + _MEMO + b"\x86\x86R0" + _get(7)
+    )  # fmt: skip
+    receiver = connection.Receiver()
+    for _ in range(3):
+        read(receiver, _framed(head, _NONE))
+    plugins.NS["named"] = plugins.Named()
+    plugins.calls.clear()
+    read(receiver, _framed(head, _NONE))
+    assert plugins.calls == ["named"]
+
+
+def test_a_global_another_thread_rebinds_between_two_finds_is_not_reused(monkeypatch):
+    plugins = _plugins(monkeypatch, "A, B = 'A', 'B'\nX = A\n")
+    monkeypatch.setitem(sys.modules, "plugins", plugins)
+    head = _pickle(_global("plugins", "X") + _MEMO + _global("plugins", "X") + _MEMO + b"\x86")
+    body = _pickle(_get(0) + _get(1) + b"\x86")
+    finding = held_classes._Loading.find_class
+
+    def another_thread_meanwhile(self, module, name):
+        found = finding(self, module, name)
+        plugins.X = plugins.B if plugins.X is plugins.A else plugins.A  # (rebound, then back)
+        return found
+
+    monkeypatch.setattr(held_classes._Loading, "find_class", another_thread_meanwhile)
+    receiver = connection.Receiver()
+    for _ in range(3):
+        read(receiver, _framed(head, body))
+    plugins.X = plugins.A
+    assert read(receiver, _framed(head, body)) == ("A", "A")

@@ -475,14 +475,21 @@ _SUBCLASSABLE = 1 << 10  # Py_TPFLAGS_BASETYPE
 def no_code_runs_in_subclassing(bases: Any) -> bool:
     """Whether ``type(name, bases, {"__module__": ...})`` neither runs code of
     the user's nor can fail: one base, a class of metaclass ``type`` that can
-    be subclassed, with no ``__init_subclass__`` in its MRO but object's."""
+    be subclassed, with no ``__init_subclass__`` in its MRO but object's (and
+    dicts keyed by strs only: looking a name up among other keys runs their
+    ``__eq__``)."""
     if type(bases) is not tuple or len(bases) != 1:
         return False
     base = bases[0]
     if type(base) is not type or not base.__flags__ & _SUBCLASSABLE:
         return False
     return all(
-        klass is object or "__init_subclass__" not in klass.__dict__ for klass in base.__mro__
+        klass is object
+        or (
+            all(type(key) is str for key in klass.__dict__)
+            and "__init_subclass__" not in klass.__dict__
+        )
+        for klass in base.__mro__
     )
 
 

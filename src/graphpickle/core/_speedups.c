@@ -2928,7 +2928,7 @@ typedef struct {
     PyObject *modules; /* the interpreter's modules dict, read once and held */
     PyObject *str_keyed[8]; /* dicts found keyed by exact strs only in this reading (borrowed: */
     int n_str_keyed;        /* nothing runs code while the probes read, so none changes) */
-    PyObject *str_spec; /* "__spec__" (the module state's) */
+    PyObject *str_spec, *str_modules; /* "__spec__", "modules" (the module state's) */
 } Probed;
 
 static int
@@ -3299,11 +3299,12 @@ read_probe(Probed *p, PyObject *probe)
             break;
         }
         return emit_plain(p, target, argument);
-    case PROBE_MODULES: /* the dict sys.modules names, and the interpreter's (an import's) */
-        if (emit(p, PySys_GetObject("modules")) < 0) {
-            return -1;
-        }
-        return emit(p, PyImport_GetModuleDict());
+    case PROBE_MODULES: { /* the dict sys.modules names (target: sys's dict), and the interpreter's */
+        PyObject *named = lookup(p, target, p->str_modules);
+        int failed = PyErr_Occurred() != NULL || emit(p, named) < 0;
+        Py_XDECREF(named);
+        return failed ? -1 : emit(p, PyImport_GetModuleDict());
+    }
     }
     if (!PyErr_Occurred()) {
         PyErr_SetString(PyExc_ValueError, "held_snapshot: a probe of unknown kind");
@@ -3330,7 +3331,7 @@ held_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     SpeedupsState *st = module_state(module);
-    Probed p = {PyList_New(0), NULL, args[1], 0, 1, NULL, {NULL}, 0, st->str_spec};
+    Probed p = {PyList_New(0), NULL, args[1], 0, 1, NULL, {NULL}, 0, st->str_spec, st->str_modules};
     if (p.out == NULL) {
         return NULL;
     }
@@ -3348,7 +3349,7 @@ held_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     SpeedupsState *st = module_state(module);
-    Probed p = {NULL, args[1], args[2], 0, 1, NULL, {NULL}, 0, st->str_spec};
+    Probed p = {NULL, args[1], args[2], 0, 1, NULL, {NULL}, 0, st->str_spec, st->str_modules};
     int failed = read_probes(&p, args[0]);
     Py_XDECREF(p.modules);
     return failed < 0 ? NULL : PyBool_FromLong(p.same && p.at == PyTuple_GET_SIZE(args[1]));

@@ -89,6 +89,7 @@ import gc
 import importlib.machinery
 import io
 import pickle
+import sys
 import threading
 import types
 from collections.abc import Callable
@@ -214,7 +215,7 @@ class _Walk:
         # What find_class imports from and what cloudpickle's subimport returns
         # from must be one dict (the interpreter's and the one sys.modules
         # names): the probes read it.
-        named, interpreter = self.read_all(_MODULES, None)
+        named, interpreter = self.read_all(_MODULES, vars(sys))
         if named is not interpreter:
             raise NotReusable("sys.modules is not the interpreter's modules")
 
@@ -316,7 +317,10 @@ class _Walk:
 
     def module(self, module: types.ModuleType) -> None:
         # A module a fresh load would import by name; not one made by value.
-        name = vars(module).get("__name__")
+        namespace = vars(module)
+        if any(type(key) is not str for key in namespace):
+            raise NotReusable(module)  # (looking __name__ up would compare them)
+        name = namespace.get("__name__")
         if type(name) is not str or self.imported(name) is not module:
             raise NotReusable(module)
 
@@ -354,13 +358,17 @@ class _Walk:
         the spec from the module's ``__dict__``): ``_initializing``, missing or
         False (true, a fresh load waits for another thread's import), read
         from a ModuleSpec's ``__dict__`` (probed, with its class's)."""
-        if spec is None or spec is _MISSING or id(spec) in self.specs:
+        if spec is None or id(spec) in self.specs:
             return
-        if type(spec) is not _MODULE_SPEC:
-            raise NotReusable(type(spec))
+        if spec is _MISSING or type(spec) is not _MODULE_SPEC:
+            # (missing from the module's dict, or a dict the probe does not
+            # read: __import__'s getattr then goes on, to a __getattr__...)
+            raise NotReusable(spec)
         self.specs.add(id(spec))
         self.kept.append(spec)
-        self.hooks(_MODULE_SPEC)
+        self.hooks(_MODULE_SPEC)  # (first: then what is checked is what is probed)
+        if any(name in _dict(klass) for klass in _mro(_MODULE_SPEC)[:-1] for name in _SPEC_HOOKS):
+            raise NotReusable(_MODULE_SPEC)  # (a hook already there: object's is C)
         attributes = self.read_all(_PLAIN, spec, ())[1]
         if type(attributes) is not dict or any(type(key) is not str for key in attributes):
             raise NotReusable(spec)
@@ -411,6 +419,8 @@ class _Walk:
             raise _Raced("changed since it was walked")
         for base in self.bases:  # (as the payload names them: a skeleton's, whose
             self.hooks(base)  # __init_subclass__ a fresh load would run)
+            if not cp.no_code_runs_in_subclassing((base,)):  # (as probed: checked after)
+                raise NotReusable(base)
         for kind in self.kinds.values():
             self.hooks(kind)
             if not _plain(kind):  # (the class as the load left it; read after its probes)
@@ -521,6 +531,8 @@ _HASHING = frozenset(
 )
 
 _MODULE_SPEC = importlib.machinery.ModuleSpec
+#: What would run code as ``__import__`` reads a spec's ``_initializing``.
+_SPEC_HOOKS = ("__getattribute__", "__getattr__", "_initializing")
 _TYPE_FLAGS = vars(type)["__flags__"]
 # A class's MRO and __dict__ read with type's own descriptors: getattr would
 # run a metaclass's __getattr__ (or a __mro__/__dict__ it defines).
@@ -688,7 +700,7 @@ def _value(
     return _MISSING
 
 
-_FROZENDICT = getattr(builtins, "frozendict", _MISSING)
+_FROZENDICT = getattr(builtins, "frozendict", object())  # (a sentinel of its own: 3.11-3.14)
 
 
 class _Made:
@@ -771,15 +783,22 @@ def _made_function(args: tuple[Any, ...], made: _Made) -> bool:
     )
 
 
+def _state_of(args: tuple[Any, ...], kind: type, made: _Made) -> Any:
+    """The state of ``(target, (attributes, rest))``, a maker's arguments that
+    apply a state: a ``kind`` and a dict this load made; else ``_MISSING``."""
+    if len(args) != 2 or not _made_of(kind, args[0], made):
+        return _MISSING
+    state = args[1]
+    if type(state) is not tuple or len(state) != 2 or not _made_dict(state[0], made):
+        return _MISSING
+    return state
+
+
 def _function_state_applied(args: tuple[Any, ...], made: _Made) -> bool:
     # _function_setstate(func, (attributes, slots)): it takes items out of slots
-    if len(args) != 2 or not _made_of(types.FunctionType, args[0], made):
-        return False
-    state = args[1]
+    state = _state_of(args, types.FunctionType, made)
     return (
-        type(state) is tuple
-        and len(state) == 2
-        and _made_dict(state[0], made)
+        state is not _MISSING
         and _made_dict(state[1], made)
         and _slot_values(made.items(state[1]), made)
     )
@@ -787,13 +806,9 @@ def _function_state_applied(args: tuple[Any, ...], made: _Made) -> bool:
 
 def _class_state_applied(args: tuple[Any, ...], made: _Made) -> bool:
     # _class_setstate(cls, (clsdict, slotstate)), slotstate empty
-    if len(args) != 2 or not _made_of(type, args[0], made):
-        return False
-    state = args[1]
+    state = _state_of(args, type, made)
     return (
-        type(state) is tuple
-        and len(state) == 2
-        and _made_dict(state[0], made)
+        state is not _MISSING
         and "_abc_impl" not in state[0]  # (its items go to cls.register)
         and _made_of(dict, state[1], made)
         and not state[1]
@@ -968,7 +983,9 @@ def _check_reductions(
         if type(args) is not tuple:
             raise NotReusable("a reduction's arguments")
         if role == "class":
-            if len(args) != 6 or not _made_without_code(*args):
+            # (its namespace made by this load: one found could gain a value
+            # whose __set_name__ a fresh load runs)
+            if len(args) != 6 or not _made_without_code(*args) or not _made_dict(args[3], made):
                 raise NotReusable("a class whose making runs code")
             walk.bases.extend(args[2])
         elif role in ("types", "sentinel", "module"):
@@ -990,6 +1007,10 @@ def _check_reductions(
             raise NotReusable(_resolved(callable_, globals_, memo))
         elif id(_resolved(callable_, globals_, memo)) in _NAMES_A_BLOCK:
             walk.blocks.append(args[0])  # (a fresh load fails once the connection evicts it)
+    for symbol in read.hashed:  # (every key the load hashed, kept or dropped as a duplicate)
+        key = _value(symbol, globals_, memo)
+        if key is _MISSING or not _hashes_in_c(key):
+            raise NotReusable("a key that hashes or compares in Python")
     for new in read.news:
         cls, arguments = (_value(symbol, globals_, memo) for symbol in new.value)
         if type(arguments) is not tuple or not (
@@ -1059,7 +1080,9 @@ class _Loading(_pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         obj = super().find_class(module, name)
-        self.globals.setdefault((module, name), obj)
+        if self.globals.setdefault((module, name), obj) is not obj:
+            # (another thread rebound it between two finds: the memo holds both)
+            self.note(_refuse, f"{module}.{name} found as two objects")
         self.note(self.walk.find, obj)
         # (under its own name only: the part calls it there and nowhere else uses
         # it, checked before the load; found under another, the state it applies

@@ -78,16 +78,19 @@ _CONSTANT_OPCODES = frozenset({
 class Reductions:
     """What :func:`reductions` reads of a pickle, as symbols: each REDUCE
     (``calls``), each NEWOBJ (``news``), each BUILD's target and state
-    (``builds``), what each memo index holds (``memo``), and how many times
-    each global is pushed (``pushes``)."""
+    (``builds``), what each memo index holds (``memo``), every dict key and
+    set or frozenset item the load hashes (``hashed``: also those it drops as
+    equal to one before), and how many times each global is pushed
+    (``pushes``)."""
 
-    __slots__ = ("builds", "calls", "memo", "news", "pushes")
+    __slots__ = ("builds", "calls", "hashed", "memo", "news", "pushes")
 
     def __init__(self) -> None:
         self.calls: list[Symbol] = []
         self.news: list[Symbol] = []
         self.builds: list[tuple[Symbol, Symbol]] = []
         self.memo: list[Symbol] = []
+        self.hashed: list[Symbol] = []
         self.pushes: dict[Any, int] = {}
 
     def only_called(self, name: tuple[str, str]) -> bool:
@@ -147,6 +150,10 @@ def _read(head: bytes) -> Reductions:
             raise Unreadable(name)
         if name == "FRAME" and position + 9 + arg > len(head):
             raise Unreadable("a frame past the pickle's end")
+        if (name == "PROTO") != (position == 0) or (name == "PROTO" and arg < 4):
+            # (below 4, find_class renames globals through _compat_pickle's
+            # tables, and reads no dotted names)
+            raise Unreadable("not a pickle of protocol 4 or 5 from its first byte")
         if name in ("PROTO", "FRAME"):
             continue
         if unmemoized is not None and name != "MEMOIZE" and (unmemoized, name) != ("REDUCE", "POP"):
@@ -169,6 +176,9 @@ def _read(head: bytes) -> Reductions:
                 del stack[-count:]
             if target.kind == "dict":
                 _fill(target, items)
+                read.hashed.extend(items[::2])
+            elif target.kind == "set":
+                read.hashed.extend(items)
         elif name == "BUILD":
             state = stack.pop()
             _give(state)
@@ -205,8 +215,9 @@ def _read(head: bytes) -> Reductions:
         elif name in ("TUPLE", "EMPTY_TUPLE"):
             stack.append(Symbol("tuple", tuple(down_to_mark()) if name == "TUPLE" else ()))
         elif name in ("FROZENSET", "POP_MARK"):
-            down_to_mark()
+            items = down_to_mark()
             if name == "FROZENSET":
+                read.hashed.extend(items)
                 stack.append(Symbol("other"))
         elif name == "POP":
             if marks and marks[-1] == len(stack):
