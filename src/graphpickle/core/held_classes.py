@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import _pickle
 import builtins
+import copy
 import gc
 import importlib.machinery
 import io
@@ -318,8 +319,8 @@ class _Walk:
     def module(self, module: types.ModuleType) -> None:
         # A module a fresh load would import by name; not one made by value.
         namespace = vars(module)
-        if any(type(key) is not str for key in namespace):
-            raise NotReusable(module)  # (looking __name__ up would compare them)
+        if not _str_keyed(namespace):
+            raise NotReusable(module)
         name = namespace.get("__name__")
         if type(name) is not str or self.imported(name) is not module:
             raise NotReusable(module)
@@ -370,7 +371,7 @@ class _Walk:
         if any(name in _dict(klass) for klass in _mro(_MODULE_SPEC)[:-1] for name in _SPEC_HOOKS):
             raise NotReusable(_MODULE_SPEC)  # (a hook already there: object's is C)
         attributes = self.read_all(_PLAIN, spec, ())[1]
-        if type(attributes) is not dict or any(type(key) is not str for key in attributes):
+        if type(attributes) is not dict or not _str_keyed(attributes):
             raise NotReusable(spec)
         self.read(_ITEMS, attributes)
         if attributes.get("_initializing", False) is not False:
@@ -395,7 +396,7 @@ class _Walk:
         clsdict, slotstate = state
         if type(slotstate) is not dict or slotstate or id(cls) in self.applied:
             raise NotReusable("a class state of another shape")
-        if any(type(key) is not str for key in clsdict) or "_abc_impl" in clsdict:
+        if not _str_keyed(clsdict) or "_abc_impl" in clsdict:
             # (_class_setstate calls cls.register(...) for each item of this one)
             raise NotReusable("a class state applied by more than setattr")
         self.walk(cls)
@@ -545,11 +546,16 @@ def _mro(kind: type) -> tuple[type, ...]:
     return mro
 
 
+def _str_keyed(mapping: Any) -> bool:
+    """Whether every key of ``mapping`` is an exact str: looking a name up among
+    keys of the user's would hash and compare them with their code."""
+    return all(type(key) is str for key in mapping)
+
+
 def _dict(kind: type) -> Any:
-    """``kind``'s ``__dict__``, whose keys must all be strs (looking a name up
-    among keys of the user's would hash and compare them with their code)."""
+    """``kind``'s ``__dict__``, whose keys must all be strs (:func:`_str_keyed`)."""
     namespace = _DICT.__get__(kind)
-    if any(type(key) is not str for key in namespace):
+    if not _str_keyed(namespace):
         raise NotReusable(kind)
     return namespace
 
@@ -737,7 +743,7 @@ def _made_of(kind: type, obj: Any, made: _Made) -> bool:
 def _made_dict(obj: Any, made: _Made) -> bool:
     """A dict this load made, keyed by exact strs (what a maker copies from or
     into: one a fresh load would find again would go stale, or be written)."""
-    return _made_of(dict, obj, made) and all(type(key) is str for key in obj)
+    return _made_of(dict, obj, made) and _str_keyed(obj)
 
 
 def _made_cells(obj: Any, made: _Made) -> bool:
@@ -918,21 +924,13 @@ def _made_by(
         if symbol.index != index:
             continue  # (memoized again: its first index stands for it)
         if symbol.kind in ("list", "dict", "set", "new") or (
-            symbol.kind == "call" and _role(symbol.value[0], globals_, memo) in ("make", "class")
+            symbol.kind == "call"
+            and _role(_value(symbol.value[0], globals_, memo)) in ("make", "class")
         ):
             ids.add(id(memo[index]))
         if symbol.kind == "dict":
             dicts[id(memo[index])] = symbol
     return _Made(ids, dicts, globals_, memo)
-
-
-def _resolved(
-    symbol: opcode_walk.Symbol, globals_: dict[tuple[str, str], Any], memo: dict[int, Any]
-) -> Any:
-    """The object ``symbol`` stands for, if it is a global or was memoized."""
-    if symbol.kind == "global":
-        return globals_.get(symbol.value, _MISSING)
-    return memo.get(symbol.index, _MISSING) if symbol.index is not None else _MISSING
 
 
 def _made_without_code(
@@ -946,7 +944,6 @@ def _made_without_code(
     return (
         metaclass is type
         and type(name) is str
-        and type(bases) is tuple
         and cp.no_code_runs_in_subclassing(bases)
         and type(namespace) is dict
         and namespace.keys() <= {"__module__"}
@@ -956,10 +953,8 @@ def _made_without_code(
     )
 
 
-def _role(
-    symbol: opcode_walk.Symbol, globals_: dict[tuple[str, str], Any], memo: dict[int, Any]
-) -> str | None:
-    obj = _resolved(symbol, globals_, memo)
+def _role(obj: Any) -> str | None:
+    """What ``obj``, a reduction's callable, is to the walk (:func:`_roles`)."""
     known = _ROLES.get(id(obj))
     return known[1] if known is not None and known[0] is obj else None
 
@@ -977,9 +972,8 @@ def _check_reductions(
     made = _made_by(read, globals_, memo)
     walk.made_ids = made.ids
     for call in read.calls:
-        callable_, arguments = call.value
-        role = _role(callable_, globals_, memo)
-        args = _value(arguments, globals_, memo)
+        maker, args = (_value(symbol, globals_, memo) for symbol in call.value)
+        role = _role(maker)
         if type(args) is not tuple:
             raise NotReusable("a reduction's arguments")
         if role == "class":
@@ -1001,11 +995,9 @@ def _check_reductions(
                 reread = cp.DATACLASS_SENTINELS.get(name, _MISSING)
             if reread is not result:
                 raise NotReusable("a lookup")
-        elif role != "make" or not _SIGNATURES[id(_resolved(callable_, globals_, memo))](
-            args, made
-        ):
-            raise NotReusable(_resolved(callable_, globals_, memo))
-        elif id(_resolved(callable_, globals_, memo)) in _NAMES_A_BLOCK:
+        elif role != "make" or not _SIGNATURES[id(maker)](args, made):
+            raise NotReusable(maker)
+        elif id(maker) in _NAMES_A_BLOCK:
             walk.blocks.append(args[0])  # (a fresh load fails once the connection evicts it)
     for symbol in read.hashed:  # (every key the load hashed, kept or dropped as a duplicate)
         key = _value(symbol, globals_, memo)
@@ -1194,8 +1186,8 @@ class _Held:
     made; its probes, what they read then, the mask of memo entries a task's
     part must not get, the prefix that seeds its memo's length, the digests of
     the blocks it names, which the connection must still hold; ``stale`` once
-    a task loaded the part afresh), or not reusable (``walked``, no probes). Never changed once made: a thread that read one uses one
-    consistent state."""
+    a task loaded the part afresh), or not reusable (``walked``, no probes).
+    Never changed once made: a thread that read one uses one consistent state."""
 
     __slots__ = (
         "avoid", "blocks", "prefix", "probes", "reading", "stale", "strikes", "unpickler",
@@ -1226,12 +1218,9 @@ class _Held:
     def staled(self) -> _Held:
         """This part, loaded afresh since it was walked (by a task that could
         not reuse it): walked again by the next task that could."""
-        copy = _Held(
-            self.strikes, self.walked, self.probes, self.reading, self.avoid, self.unpickler,
-            self.prefix, self.blocks,
-        )  # fmt: skip
-        copy.stale = True
-        return copy
+        stale = copy.copy(self)
+        stale.stale = True
+        return stale
 
 
 def _memo_prefix(size: int) -> bytes:

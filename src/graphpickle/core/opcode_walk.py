@@ -41,8 +41,9 @@ class Symbol:
     ``call`` ``(callable, arguments)`` (REDUCE), a ``new`` ``(class,
     arguments)`` (NEWOBJ), a ``tuple`` of symbols, an empty ``list``, ``dict``
     or ``set`` (a dict's value: its items, ``(key, value)`` symbols, as the
-    pickle sets them, and the str keys among them), or ``other``; its memo index; and whether a REDUCE or
-    a BUILD was given it (``given``: a dict is filled no more after)."""
+    pickle sets them, and the str keys among them), or ``other``; its memo
+    index; and whether a REDUCE or a BUILD was given it (``given``: a dict is
+    filled no more after)."""
 
     __slots__ = ("given", "index", "kind", "value")
 
