@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from test_classes_first import kind, module_class
 from test_connection import READ_SCRIPT, WRITE_SCRIPT, read, write
 
+import graphpickle
 from graphpickle._switches import CACHING
 from graphpickle.core import classes_first, connection, held_classes, opcode_walk
 from graphpickle.core.native import speedups
@@ -320,20 +321,82 @@ def test_a_part_holding_what_the_walk_does_not_know_is_loaded_every_time(attribu
     assert type(read(receiver, payloads[3])[0]).__init__ is not first
 
 
-def test_a_part_that_every_task_changes_is_no_longer_walked():
-    # Each task appends to a class-level list: the check fails at every task,
-    # and after a few walks the part is loaded with its task, as before reuse.
+def _counting_walks(monkeypatch) -> list[int]:
+    """A list that grows by one at each walk of a part."""
+    walks: list[int] = []
+    walk = held_classes._load_walked
+
+    def counted(head):
+        walks.append(1)
+        return walk(head)
+
+    monkeypatch.setattr(held_classes, "_load_walked", counted)
+    return walks
+
+
+def test_a_part_that_every_task_changes_rests_longer_each_time(monkeypatch):
+    # Walks that never pay off: after a few, the part rests (loaded with its
+    # task) for 16 tasks, is walked once, rests 32, ...: about one walk per
+    # rest, however long the tasks go on changing it.
     source = _POINT + "    runs = []\ndef uses(p):\n    type(p).runs.append(1)\n    return p.x\n"
     namespace: dict = {"__name__": "__main__", "__package__": None}
     exec("import dataclasses\n" + source, namespace)
     sender = connection.Sender()
-    payloads = [write(sender, [namespace["uses"], namespace["Point"](i)]) for i in range(8)]
+    payloads = [write(sender, [namespace["uses"], namespace["Point"](i)]) for i in range(121)]
     receiver = connection.Receiver()
+    walks = _counting_walks(monkeypatch)
     for i, payload in enumerate(payloads):
         uses, point = read(receiver, payload)
         assert uses(point) == i and type(point).runs == [1]  # (as sent, every time)
+    # Task 0's part carries the methods' blocks, the part of tasks 1-120 names
+    # them: seen at 1; walked at 2, 3, 4; struck out at 5, rests 16 tasks
+    # (5-20), walked at 21; struck out at 22, rests 32, walked at 54; struck
+    # out at 55, rests 64, walked at 119; struck out at 120: six walks.
+    assert len(walks) == 6, walks
     held = receiver.loaded[classes_first.split(payloads[-1])[1]]
-    assert held.probes is None and held.strikes == held_classes._MAX_STRIKES
+    assert held.probes is None and held.strikes == held_classes._MAX_STRIKES + 3
+    assert held.rest == 128
+
+
+def test_a_part_that_other_loads_changed_is_reused_again_once_they_stop(monkeypatch):
+    # Another load of the same class in the process (a by-value payload, a
+    # second connection) applies its state again: the held part's objects are
+    # no longer the class's. While that happens between every two tasks the
+    # part is walked and rests; once it stops, the part is walked once more
+    # and then reused.
+    payloads = _payloads(_POINT, count=60)
+    cls = type(read(connection.Receiver(), payloads[0])[0])
+    by_value = graphpickle.dumps(cls(-1))
+    receiver = connection.Receiver()
+    walks = _counting_walks(monkeypatch)
+    inits = []
+    for i, payload in enumerate(payloads):
+        if i < 12:
+            assert graphpickle.loads(by_value).x == -1
+        point = read(receiver, payload)[0]
+        assert point.x == i
+        inits.append(vars(type(point))["__init__"])
+    assert inits[-1] is inits[-2] is inits[-20]  # (reused)
+    assert len(walks) <= 6, walks
+    held = receiver.loaded[classes_first.split(payloads[-1])[1]]
+    assert held.probes is not None and held.reuses >= 20
+
+
+def test_a_change_after_a_walk_paid_off_costs_no_strike(monkeypatch):
+    # The class state applied again every 10 tasks (by another load): each
+    # change is a walk, never a strike, and the part is reused in between.
+    payloads = _payloads(_POINT, count=80)
+    cls = type(read(connection.Receiver(), payloads[0])[0])
+    by_value = graphpickle.dumps(cls(-1))
+    receiver = connection.Receiver()
+    walks = _counting_walks(monkeypatch)
+    for i, payload in enumerate(payloads):
+        if i % 10 == 9:
+            graphpickle.loads(by_value)
+        assert read(receiver, payload)[0].x == i
+    held = receiver.loaded[classes_first.split(payloads[-1])[1]]
+    assert held.probes is not None and held.strikes == 0
+    assert len(walks) == 9, walks  # (the first at task 2, then one per change)
 
 
 #: A notebook's class whose method reads a global of its module, and a task's

@@ -109,8 +109,17 @@ __all__ = [
 MAX_HELD = 16
 #: A bigger classes' part is loaded for every task.
 MAX_PART = 64 * 1024
-#: A part whose reuse failed this many times is loaded for every task from then on.
+#: A walk that its part's objects outlived this many reuses paid for itself:
+#: the change that ends them is no strike (a walk costs about two loads).
+_PAYS_OFF = 8
+#: Walks in a row that did not pay off (or raced) before the part rests: it is
+#: loaded with its task for _FIRST_REST tasks, then walked again; each rest in a
+#: row twice as long as the last, up to _LAST_REST (a part whose objects every
+#: task changes costs about one walk per _LAST_REST tasks, and a worker whose
+#: tasks change only for a while reuses the part again afterwards).
 _MAX_STRIKES = 3
+_FIRST_REST = 16
+_LAST_REST = 1024
 
 #: The kinds of probe (_speedups.c's PROBE_..., in its order).
 (
@@ -1186,12 +1195,16 @@ class _Held:
     made; its probes, what they read then, the mask of memo entries a task's
     part must not get, the prefix that seeds its memo's length, the digests of
     the blocks it names, which the connection must still hold; ``stale`` once
-    a task loaded the part afresh), or not reusable (``walked``, no probes).
-    Never changed once made: a thread that read one uses one consistent state."""
+    a task loaded the part afresh), resting after ``strikes`` walks in a row
+    that did not pay off (``walked``, no probes, ``rest`` tasks to go), or not
+    reusable (``walked``, no probes, no rest). Never changed once made but for
+    two counts, ``reuses`` and ``rest``, which decide only when to walk (a
+    count two threads lose is a walk sooner or later), so a thread that read one
+    uses one consistent state."""
 
     __slots__ = (
-        "avoid", "blocks", "prefix", "probes", "reading", "stale", "strikes", "unpickler",
-        "walked",
+        "avoid", "blocks", "prefix", "probes", "reading", "rest", "reuses", "stale", "strikes",
+        "unpickler", "walked",
     )  # fmt: skip
 
     def __init__(
@@ -1204,6 +1217,7 @@ class _Held:
         unpickler: Any = None,
         prefix: bytes = b"",
         blocks: tuple[bytes, ...] = (),
+        rest: int | None = None,
     ) -> None:
         self.strikes = strikes
         self.walked = walked
@@ -1213,6 +1227,8 @@ class _Held:
         self.unpickler = unpickler
         self.prefix = prefix
         self.blocks = blocks
+        self.rest = rest
+        self.reuses = 0
         self.stale = False
 
     def staled(self) -> _Held:
@@ -1221,6 +1237,13 @@ class _Held:
         stale = copy.copy(self)
         stale.stale = True
         return stale
+
+
+def _resting(strikes: int) -> _Held:
+    """A part struck out ``strikes`` walks in a row: loaded with its task for a
+    while, twice as long at each strike past the last allowed."""
+    rest = min(_FIRST_REST << (strikes - _MAX_STRIKES), _LAST_REST)
+    return _Held(strikes, walked=True, rest=rest)
 
 
 def _memo_prefix(size: int) -> bytes:
@@ -1294,14 +1317,21 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
     receiving connection holds. The first time, both parts load together; the
     second, the part is loaded on its own and walked; from then on its objects
     are reused while nothing they are made of changed, and loaded and walked
-    again when something did (a few times: then both parts load together)."""
+    again when something did. A walk whose objects were changed again before
+    they paid off is a strike; after a few in a row the part rests (loads
+    with its task) for a while, and is walked again after it."""
     held = receiver.loaded.get(name)
-    if held is None or (held.walked and held.probes is None):
-        if held is None:
-            _hold(receiver, name, _Held())
+    if held is None:
+        _hold(receiver, name, _Held())
         return load_together(head, body, buffers)
     strikes = held.strikes
-    if held.probes is not None:
+    if held.walked and held.probes is None:
+        if held.rest is None:  # (not reusable)
+            return load_together(head, body, buffers)
+        held.rest -= 1
+        if held.rest > 0:
+            return load_together(head, body, buffers)
+    elif held.probes is not None:
         if _gets_avoided(held, body):
             # Loaded afresh: its state is applied again to the held classes, so
             # the next task that could reuse the part walks it again (no
@@ -1311,10 +1341,17 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
             return load_together(head, body, buffers)
         if not held.stale:
             if _unchanged(held) and all(digest in receiver.held for digest in held.blocks):
+                held.reuses += 1
                 return _load_with(held.unpickler, held.prefix, body, buffers)
-            strikes += 1
-    if strikes >= _MAX_STRIKES:
-        _hold(receiver, name, _Held(strikes, walked=True))
+            # Changed: by a task, or by another load of the same classes (a
+            # by-value payload, another connection), which applies their state
+            # again. A walk whose objects served a while paid for itself.
+            strikes = 0 if held.reuses >= _PAYS_OFF else strikes + 1
+            if strikes >= _MAX_STRIKES:
+                _hold(receiver, name, _resting(strikes))
+                return load_together(head, body, buffers)
+    elif strikes >= _MAX_STRIKES:  # (raced once too often)
+        _hold(receiver, name, _resting(strikes))
         return load_together(head, body, buffers)
     try:
         unpickler, size, walked, raced = _load_walked(head)
