@@ -6,8 +6,6 @@ What a sequence of such payloads gives a fresh receiver, against cloudpickle's
 payloads, is checked by test_connection_classes.py and by the property test of
 test_connection.py (its state has a class); these tests pin the frame itself."""
 
-from __future__ import annotations
-
 import dataclasses
 import json
 import pickle

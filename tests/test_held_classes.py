@@ -7,14 +7,16 @@ something of what the loads made (or of the worker), then loads the same task
 again. What it sees must be what a fresh load of that payload gives; and the
 same change with the check switched off must show (the case can fail)."""
 
-from __future__ import annotations
-
+import abc
 import contextlib
+import functools
 import gc
 import json
+import operator
 import sys
 import threading
 import types
+import typing
 from collections.abc import Callable
 
 import pytest
@@ -71,6 +73,8 @@ def _shifting(offset):
 class Point:
     x: int
     y: float = 0.0
+    tags: list[str] = dataclasses.field(default_factory=list)
+    maybe: int | None = None
     limit = 3
     items = [1, 2]
     seen = {1, 2, 3}
@@ -157,6 +161,16 @@ _CASES = {
         True,
     ),
     "match args": ("cls.__match_args__ = ()", "cls.__match_args__", True),
+    "field type": (
+        "cls.__dataclass_fields__['tags'].type = list[int]",
+        "repr(cls.__dataclass_fields__['tags'].type)",
+        True,
+    ),
+    "class annotation": (
+        "cls.__annotations__['maybe'] = str",
+        "repr(cls.__annotations__['maybe'])",
+        True,
+    ),
     # What a fresh load does not reset: an attribute the class did not have
     # stays; a global the part names is found again.
     "attribute added": ("cls.extra = 1", "getattr(cls, 'extra', None)", False),
@@ -338,11 +352,14 @@ def test_a_part_that_every_task_changes_rests_longer_each_time(monkeypatch):
     # Walks that never pay off: after a few, the part rests (loaded with its
     # task) for 16 tasks, is walked once, rests 32, ...: about one walk per
     # rest, however long the tasks go on changing it.
-    source = _POINT + "    runs = []\ndef uses(p):\n    type(p).runs.append(1)\n    return p.x\n"
-    namespace: dict = {"__name__": "__main__", "__package__": None}
-    exec("import dataclasses\n" + source, namespace)
+    # (The task's function is of another module than the class: one of the
+    # same would share its globals with the class's functions, 3.14's
+    # __annotate__ among them, and each task would load the part afresh.)
+    point = module_class(_POINT + "    runs = []\n")
+    namespace: dict = {"__name__": "tasks", "__package__": None}
+    exec("def uses(p):\n    type(p).runs.append(1)\n    return p.x\n", namespace)
     sender = connection.Sender()
-    payloads = [write(sender, [namespace["uses"], namespace["Point"](i)]) for i in range(121)]
+    payloads = [write(sender, [namespace["uses"], point(i)]) for i in range(121)]
     receiver = connection.Receiver()
     walks = _counting_walks(monkeypatch)
     for i, payload in enumerate(payloads):
@@ -1417,9 +1434,40 @@ class Shown:
         return 'shown'
 class Named:
     __doc__ = Shown()
+class Odd:
+    __parameters__ = Shown()
+class Loud(type):
+    def __getattr__(cls, name):
+        calls.append(name)
+        raise AttributeError(name)
+class Generic(metaclass=Loud):
+    pass
 """
 
 _NONE = _pickle(b"N")
+
+
+def _class_skeleton(tracker: str) -> bytes:
+    # _make_skeleton_class(type, tracker, (object,), {'__module__': '__main__'}, tracker, None):
+    # memo 6 and 7 hold '__module__' and '__main__', memo 9 the class
+    return (
+        _global(_CPC, "_make_skeleton_class") + _MEMO + b"(" + _global("builtins", "type") + _MEMO
+        + _text(tracker) + _MEMO + _global("builtins", "object") + _MEMO + b"\x85" + _MEMO
+        + b"}" + _MEMO + _text("__module__") + _MEMO + _text("__main__") + _MEMO + b"s"
+        + _text(tracker) + _MEMO + b"NtR" + _MEMO
+    )  # fmt: skip
+
+
+def _alias_state(arguments: bytes) -> bytes:
+    """The class of :func:`_class_skeleton` given an attribute ``alias``,
+    ``types.GenericAlias(list, arguments)`` (``arguments`` pushes a tuple)."""
+    return (
+        _global(_CPC, "_class_setstate") + _MEMO + _get(9) + b"}" + _MEMO + _get(6) + _get(7)
+        + b"s" + _text("alias") + _MEMO + _global("types", "GenericAlias") + _MEMO
+        + _global("builtins", "list") + _MEMO + arguments + b"\x86" + _MEMO + b"R" + _MEMO
+        + b"s}" + _MEMO + b"\x86\x86R0" + _get(9)
+    )  # fmt: skip
+
 
 #: name: (classes' part, task's part, what the worker changes, what a task observes)
 _HAND_WRITTEN = {
@@ -1485,6 +1533,28 @@ _HAND_WRITTEN = {
         "",
         "task",
     ),
+    # (memo 9 holds the class; its state puts types.GenericAlias(list, (arg,)) in
+    # "alias"; reading an alias's __parameters__ asks each argument that is not
+    # a class for __typing_subst__ and __parameters__, once: an alias reused
+    # from an earlier task has its answer already)
+    "an alias's argument answering __parameters__ with the user's descriptor": (
+        _pickle(_class_skeleton("graphpickle-test-alias") + _alias_state(
+            _global("plugins", "Odd") + _MEMO + b")\x81" + _MEMO + b"\x85" + _MEMO
+        )),
+        _pickle(_get(9)),
+        "plugins.calls.clear()",
+        "(task.alias.__parameters__, list(plugins.calls))",
+    ),
+    "an alias of a class whose metaclass answers __typing_subst__": (
+        _pickle(_class_skeleton("graphpickle-test-loud") + _alias_state(
+            _global("types", "GenericAlias") + _MEMO + _global("plugins", "Generic") + _MEMO
+            + _global("builtins", "int") + _MEMO + b"\x85" + _MEMO + b"\x86" + _MEMO + b"R"
+            + _MEMO + b"\x85" + _MEMO
+        )),
+        _pickle(_get(9)),
+        "plugins.calls.clear()",
+        "(task.alias.__parameters__, list(plugins.calls))",
+    ),
 }  # fmt: skip
 
 
@@ -1506,17 +1576,6 @@ def test_a_hand_written_part_that_a_reused_load_would_differ_from_is_not_reused(
     assert seen == fresh
     held = receiver.loaded.get(connection.digest(head))
     assert held is None or held.probes is None
-
-
-def _class_skeleton(tracker: str) -> bytes:
-    # _make_skeleton_class(type, tracker, (object,), {'__module__': '__main__'}, tracker, None):
-    # memo 6 and 7 hold '__module__' and '__main__', memo 9 the class
-    return (
-        _global(_CPC, "_make_skeleton_class") + _MEMO + b"(" + _global("builtins", "type") + _MEMO
-        + _text(tracker) + _MEMO + _global("builtins", "object") + _MEMO + b"\x85" + _MEMO
-        + b"}" + _MEMO + _text("__module__") + _MEMO + _text("__main__") + _MEMO + b"s"
-        + _text(tracker) + _MEMO + b"NtR" + _MEMO
-    )  # fmt: skip
 
 
 _APPLY_EMPTY_STATE = b"}" + _MEMO + _get(6) + _get(7) + b"s}" + _MEMO + b"\x86\x86R0"
@@ -1811,6 +1870,15 @@ _USER_CODE = {
         "        return 1\nCODE = (lambda: None).__code__.replace(co_consts=(None, H()))\n",
         _pickle(b"}" + _MEMO + _global("plugins", "CODE") + _MEMO + b"K\x01s"),
     ),
+    "an int | A whose metaclass defines __or__": (
+        "calls = []\nclass Meta(type):\n    def __or__(cls, other):\n        calls.append(cls)\n"
+        "        return type.__or__(cls, other)\nclass A(metaclass=Meta):\n    pass\n",
+        _pickle(
+            _global("_functools", "reduce") + _MEMO + _global("_operator", "or_") + _MEMO
+            + _global("plugins", "A") + _MEMO + _global("builtins", "int") + _MEMO + b"\x86"
+            + _MEMO + b"\x86" + _MEMO + b"R" + _MEMO
+        ),
+    ),
     "a __del__ run as a fresh load drops what it made": (
         "calls = []\nclass Thing:\n    def __del__(self):\n        calls.append(1)\n",
         _pickle(_global("plugins", "Thing") + _MEMO + b")\x81" + _MEMO + b"0N"),
@@ -1824,6 +1892,33 @@ def test_code_of_the_user_s_a_fresh_load_runs_runs_in_every_task(monkeypatch, ca
     if not fresh:  # (3.14 hashes a code object without its constants')
         pytest.skip("a fresh load runs no code of the user's here on this Python")
     assert seen == [fresh] * 5
+
+
+@pytest.mark.parametrize(
+    ("maker", "args", "allowed"),
+    [
+        (types.GenericAlias, (list, (str,)), True),
+        (types.GenericAlias, (tuple, (int, ...)), True),
+        (types.GenericAlias, (list, ("Point",)), True),
+        (types.GenericAlias, (types.SimpleNamespace, (int,)), False),  # (not a builtin's)
+        (types.GenericAlias, (list, (1,)), False),
+        (types.GenericAlias, (list, [int]), False),
+        (types.GenericAlias, (list, (list[int],)), False),  # (an alias this load did not make)
+        (functools.reduce, (operator.or_, (int, type(None))), True),
+        (functools.reduce, (operator.or_, (int, int)), False),  # (int | int is int)
+        (functools.reduce, (operator.or_, (int,)), False),  # (int itself)
+        (functools.reduce, (operator.add, (int, str)), False),
+        (functools.reduce, (operator.or_, (int, list[int])), False),
+        (functools.reduce, (operator.or_, (int, abc.ABC)), False),  # (ABCMeta's |)
+        (operator.getitem, (types.UnionType, (int, str)), sys.version_info >= (3, 14)),
+        (operator.getitem, (types.UnionType, (int, int)), False),
+        (operator.getitem, (dict, (int, str)), False),
+        (operator.getitem, (typing.Optional, int), False),
+    ],
+)
+def test_what_a_part_s_annotations_may_be_made_of(maker, args, allowed):
+    made = held_classes._Made(set(), {}, {}, {})
+    assert held_classes._SIGNATURES[id(maker)](args, made) is allowed
 
 
 def _count_per_task(payloads: list, calls: list) -> tuple[list, connection.Receiver]:

@@ -86,9 +86,11 @@ from __future__ import annotations
 import _pickle
 import builtins
 import copy
+import functools
 import gc
 import importlib.machinery
 import io
+import operator
 import pickle
 import sys
 import threading
@@ -466,6 +468,12 @@ class _Walk:
                 value = getattr(func, name, _MISSING)
             self.walk(value)
 
+    def alias(self, alias: Any) -> None:
+        # A list[int] or an int | None (made by _alias or _union): read-only
+        # fields, no __dict__ of its own; what it holds is walked (found
+        # classes are probed where they are found).
+        self.walk_all(_ALIASED[id(type(alias))](alias))
+
     def method_wrapper(self, wrapper: Any) -> None:
         # A classmethod or staticmethod: its function (a new __init__ can swap
         # it) and its __dict__ (the function's names, copied when it was made;
@@ -529,6 +537,8 @@ _HANDLERS: dict[type, Callable[[_Walk, Any], None]] = {
     types.FunctionType: _Walk.function,
     classmethod: _Walk.method_wrapper,
     staticmethod: _Walk.method_wrapper,
+    types.GenericAlias: _Walk.alias,
+    types.UnionType: _Walk.alias,
 }
 if hasattr(builtins, "frozendict"):  # 3.15+: it holds what it holds
     _HANDLERS[builtins.frozendict] = _Walk.frozen_mapping
@@ -539,6 +549,16 @@ _ATOM_IDS = frozenset(map(id, _ATOMS))
 _HASHING = frozenset(
     id(kind) for kind in (dict, set, frozenset, getattr(builtins, "frozendict", dict))
 )
+
+#: What an alias holds, read with its type's own member descriptors (an
+#: alias's getattr passes other names on to its origin class).
+_ALIASED: dict[int, Callable[[Any], tuple[Any, ...]]] = {
+    id(types.GenericAlias): lambda alias: (
+        vars(types.GenericAlias)["__origin__"].__get__(alias),
+        *vars(types.GenericAlias)["__args__"].__get__(alias),
+    ),
+    id(types.UnionType): vars(types.UnionType)["__args__"].__get__,
+}
 
 _MODULE_SPEC = importlib.machinery.ModuleSpec
 #: What would run code as ``__import__`` reads a spec's ``_initializing``.
@@ -672,7 +692,8 @@ class _Raced(NotReusable):
 #: arguments (a function, a cell); ``class``, a class's skeleton (the tracked
 #: class, which the walk checks), when making it runs no code of the user's;
 #: ``module``, imported by name; ``types`` and ``sentinel``, lookups; the
-#: results of the last three are probed. Anything else
+#: results of the last three are probed; ``type of`` a constant (the
+#: ``NoneType`` of an ``int | None``), a C type. Anything else
 #: (``getattr``, a user's function) may return what a fresh load would look up
 #: again: the part is not reused.
 def _roles() -> dict[int, tuple[Any, str]]:
@@ -682,6 +703,7 @@ def _roles() -> dict[int, tuple[Any, str]]:
         blocks.make_function, blocks.make_function_in_python, blocks.function_once,
         blocks.function_ref, blocks.function_ref_in_python, blocks.code_once, blocks.code_ref,
         classmethod, staticmethod, types.MappingProxyType, types.CodeType, types.CellType,
+        types.GenericAlias, functools.reduce, operator.getitem,
     )  # fmt: skip
     for role, objects in (
         ("make", makers),
@@ -689,6 +711,7 @@ def _roles() -> dict[int, tuple[Any, str]]:
         ("module", (cp.subimport, blocks.subimport, blocks.subimport_in_python)),
         ("types", (cp.BUILTIN_TYPE,)),
         ("sentinel", (cp.DATACLASS_SENTINEL,)),
+        ("type of", (type,)),
     ):
         for obj in objects:
             roles[id(obj)] = (obj, role)
@@ -885,6 +908,53 @@ def _wrapping(args: tuple[Any, ...], made: _Made) -> bool:
     )
 
 
+#: The classes a part's ``list[int]`` may alias: C types, whose aliases hold
+#: what they are given and run no code (an argument that is not a class is
+#: asked for ``__typing_subst__`` and ``__parameters__`` once read: only
+#: Ellipsis, a str and such an alias are allowed, which C answers).
+_ALIAS_ORIGINS = frozenset(map(id, (list, tuple, dict, set, frozenset, type)))
+
+
+def _is_class(obj: Any) -> bool:
+    return bool(_TYPE_FLAGS.__get__(type(obj)) & _TYPE_SUBCLASS)
+
+
+def _alias(args: tuple[Any, ...], made: _Made) -> bool:
+    # types.GenericAlias(origin, arguments): list[str], dict[str, list[int]], tuple[int, ...]
+    return (
+        len(args) == 2
+        and id(args[0]) in _ALIAS_ORIGINS
+        and type(args[1]) is tuple
+        and all(
+            arg is ... or type(arg) is str or _is_class(arg)
+            or _made_of(types.GenericAlias, arg, made)
+            for arg in args[1]
+        )
+    )  # fmt: skip
+
+
+#: Whether ``UnionType[...]`` makes a union (3.14+: ``typing.Union``, how
+#: cloudpickle sends one there).
+_UNION_BY_ITEM = "__class_getitem__" in vars(types.UnionType)
+
+
+def _union(args: tuple[Any, ...], made: _Made) -> bool:
+    # functools.reduce(operator.or_, classes), or 3.14+'s
+    # operator.getitem(UnionType, classes): int | None. Classes of metaclass
+    # type (their | is type's, in C; another metaclass's may be the user's),
+    # none twice (the result is then a new union, not one of them).
+    if len(args) != 2 or type(args[1]) is not tuple:
+        return False
+    if not (args[0] is operator.or_ or (_UNION_BY_ITEM and args[0] is types.UnionType)):
+        return False
+    classes = args[1]
+    return (
+        len(classes) >= 2
+        and all(type(cls) is type for cls in classes)
+        and len({id(cls) for cls in classes}) == len(classes)
+    )
+
+
 def _code_of_block(args: tuple[Any, ...], made: _Made) -> bool:
     return len(args) == 1 and type(args[0]) is bytes
 
@@ -909,6 +979,8 @@ _SIGNATURES: dict[int, Callable[[tuple[Any, ...], _Made], bool]] = {
         ((types.CodeType,), _atoms),
         ((classmethod, staticmethod, types.MappingProxyType), _wrapping),
         ((*cp.MAKERS, types.CellType), _stored(1)),
+        ((types.GenericAlias,), _alias),
+        ((functools.reduce, operator.getitem), _union),
     )
     for maker in makers
 }  # fmt: skip
@@ -1004,6 +1076,14 @@ def _check_reductions(
                 reread = cp.DATACLASS_SENTINELS.get(name, _MISSING)
             if reread is not result:
                 raise NotReusable("a lookup")
+        elif role == "type of":  # (type(None): three arguments would make a class)
+            if (
+                len(args) != 1
+                or id(type(args[0])) not in _ATOM_IDS
+                or call.index is None
+                or memo[call.index] is not type(args[0])
+            ):
+                raise NotReusable("a call of type")
         elif role != "make" or not _SIGNATURES[id(maker)](args, made):
             raise NotReusable(maker)
         elif id(maker) in _NAMES_A_BLOCK:
