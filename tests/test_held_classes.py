@@ -350,38 +350,39 @@ def _counting_walks(monkeypatch) -> list[int]:
 
 def test_a_part_that_every_task_changes_rests_longer_each_time(monkeypatch):
     # Walks that never pay off: after a few, the part rests (loaded with its
-    # task) for 16 tasks, is walked once, rests 32, ...: about one walk per
-    # rest, however long the tasks go on changing it.
+    # task) for a while, is walked once, rests twice as long, ...: about one
+    # walk per rest, however long the tasks go on changing it.
     # (The task's function is of another module than the class: one of the
     # same would share its globals with the class's functions, 3.14's
     # __annotate__ among them, and each task would load the part afresh.)
+    first = held_classes._FIRST_REST
     point = module_class(_POINT + "    runs = []\n")
     namespace: dict = {"__name__": "tasks", "__package__": None}
     exec("def uses(p):\n    type(p).runs.append(1)\n    return p.x\n", namespace)
     sender = connection.Sender()
-    payloads = [write(sender, [namespace["uses"], point(i)]) for i in range(121)]
+    payloads = [write(sender, [namespace["uses"], point(i)]) for i in range(8 + 3 * first)]
     receiver = connection.Receiver()
     walks = _counting_walks(monkeypatch)
     for i, payload in enumerate(payloads):
         uses, point = read(receiver, payload)
         assert uses(point) == i and type(point).runs == [1]  # (as sent, every time)
-    # Task 0's part carries the methods' blocks, the part of tasks 1-120 names
-    # them: seen at 1; walked at 2, 3, 4; struck out at 5, rests 16 tasks
-    # (5-20), walked at 21; struck out at 22, rests 32, walked at 54; struck
-    # out at 55, rests 64, walked at 119; struck out at 120: six walks.
-    assert len(walks) == 6, walks
+    # Task 0's part carries the methods' blocks, the later tasks' part names
+    # them: seen at 1; walked at 2, 3, 4; struck out at 5, rests `first`
+    # tasks, walked at 5 + first; struck out next, rests 2 * first, walked at
+    # 6 + 3 * first; struck out at the last task: five walks.
+    assert len(walks) == 5, walks
     held = receiver.loaded[classes_first.split(payloads[-1])[1]]
-    assert held.probes is None and held.strikes == held_classes._MAX_STRIKES + 3
-    assert held.rest == 128
+    assert held.probes is None and held.strikes == held_classes._MAX_STRIKES + 2
+    assert held.rest == 4 * first
 
 
 def test_a_part_that_other_loads_changed_is_reused_again_once_they_stop(monkeypatch):
     # Another load of the same class in the process (a by-value payload, a
     # second connection) applies its state again: the held part's objects are
     # no longer the class's. While that happens between every two tasks the
-    # part is walked and rests; once it stops, the part is walked once more
+    # part is walked, then rests; once it stops, the part is walked once more
     # and then reused.
-    payloads = _payloads(_POINT, count=60)
+    payloads = _payloads(_POINT, count=12 + held_classes._FIRST_REST + 60)
     cls = type(read(connection.Receiver(), payloads[0])[0])
     by_value = graphpickle.dumps(cls(-1))
     receiver = connection.Receiver()
@@ -393,27 +394,29 @@ def test_a_part_that_other_loads_changed_is_reused_again_once_they_stop(monkeypa
         point = read(receiver, payload)[0]
         assert point.x == i
         inits.append(vars(type(point))["__init__"])
-    assert inits[-1] is inits[-2] is inits[-20]  # (reused)
-    assert len(walks) <= 6, walks
+    assert inits[-1] is inits[-2] is inits[-40]  # (reused)
+    assert len(walks) == 4, walks  # (at tasks 2, 3 and 4, and once the rest is over)
     held = receiver.loaded[classes_first.split(payloads[-1])[1]]
-    assert held.probes is not None and held.reuses >= 20
+    assert held.probes is not None and held.reuses >= 40
 
 
 def test_a_change_after_a_walk_paid_off_costs_no_strike(monkeypatch):
-    # The class state applied again every 10 tasks (by another load): each
-    # change is a walk, never a strike, and the part is reused in between.
-    payloads = _payloads(_POINT, count=80)
+    # The class state applied again (by another load) each time the part's
+    # objects served a little longer than a walk's cost: each change is a
+    # walk, never a strike, and the part is reused in between.
+    every = held_classes._PAYS_OFF + 10
+    payloads = _payloads(_POINT, count=4 * every)
     cls = type(read(connection.Receiver(), payloads[0])[0])
     by_value = graphpickle.dumps(cls(-1))
     receiver = connection.Receiver()
     walks = _counting_walks(monkeypatch)
     for i, payload in enumerate(payloads):
-        if i % 10 == 9:
+        if i % every == every - 1:
             graphpickle.loads(by_value)
         assert read(receiver, payload)[0].x == i
     held = receiver.loaded[classes_first.split(payloads[-1])[1]]
     assert held.probes is not None and held.strikes == 0
-    assert len(walks) == 9, walks  # (the first at task 2, then one per change)
+    assert len(walks) == 5, walks  # (the first at task 2, then one per change)
 
 
 #: A notebook's class whose method reads a global of its module, and a task's
