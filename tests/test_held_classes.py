@@ -18,6 +18,7 @@ import threading
 import types
 import typing
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from conftest import run_python
@@ -1450,12 +1451,12 @@ class Generic(metaclass=Loud):
 _NONE = _pickle(b"N")
 
 
-def _class_skeleton(tracker: str) -> bytes:
-    # _make_skeleton_class(type, tracker, (object,), {'__module__': '__main__'}, tracker, None):
+def _class_skeleton(tracker: str, base: bytes = _global("builtins", "object")) -> bytes:
+    # _make_skeleton_class(type, tracker, (base,), {'__module__': '__main__'}, tracker, None):
     # memo 6 and 7 hold '__module__' and '__main__', memo 9 the class
     return (
         _global(_CPC, "_make_skeleton_class") + _MEMO + b"(" + _global("builtins", "type") + _MEMO
-        + _text(tracker) + _MEMO + _global("builtins", "object") + _MEMO + b"\x85" + _MEMO
+        + _text(tracker) + _MEMO + base + _MEMO + b"\x85" + _MEMO
         + b"}" + _MEMO + _text("__module__") + _MEMO + _text("__main__") + _MEMO + b"s"
         + _text(tracker) + _MEMO + b"NtR" + _MEMO
     )  # fmt: skip
@@ -1540,6 +1541,18 @@ _HAND_WRITTEN = {
     # "alias"; reading an alias's __parameters__ asks each argument that is not
     # a class for __typing_subst__ and __parameters__, once: an alias reused
     # from an earlier task has its answer already)
+    # (review 11: the module's name a str the load made; the walk, not knowing
+    # the global, counted no push of _class_setstate, and the walking task got
+    # the walk's own)
+    "_class_setstate named by a str the load made": (
+        _pickle(
+            b"]" + _MEMO + _global("builtins", "str") + _MEMO + _text(_CPC) + _MEMO + b"\x85R"
+            + _MEMO + _text("_class_setstate") + _MEMO + b"\x93" + _MEMO + b"a"
+        ),
+        _pickle(_get(0)),
+        "",
+        "task",
+    ),
     "an alias's argument answering __parameters__ with the user's descriptor": (
         _pickle(_class_skeleton("graphpickle-test-alias") + _alias_state(
             _global("plugins", "Odd") + _MEMO + b")\x81" + _MEMO + b"\x85" + _MEMO
@@ -1922,6 +1935,54 @@ def test_code_of_the_user_s_a_fresh_load_runs_runs_in_every_task(monkeypatch, ca
 def test_what_a_part_s_annotations_may_be_made_of(maker, args, allowed):
     made = held_classes._Made(set(), {}, {}, {})
     assert held_classes._SIGNATURES[id(maker)](args, made) is allowed
+
+
+def test_a_slot_a_class_state_brings_after_its_instance_was_filled_is_not_reused(monkeypatch):
+    # (review 11) An instance of a by-value class filled (BUILD, slot state
+    # {'y': 5}) before the class's state puts a member descriptor under "y".
+    # The walk ran on a bare skeleton (nothing held the class between the first
+    # two tasks), so setattr put y in the instance's __dict__; a fresh load,
+    # finding the class with its state, goes through the descriptor.
+    source = "class Slotted:\n    __slots__ = ('x',)\nSLOT = Slotted.__dict__['x']\n"
+    monkeypatch.setitem(sys.modules, "plugins", _plugins(monkeypatch, source))
+    head = _pickle(
+        _class_skeleton("graphpickle-test-slot-alias", _global("plugins", "Slotted"))
+        + _get(9) + b")\x81" + _MEMO + b"N}" + _MEMO + _text("y") + b"K\x05s\x86b"
+        + _global(_CPC, "_class_setstate") + _MEMO + _get(9) + b"}" + _MEMO + _text("y")
+        + _global("plugins", "SLOT") + _MEMO + b"s" + _text("inst") + _get(10) + b"s}" + _MEMO
+        + b"\x86\x86R0" + _get(9)
+    )  # fmt: skip
+    payload = _framed(head, _pickle(_get(9)))
+
+    def seen(load: Callable[[], Any]) -> str:
+        try:
+            inst = load().inst
+        except Exception as error:  # (the descriptor is another class's)
+            while error.__cause__ is not None:  # (the receiver's error says where)
+                error = error.__cause__
+            return repr(error)
+        return repr((vars(inst), getattr(inst, "x", None)))
+
+    receiver = connection.Receiver()
+    read(receiver, payload)
+    gc.collect()  # (the class dies: cloudpickle's tracker holds it weakly)
+    kept = read(receiver, payload)  # (walked, and its task's result kept)
+    reused = seen(lambda: read(receiver, payload))
+    assert reused == seen(lambda: held_classes.load_together(head, _pickle(_get(9)), ()))
+    assert kept is not None
+
+
+def test_an_instance_is_plain_only_with_slots_of_its_classes_own():
+    class Other:
+        __slots__ = ("y",)
+
+    class Slotted:
+        __slots__ = ("y",)
+
+    assert held_classes._plain(Slotted)
+    aliased = type("Aliased", (Slotted,), {"z": vars(Slotted)["y"]})  # (another name)
+    foreign = type("Foreign", (), {"y": vars(Other)["y"]})  # (another class's)
+    assert not held_classes._plain(aliased) and not held_classes._plain(foreign)
 
 
 def _count_per_task(payloads: list, calls: list) -> tuple[list, connection.Receiver]:

@@ -451,12 +451,16 @@ def interleaved_samples(
 ) -> dict[str, list[float]]:
     """Seconds per call of each of ``calls``, ``repeat`` samples each, timed in
     turns (the order reversed at each repeat): on a shared machine a single
-    shot can show the slowest as the fastest."""
+    shot can show the slowest as the fastest. Each sample follows one untimed
+    call: what the calls between two samples changed is set right first (a
+    worker's held classes, walked again after another library's load of the
+    same class applied its state; performance.md gives that walk's cost)."""
     number = {name: calls_per_sample(call, min_seconds) for name, call in calls.items()}
     samples: dict[str, list[float]] = {name: [] for name in calls}
     order = list(calls)
     for _ in range(repeat):
         for name in order:
+            calls[name]()
             samples[name].append(timed(calls[name], number[name]))
         order.reverse()
     return samples

@@ -595,6 +595,8 @@ def _defines(kind: type, *names: str) -> bool:
     return any(name in _dict(klass) for klass in _mro(kind) for name in names)
 
 
+_SLOT_NAME = vars(types.MemberDescriptorType)["__name__"]
+_SLOT_OWNER = vars(types.MemberDescriptorType)["__objclass__"]
 _TYPE_SUBCLASS = 1 << 31  # Py_TPFLAGS_TYPE_SUBCLASS: a class (what __class__ cannot fake)
 _DATA_DESCRIPTORS_OF_OBJECTS = frozenset({"__dict__", "__weakref__"})
 
@@ -634,8 +636,15 @@ def _plain(kind: type) -> bool:
             ):
                 return False  # (BUILD reads __dict__ by getattr: another runs code)
             if type(descriptor) is types.MemberDescriptorType:
+                # (a slot of this class's own, under its own name: one a state
+                # put there under another name, or another class's, was not
+                # there when the load filled an instance made before that state)
                 owner = next(k for k in _mro(kind) if name in _dict(k))
-                if _dict(owner)[name] is not descriptor:
+                if (
+                    _dict(owner)[name] is not descriptor
+                    or _SLOT_NAME.__get__(descriptor) != name
+                    or _SLOT_OWNER.__get__(descriptor) is not klass
+                ):
                     return False
             elif _defines(type(descriptor), "__set__", "__delete__") and not (
                 type(descriptor) is types.GetSetDescriptorType

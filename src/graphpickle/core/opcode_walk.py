@@ -198,6 +198,9 @@ def _read(head: bytes) -> Reductions:
             stack.append(Symbol("const", _CONSTANTS.get(name, arg)))
         elif name == "STACK_GLOBAL":
             qualname, module = stack.pop(), stack.pop()
+            if module.kind != "str" or qualname.kind != "str":
+                # (a name the load made: the walk would not know the global)
+                raise Unreadable("a global named by what the load made")
             push(Symbol("global", (module.value, qualname.value)))
         elif name == "REDUCE":
             arguments, callable_ = stack.pop(), stack.pop()
