@@ -891,6 +891,45 @@ def test_where_sets_are_not_probed_a_part_holding_one_is_not_reused(monkeypatch)
     assert held.walked and held.probes is None
 
 
+def test_where_subclasses_are_not_probed_no_class_is_reused(monkeypatch):
+    # (An interpreter whose table of subclasses the probe does not read: a
+    # task's subclass would go unseen.)
+    monkeypatch.setattr(held_classes, "_SUBCLASSES_PROBED", False)
+    payloads = _payloads(_POINT, 5)
+    receiver = connection.Receiver()
+    assert [read(receiver, p)[0].x for p in payloads] == [0, 1, 2, 3, 4]
+    held = receiver.loaded[classes_first.split(payloads[4])[1]]
+    assert held.walked and held.probes is None
+
+
+class _StrKey(str):
+    pass
+
+
+_DICT_STEPS = st.lists(
+    st.tuples(st.sampled_from(["str", "str subclass", "int", "delete"]), st.integers(0, 12)),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_DICT_STEPS)
+def test_a_dict_read_as_keyed_by_strs_is(steps):
+    # The C module reads a dict's keys table to know its keys are all exact
+    # strs (DICT_LAYOUT) and, if so, looks names up in it without reading each
+    # key: whatever was put in it and taken out, it must be so.
+    mapping: dict = {}
+    for step, n in steps:
+        if step == "delete":
+            mapping.pop(next(iter(mapping), None), None)
+        else:
+            key = {"str": str(n), "str subclass": _StrKey(str(n)), "int": n}[step]
+            mapping[key] = n
+    if speedups.str_keys(mapping):
+        assert all(type(key) is str for key in mapping)
+    assert speedups.str_keys({str(len(steps)): 1}) == bool(speedups.DICT_LAYOUT)
+
+
 def test_a_part_whose_load_changes_a_found_object_is_not_reused():
     # BUILD onto a global (no pickler writes it; a crafted part may).
     head = b"\x80\x05\x8c\x0bcollections\x8c\x0bOrderedDict\x93}\x94\x8c\x01a\x8c\x01bsb."
@@ -1451,11 +1490,14 @@ class Generic(metaclass=Loud):
 _NONE = _pickle(b"N")
 
 
-def _class_skeleton(tracker: str, base: bytes = _global("builtins", "object")) -> bytes:
-    # _make_skeleton_class(type, tracker, (base,), {'__module__': '__main__'}, tracker, None):
+def _class_skeleton(
+    tracker: str, base: bytes = _global("builtins", "object"), maker: str = "make_class"
+) -> bytes:
+    # make_class(type, tracker, (base,), {'__module__': '__main__'}, tracker, None):
     # memo 6 and 7 hold '__module__' and '__main__', memo 9 the class
+    module = _CPC if maker == "_make_skeleton_class" else "graphpickle.core.blocks"
     return (
-        _global(_CPC, "_make_skeleton_class") + _MEMO + b"(" + _global("builtins", "type") + _MEMO
+        _global(module, maker) + _MEMO + b"(" + _global("builtins", "type") + _MEMO
         + _text(tracker) + _MEMO + base + _MEMO + b"\x85" + _MEMO
         + b"}" + _MEMO + _text("__module__") + _MEMO + _text("__main__") + _MEMO + b"s"
         + _text(tracker) + _MEMO + b"NtR" + _MEMO
@@ -2002,14 +2044,20 @@ def _user_code_of_five_tasks(source: str, calls: list) -> tuple[list, connection
     return (*_count_per_task(payloads, calls), payloads)
 
 
-def test_a_part_naming_blocks_the_connection_evicted_fails_as_a_fresh_load_does(monkeypatch):
+@pytest.mark.parametrize("how", ["evicted", "held as another kind"])
+def test_a_part_naming_blocks_the_connection_evicted_fails_as_a_fresh_load_does(monkeypatch, how):
     # (a sender that sees the connection as its receiver does never names an
-    # evicted block: a fresh load then fails, naming it; so must a reused part)
+    # evicted block: a fresh load then fails, naming it; so must a reused part.
+    # Review 11: a payload whose classes' part is a block's bytes replaces the
+    # block's entry with them, and a fresh load fails as well)
     _plugins(monkeypatch, "")
     payloads, receiver = _reused_three_times(_POINT)
-    for name, (value, _) in list(receiver.held.items()):
+    for name, (value, size) in list(receiver.held.items()):
         if type(value) is tuple:  # (a function block's parts)
-            del receiver.held[name]
+            if how == "evicted":
+                del receiver.held[name]
+            else:
+                receiver.held[name] = (b"a classes' part", size)
     with pytest.raises(connection.MissingBlock):
         read(receiver, payloads[3])
 
@@ -2353,3 +2401,155 @@ def test_a_global_another_thread_rebinds_between_two_finds_is_not_reused(monkeyp
         read(receiver, _framed(head, body))
     plugins.X = plugins.A
     assert read(receiver, _framed(head, body)) == ("A", "A")
+
+
+# What an eleventh review found (two reviews: the load, the check): what a
+# fresh load reads that no probe covered (a class's subclasses' dicts and its
+# MRO, which setting a dunder on it looks names up in; the abstract flag
+# object.__new__ reads; cloudpickle's tracker; the kind of a block's entry),
+# a value a task could put where a probe reads "nothing there", and a reading
+# a task's functools.wraps changed. Each check fails without its fix.
+
+
+def _fresh(receiver: connection.Receiver, payload: bytes) -> Any:
+    """What a fresh load of ``payload`` gives (both its parts by one unpickler)."""
+    _, head, body = classes_first.parts(payload, receiver)
+    token = connection.RECEIVER.set(receiver)
+    try:
+        return held_classes.load_together(head, body, ())
+    finally:
+        connection.RECEIVER.reset(token)
+
+
+class _Key:
+    """A class-dict key whose hash is a dunder's: a lookup of that dunder there
+    runs its __eq__."""
+
+    calls: typing.ClassVar[list] = []
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __eq__(self, other: object) -> bool:
+        _Key.calls.append(self.name)
+        return False
+
+
+def _eq_calls(load: Callable[[], Any]) -> int:
+    _Key.calls.clear()
+    load()
+    return len(_Key.calls)
+
+
+def test_a_subclass_s_dict_a_fresh_load_reads_is_probed(monkeypatch):
+    # A task subclasses the held class with a key in its dict hashing as
+    # "__init__": a fresh load's setattr(Point, "__init__", ...) looks the name
+    # up in every subclass's dict, and runs the key's __eq__.
+    _plugins(monkeypatch, "")
+    payloads, receiver = _reused_three_times(_POINT, 5)
+    cls = type(read(receiver, payloads[3])[0])
+    subclass = type("Sub", (cls,), {_Key("__init__"): 1})
+    reused = _eq_calls(lambda: read(receiver, payloads[4]))
+    assert reused == _eq_calls(lambda: _fresh(receiver, payloads[4])) > 0
+    assert subclass in type.__subclasses__(cls)
+
+
+def test_a_held_class_s_new_bases_are_probed(monkeypatch):
+    # A task reassigns the held class's __bases__ to a class whose dict holds a
+    # key hashing as "__lt__": a fresh load's setattr(Point, "__eq__", ...)
+    # looks the rich comparisons up along the new MRO.
+    plugins = _plugins(monkeypatch, "class Base:\n    pass\nclass Other:\n    pass\n")
+    payloads, receiver = _reused_three_times(
+        "@dataclasses.dataclass\nclass Point(plugins.Base):\n    x: int\n", 5
+    )
+    cls = type(read(receiver, payloads[3])[0])
+    cls.__bases__ = (plugins.Other,)
+    gc.get_referents(vars(plugins.Other))[0][_Key("__lt__")] = 1  # (type.__dict__ is read-only)
+    reused = _eq_calls(lambda: read(receiver, payloads[4]))
+    assert reused == _eq_calls(lambda: _fresh(receiver, payloads[4])) > 0
+
+
+def test_a_class_made_abstract_without_a_dict_change_is_a_change(monkeypatch):
+    # type.__abstractmethods__'s setter sets the class's abstract flag from the
+    # value's truth when set: the same set, filled, set again leaves the dict
+    # as it was; a fresh load's object.__new__ then raises.
+    plugins = _plugins(monkeypatch, "class Config:\n    pass\n")
+    marker: set = set()
+    plugins.Config.__abstractmethods__ = marker
+    payloads, receiver = _reused_three_times(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    config = plugins.Config()\n", 5
+    )
+    marker.add("run")
+    plugins.Config.__abstractmethods__ = marker
+    for load in (read, _fresh):
+        with pytest.raises(Exception, match="abstract"):
+            load(receiver, payloads[4])
+
+
+def test_a_class_cloudpickle_no_longer_tracks_is_made_again(monkeypatch):
+    # A worker drops the held class from cloudpickle's tracker (after renaming
+    # it, a type field no probe reads): a fresh load makes a new class.
+    import cloudpickle.cloudpickle as cpc
+
+    _plugins(monkeypatch, "")
+    payloads, receiver = _reused_three_times(_POINT, 5)
+    cls = type(read(receiver, payloads[3])[0])
+    cls.__qualname__ = "Renamed"
+    del cpc._DYNAMIC_CLASS_TRACKER_BY_ID[cpc._DYNAMIC_CLASS_TRACKER_BY_CLASS[cls]]
+    again = type(read(receiver, payloads[4])[0])
+    assert again is not cls and again.__qualname__ == "Point"
+
+
+def test_what_a_task_puts_where_a_probe_reads_nothing_is_a_change(monkeypatch):
+    # An empty slot reads as "nothing there" (held_classes._MISSING): a task
+    # that puts that very object there must not read as unchanged.
+    plugins = _plugins(monkeypatch, "class Slotted:\n    __slots__ = ('a', 'b')\n")
+    plugins.made = lambda: (lambda s: (setattr(s, "a", 1), s)[1])(plugins.Slotted())
+    payloads, receiver = _reused_three_times(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    cfg = plugins.made()\n", 5
+    )
+    type(read(receiver, payloads[3])[0]).cfg.b = held_classes._MISSING
+    assert not hasattr(type(read(receiver, payloads[4])[0]).cfg, "b")  # (as a fresh load sets it)
+
+
+def test_a_task_that_wraps_a_held_method_costs_no_reuse(monkeypatch):
+    # functools.wraps reads the method's __dict__, which makes one where there
+    # was none: not a change to what a task observes.
+    source = _POINT + "    def scaled(self, k=2):\n        return self.x * k\n"
+    payloads = _payloads(source, count=20)
+    receiver = connection.Receiver()
+    walks = _counting_walks(monkeypatch)
+    for payload in payloads:
+        functools.wraps(type(read(receiver, payload)[0]).scaled)(lambda: None)
+    assert len(walks) == 1, walks
+
+
+def test_a_part_made_with_cloudpickle_s_skeleton_maker_is_not_reused(monkeypatch):
+    # cloudpickle's _make_skeleton_class makes a skeleton of the base and drops
+    # it, even for a class it tracks: until collected it shows among the base's
+    # __subclasses__() after every fresh load (graphpickle's make_class makes
+    # none for a tracked class).
+    plugins = _plugins(monkeypatch, "class Base:\n    pass\n")
+    monkeypatch.setitem(sys.modules, "plugins", plugins)
+    tracker = "graphpickle-test-cloudpickle-skeleton"
+    head = _pickle(
+        _class_skeleton(tracker, _global("plugins", "Base"), "_make_skeleton_class")
+        + _global(_CPC, "_class_setstate") + _MEMO + _get(9) + b"}" + _MEMO + _text("tag")
+        + b"K\x01s}" + _MEMO + b"\x86\x86R0" + _get(9)
+    )  # fmt: skip
+    payload = _framed(head, _pickle(_get(9)))
+    receiver = connection.Receiver()
+    kept = [read(receiver, payload) for _ in range(3)]
+    gc.disable()  # (the dropped skeleton stays until a collection)
+    try:
+        grown = []
+        for load in (lambda: read(receiver, payload), lambda: _fresh(receiver, payload)):
+            before = len(plugins.Base.__subclasses__())
+            load()
+            grown.append(len(plugins.Base.__subclasses__()) - before)
+    finally:
+        gc.enable()
+    assert grown[0] == grown[1] == 1 and kept

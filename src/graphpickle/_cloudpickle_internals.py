@@ -552,6 +552,9 @@ def class_tracker_id(cls: type) -> str:
 #: The classes cloudpickle's receiver tracks (weakly), by the id their payloads
 #: name: ``_make_skeleton_class`` returns the class tracked under its id.
 CLASSES_BY_TRACKER_ID: typing.MutableMapping[str, type] = _cp._DYNAMIC_CLASS_TRACKER_BY_ID
+#: Where a load finds the tracker: cloudpickle's module globals, under this name.
+CLOUDPICKLE_GLOBALS: dict[str, Any] = vars(_cp)
+TRACKER_BY_ID = "_DYNAMIC_CLASS_TRACKER_BY_ID"
 
 
 #: What a payload's reductions call that a receiver reusing a classes' part

@@ -2895,7 +2895,8 @@ same_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * `missing` stands for what is not there. */
 enum {
     PROBE_ATTR, PROBE_ITEMS, PROBE_CLASS_ITEMS, PROBE_LIST, PROBE_CELL, PROBE_GLOBAL, PROBE_MODULE,
-    PROBE_ANNOTATIONS, PROBE_SET, PROBE_FUNCTION, PROBE_PLAIN, PROBE_MODULES
+    PROBE_ANNOTATIONS, PROBE_SET, PROBE_FUNCTION, PROBE_PLAIN, PROBE_MODULES, PROBE_ABSTRACT,
+    PROBE_SUBCLASSES, PROBE_KEY
 };
 
 /* The settable fields of a function, as PROBE_FUNCTION reads them (held_classes.py
@@ -2934,6 +2935,11 @@ typedef struct {
 static int
 emit(Probed *p, PyObject *value) /* (borrowed; NULL: missing) */
 {
+    if (value != NULL && value == p->missing) {
+        /* (an object a task put there: it would read as nothing there) */
+        PyErr_SetString(PyExc_ValueError, "held: a probe read the marker of what is missing");
+        return -1;
+    }
     value = value == NULL ? p->missing : value;
     if (p->out != NULL) {
         return PyList_Append(p->out, value);
@@ -3003,11 +3009,50 @@ emit_attribute(Probed *p, PyObject *target, PyObject *name)
  * up in it then compares strs only (a key of another class whose hash matched
  * would have its __eq__ run, which could change or free what the probes
  * read). Remembered for the rest of this reading (nothing runs code then). */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x03100000 && !defined(Py_GIL_DISABLED)
+/* The head of a dict's keys table (Include/internal/pycore_dict.h, the same on
+ * 3.11-3.15 with the GIL): `kind` is DICT_KEYS_UNICODE (1) while every key is an
+ * exact str (inserting another kind of key makes the table general: CPython's
+ * own lookups rely on it to compare no key with code). DICT_LAYOUT says whether
+ * this build reads it; held_classes.py checks at import that it tells apart
+ * what it must. Elsewhere, and for a table of another kind, the keys are read. */
+#define DICT_LAYOUT 1
+typedef struct {
+    Py_ssize_t refcnt;
+    uint8_t log2_size, log2_index_bytes, kind;
+} DictKeysHead;
+#else
+#define DICT_LAYOUT 0
+#endif
+
+/* Whether an exact dict's keys table says its keys are all exact strs. */
+static int
+unicode_keys(PyObject *dict)
+{
+#if DICT_LAYOUT
+    return ((DictKeysHead *)((PyDictObject *)dict)->ma_keys)->kind == 1;
+#else
+    return 0;
+#endif
+}
+
+/* str_keys(dict): whether its keys table says at once that every key is an
+ * exact str (False: it does not say, or no DICT_LAYOUT): what held_classes.py
+ * checks at import. */
+static PyObject *
+str_keys(PyObject *module, PyObject *dict)
+{
+    return PyBool_FromLong(PyDict_CheckExact(dict) && unicode_keys(dict));
+}
+
 static int
 str_keyed(Probed *p, PyObject *dict)
 {
     if (dict == NULL || !PyDict_CheckExact(dict)) {
         return 0;
+    }
+    if (unicode_keys(dict)) {
+        return 1;
     }
     for (int i = 0; i < p->n_str_keyed; i++) {
         if (p->str_keyed[i] == dict) {
@@ -3227,6 +3272,39 @@ emit_set(Probed *p, PyObject *target)
     return 0;
 }
 
+/* A class's subclasses, as setting an attribute on it reads them (CPython
+ * looks a slot's name up in each subclass's __dict__): the size, then each weak
+ * reference, of a heap type's `tp_subclasses` (a dict of weak references on
+ * 3.11-3.15: SUBCLASS_LAYOUT; held_classes.py checks at import that a new
+ * subclass reads as a change). None: not a heap type, or a build that does
+ * not read it. */
+#define SUBCLASS_LAYOUT SET_LAYOUT
+
+static int
+emit_subclasses(Probed *p, PyObject *target)
+{
+    if (!SUBCLASS_LAYOUT || !PyType_Check(target)
+        || !PyType_HasFeature((PyTypeObject *)target, Py_TPFLAGS_HEAPTYPE)) {
+        return emit(p, Py_None);
+    }
+    PyObject *subclasses = ((PyTypeObject *)target)->tp_subclasses;
+    if (subclasses == NULL) {
+        return emit_size(p, 0);
+    }
+    if (!PyDict_CheckExact(subclasses)) {
+        return emit(p, Py_None);
+    }
+    return emit_items(p, subclasses);
+}
+
+static int
+emit_new_or_missing(Probed *p, PyObject *value) /* (a new reference, or NULL: missing) */
+{
+    int failed = emit(p, value);
+    Py_XDECREF(value);
+    return failed;
+}
+
 static int
 read_probe(Probed *p, PyObject *probe)
 {
@@ -3299,6 +3377,21 @@ read_probe(Probed *p, PyObject *probe)
             break;
         }
         return emit_plain(p, target, argument);
+    case PROBE_ABSTRACT: /* what object.__new__ reads of a class besides its dicts */
+        if (!PyType_Check(target)) {
+            return emit(p, Py_None);
+        }
+        return emit(p, PyType_HasFeature((PyTypeObject *)target, Py_TPFLAGS_IS_ABSTRACT) ? Py_True
+                                                                                     : Py_False);
+    case PROBE_SUBCLASSES:
+        return emit_subclasses(p, target);
+    case PROBE_KEY: { /* dict[key], read as emit_global reads a name */
+        if (argument == NULL) {
+            break;
+        }
+        PyObject *found = lookup(p, target, argument);
+        return PyErr_Occurred() != NULL ? -1 : emit_new_or_missing(p, found);
+    }
     case PROBE_MODULES: { /* the dict sys.modules names (target: sys's dict), and the interpreter's */
         PyObject *named = lookup(p, target, p->str_modules);
         int failed = PyErr_Occurred() != NULL || emit(p, named) < 0;
@@ -3549,6 +3642,7 @@ static PyMethodDef speedups_methods[] = {
      PyDoc_STR("memo_gets(data, mask): the pickle gets a memo entry the mask marks.")},
     {"held_unchanged", (PyCFunction)(void (*)(void))held_unchanged, METH_FASTCALL,
      PyDoc_STR("held_unchanged(probes, reading, missing): held_snapshot(probes, missing) is reading.")},
+    {"str_keys", str_keys, METH_O, NULL},
     {"held_snapshot", (PyCFunction)(void (*)(void))held_snapshot, METH_FASTCALL,
      PyDoc_STR("held_snapshot(probes, missing): what each probe of a held classes' part reads now, flat.")},
     {"modules_items", modules_items, METH_NOARGS,
@@ -3663,8 +3757,10 @@ static int
 speedups_exec(PyObject *module)
 {
     if (once(&tables_ready, init_tables) < 0 || init_state(module, module_state(module)) < 0
-        || add_version(module, 26) < 0 /* VERSION: native.py */
+        || add_version(module, 27) < 0 /* VERSION: native.py */
         || PyModule_AddIntConstant(module, "SET_LAYOUT", SET_LAYOUT) < 0
+        || PyModule_AddIntConstant(module, "DICT_LAYOUT", DICT_LAYOUT) < 0
+        || PyModule_AddIntConstant(module, "SUBCLASS_LAYOUT", SUBCLASS_LAYOUT) < 0
         || add_layout(module, "SNAPSHOT_FIELDS", SNAPSHOT_FIELDS, SNAPSHOT_FIXED) < 0
         || add_layout(module, "FUNCTION_FIELDS", function_fields, FUNCTION_FIELDS) < 0
         || add_layout(module, "ENTRY_FIELDS", ENTRY_FIELDS, ENTRY_SIZE) < 0

@@ -4,6 +4,10 @@ from typing import Any
 
 VERSION: int
 SET_LAYOUT: int
+DICT_LAYOUT: int
+SUBCLASS_LAYOUT: int
+
+def str_keys(mapping: Any, /) -> bool: ...
 
 class Dispatch:
     def __init__(

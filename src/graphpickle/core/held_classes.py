@@ -127,8 +127,8 @@ _LAST_REST = 4096
 #: The kinds of probe (_speedups.c's PROBE_..., in its order).
 (
     _ATTR, _ITEMS, _CLASS_ITEMS, _LIST, _CELL, _GLOBAL, _MODULE, _ANNOTATIONS, _SET, _FUNCTION, _PLAIN,
-    _MODULES,
-) = range(12)  # fmt: skip
+    _MODULES, _ABSTRACT, _SUBCLASSES, _KEY,
+) = range(15)  # fmt: skip
 
 #: Objects nothing can change (a tuple or a frozenset: nothing but what it holds).
 _ATOMS = frozenset({
@@ -186,6 +186,7 @@ def _function_attributes() -> tuple[tuple[str, bool], ...]:
 
 
 _FUNCTION_ATTRIBUTES = _function_attributes()
+_FUNCTION_DICT = vars(types.FunctionType)["__dict__"]
 #: Whether the C module reads every settable attribute of a function from its
 #: fields, in one probe (else each is read by name).
 _FUNCTION_FIELDS = _speedups is not None and set(_speedups.FUNCTION_FIELDS) == {
@@ -217,6 +218,7 @@ class _Walk:
         self.kinds: dict[int, type] = {}
         self.hooked: set[int] = set()
         self.mros: set[int] = set()
+        self.subclassed: set[int] = set()
         #: The bases the part's class skeletons are made with.
         self.bases: list[type] = []
         #: The ids of what the load made (:func:`_made_by`).
@@ -224,7 +226,7 @@ class _Walk:
         self.packages_read: set[str] = set()
         self.specs: set[int] = set()
         #: The digests of the blocks the part names (the connection must hold them).
-        self.blocks: list[bytes] = []
+        self.blocks: list[tuple[bytes, type]] = []
         # What find_class imports from and what cloudpickle's subimport returns
         # from must be one dict (the interpreter's and the one sys.modules
         # names): the probes read it.
@@ -399,6 +401,34 @@ class _Walk:
         if tracker is None or cp.CLASSES_BY_TRACKER_ID.get(tracker) is not cls:
             raise NotReusable(cls)
         self.classes[id(cls)] = cls
+        self.tracked(tracker)
+
+    def tracked(self, tracker: str) -> None:
+        """Probe what a fresh load reads to find a tracked class: cloudpickle's
+        tracker (its module's global) and the entry under ``tracker`` (a worker
+        that drops it gets a new class from a fresh load)."""
+        by_id = self.read(_KEY, cp.CLOUDPICKLE_GLOBALS, cp.TRACKER_BY_ID)
+        entries = self.read(_ATTR, by_id, "data")
+        if by_id is not cp.CLASSES_BY_TRACKER_ID or type(entries) is not dict:
+            raise NotReusable("cloudpickle's class tracker")
+        if self.read(_KEY, entries, tracker) is _MISSING:
+            raise NotReusable(tracker)
+
+    def subclasses(self, cls: type) -> None:
+        """Probe ``cls``'s subclasses, and theirs, with their dicts: setting an
+        attribute on a class (a fresh load sets each of its state's) looks its
+        name up in the dict of every class below it, comparing keys there."""
+        if not _SUBCLASSES_PROBED:
+            raise NotReusable("a class's subclasses are not probed on this Python")
+        if id(cls) in self.subclassed:
+            return
+        self.subclassed.add(id(cls))
+        self.read(_SUBCLASSES, cls)
+        subclasses: list[type] = type.__subclasses__(cls)
+        for subclass in subclasses:
+            _dict(subclass)  # (keys all strs)
+            self.read(_CLASS_ITEMS, subclass)
+            self.subclasses(subclass)
 
     def class_state(self, cls: Any, state: Any) -> None:
         """Walk what ``_class_setstate(cls, state)`` is about to put on ``cls``:
@@ -438,7 +468,13 @@ class _Walk:
             self.hooks(kind)
             if not _plain(kind):  # (the class as the load left it; read after its probes)
                 raise NotReusable(kind)
+            if self.read(_ABSTRACT, kind) is not False:  # (object.__new__ reads its flags)
+                raise NotReusable(kind)
         for cls, clsdict in self.applied.values():
+            # (a fresh load sets its state's attributes on it: CPython looks each
+            # dunder up along its MRO, and in its subclasses' dicts)
+            self.read(_ATTR, cls, "__mro__")
+            self.subclasses(cls)
             reading = self.read_all(_CLASS_ITEMS, cls)
             if type(reading[0]) is not int:
                 raise NotReusable(cls)
@@ -456,6 +492,9 @@ class _Walk:
                     raise _Raced(cls)
 
     def function(self, func: types.FunctionType) -> None:
+        # (its __dict__ made now: made by the first read of it, a task's
+        # functools.wraps say, it would read as a change)
+        _FUNCTION_DICT.__get__(func)
         if _FUNCTION_FIELDS:
             self.walk_all(self.read_all(_FUNCTION, func))
         for name, settable in _FUNCTION_ATTRIBUTES:
@@ -717,7 +756,9 @@ def _roles() -> dict[int, tuple[Any, str]]:
     )  # fmt: skip
     for role, objects in (
         ("make", makers),
-        ("class", (cp.make_skeleton_class, blocks.make_class)),
+        # (not cloudpickle's _make_skeleton_class: it makes a skeleton and drops
+        # it, which stays among its base's __subclasses__() until collected)
+        ("class", (blocks.make_class,)),
         ("module", (cp.subimport, blocks.subimport, blocks.subimport_in_python)),
         ("types", (cp.BUILTIN_TYPE,)),
         ("sentinel", (cp.DATACLASS_SENTINEL,)),
@@ -996,11 +1037,14 @@ _SIGNATURES: dict[int, Callable[[tuple[Any, ...], _Made], bool]] = {
 }  # fmt: skip
 
 
-#: The makers that take a block's digest first (those that take the block keep
-#: it: a part whose load keeps one is not reused).
-_NAMES_A_BLOCK = frozenset(
-    map(id, (blocks.code_ref, blocks.function_ref, blocks.function_ref_in_python))
-)
+#: The makers that take a block's digest first, with the kind of entry a fresh
+#: load needs under it (those that take the block keep it: a part whose load
+#: keeps one is not reused).
+_NAMES_A_BLOCK: dict[int, type] = {
+    id(blocks.code_ref): types.CodeType,
+    id(blocks.function_ref): tuple,
+    id(blocks.function_ref_in_python): tuple,
+}
 
 
 def _made_by(
@@ -1097,7 +1141,9 @@ def _check_reductions(
         elif role != "make" or not _SIGNATURES[id(maker)](args, made):
             raise NotReusable(maker)
         elif id(maker) in _NAMES_A_BLOCK:
-            walk.blocks.append(args[0])  # (a fresh load fails once the connection evicts it)
+            # (a fresh load fails once the connection evicts it, or holds
+            # another kind of entry under its digest)
+            walk.blocks.append((args[0], _NAMES_A_BLOCK[id(maker)]))
     for symbol in read.hashed:  # (every key the load hashed, kept or dropped as a duplicate)
         key = _value(symbol, globals_, memo)
         if key is _MISSING or not _hashes_in_c(key):
@@ -1284,7 +1330,7 @@ class _Held:
     None, ``walked`` False), reusable (an unpickler holding the memo its load
     made; its probes, what they read then, the mask of memo entries a task's
     part must not get, the prefix that seeds its memo's length, the digests of
-    the blocks it names, which the connection must still hold; ``stale`` once
+    the blocks it names, which the connection must still hold as their kinds; ``stale`` once
     a task loaded the part afresh), resting after ``strikes`` walks in a row
     that did not pay off (``walked``, no probes, ``rest`` tasks to go), or not
     reusable (``walked``, no probes, no rest). Never changed once made but for
@@ -1306,7 +1352,7 @@ class _Held:
         avoid: bytes = b"",
         unpickler: Any = None,
         prefix: bytes = b"",
-        blocks: tuple[bytes, ...] = (),
+        blocks: tuple[tuple[bytes, type], ...] = (),
         rest: int | None = None,
     ) -> None:
         self.strikes = strikes
@@ -1392,12 +1438,53 @@ def _sets_probed() -> bool:
     )  # fmt: skip
 
 
-#: Whether this interpreter can reuse classes' parts (C module, and the memo seeding).
-SEEDING = _speedups is not None and _seeding_works()
+def _dicts_read() -> bool:
+    """Whether the C module reads right, where it reads a dict's keys table
+    (DICT_LAYOUT: a CPython internal, checked here, not assumed), that its keys
+    are all exact strs: not so once a key of another kind, or a str
+    subclass's, was put in it."""
+    if not _speedups.DICT_LAYOUT:
+        return True  # (the keys are read one by one)
+
+    class Key(str):
+        pass
+
+    subclassed: dict[Any, int] = {"a": 1}
+    other: dict[Any, int] = {"a": 1}
+    subclassed[Key("b")] = 2
+    other[2] = 3
+    return (
+        _speedups.str_keys({"a": 1}) and _speedups.str_keys(dict.fromkeys("ab"))
+        and not _speedups.str_keys(subclassed) and not _speedups.str_keys(other)
+    )  # fmt: skip
+
+
+def _subclasses_probed() -> bool:
+    """Whether the subclasses probe (SUBCLASS_LAYOUT: CPython's table of a
+    class's subclasses) reads a new subclass as a change, and nothing else."""
+    if not _speedups.SUBCLASS_LAYOUT:
+        return False
+    base = type("Probed", (), {})
+    probes = ((_SUBCLASSES, base),)
+    alone = _speedups.held_snapshot(probes, _MISSING)
+    subclass = type("Subclass", (base,), {})
+    again = _speedups.held_snapshot(probes, _MISSING)
+    return (
+        not _speedups.held_unchanged(probes, alone, _MISSING)
+        and _speedups.held_unchanged(probes, again, _MISSING)
+        and subclass in type.__subclasses__(base)
+    )  # fmt: skip
+
+
+#: Whether this interpreter can reuse classes' parts (C module, the memo
+#: seeding, and its reading of a dict's keys table where it reads it).
+SEEDING = _speedups is not None and _seeding_works() and _dicts_read()
 #: Whether classes' parts are reused (``GRAPHPICKLE_HELD_CLASSES=1``: off by default).
 ENABLED = SEEDING and HELD_CLASSES
 #: Whether a part may hold sets (else a part that holds one is not reused).
 _SETS_PROBED = SEEDING and _sets_probed()
+#: Whether a class's subclasses are probed (else no class is reused).
+_SUBCLASSES_PROBED = SEEDING and _subclasses_probed()
 
 _lock = threading.Lock()
 
@@ -1430,7 +1517,7 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
                 _hold(receiver, name, held.staled())
             return load_together(head, body, buffers)
         if not held.stale:
-            if _unchanged(held) and all(digest in receiver.held for digest in held.blocks):
+            if _unchanged(held) and _blocks_held(receiver, held):
                 held.reuses += 1
                 return _load_with(held.unpickler, held.prefix, body, buffers)
             # Changed: by a task, or by another load of the same classes (a
@@ -1471,6 +1558,12 @@ def _unchanged(held: _Held) -> bool:
         return _speedups.held_unchanged(held.probes, held.reading, _MISSING) is True
     except Exception:
         return False
+
+
+def _blocks_held(receiver: connection.Receiver, held: _Held) -> bool:
+    """Whether the connection still holds each block the part names, as the
+    kind of entry a fresh load reads there."""
+    return all(type(receiver.held.get(digest, (None,))[0]) is kind for digest, kind in held.blocks)
 
 
 def _gets_avoided(held: _Held, body: Any) -> bool:

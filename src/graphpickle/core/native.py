@@ -13,7 +13,7 @@ import types
 from .. import _native
 
 #: The VERSION of ``_speedups.c`` this package's Python files expect.
-VERSION = 26
+VERSION = 27
 NAMES = (
     "Dispatch", "Dumper", "Loader", "Sink", "bytearray8_overruns", "function_ref",
     "function_snapshot", "held_snapshot", "held_unchanged", "make_function", "memo_gets", "modules_items", "remember_by_reference", "same_modules", "same_objects",
