@@ -17,6 +17,7 @@ import sys
 import threading
 import types
 import typing
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -1962,6 +1963,7 @@ def test_code_of_the_user_s_a_fresh_load_runs_runs_in_every_task(monkeypatch, ca
         (types.GenericAlias, (list, (1,)), False),
         (types.GenericAlias, (list, [int]), False),
         (types.GenericAlias, (list, (list[int],)), False),  # (an alias this load did not make)
+        (types.GenericAlias, (list, (abc.ABC,)), False),  # (ABCMeta's hash)
         (functools.reduce, (operator.or_, (int, type(None))), True),
         (functools.reduce, (operator.or_, (int, int)), False),  # (int | int is int)
         (functools.reduce, (operator.or_, (int,)), False),  # (int itself)
@@ -2444,17 +2446,87 @@ def _eq_calls(load: Callable[[], Any]) -> int:
     return len(_Key.calls)
 
 
-def test_a_subclass_s_dict_a_fresh_load_reads_is_probed(monkeypatch):
-    # A task subclasses the held class with a key in its dict hashing as
-    # "__init__": a fresh load's setattr(Point, "__init__", ...) looks the name
-    # up in every subclass's dict, and runs the key's __eq__.
+@pytest.mark.parametrize(
+    "subclassing",
+    [
+        # a key in the subclass's dict (review 11)
+        "subclass = type('Sub', (cls,), {Key('__init__'): 1})",
+        # a key in a mixin's dict, on the subclass's MRO (review 12)
+        "subclass = type('Sub', (cls, type('Mixin', (), {Key('__lt__'): 1})), {})",
+    ],
+    ids=["in its dict", "along its MRO"],
+)
+def test_a_subclass_s_dicts_a_fresh_load_reads_are_probed(monkeypatch, subclassing):
+    # A task subclasses the held class with a key hashing as a dunder's name
+    # in a dict on the subclass's MRO: a fresh load's setattr(Point, "__eq__",
+    # ...) looks such names up along the MRO of every subclass, and runs the
+    # key's __eq__.
     _plugins(monkeypatch, "")
-    payloads, receiver = _reused_three_times(_POINT, 5)
+    payloads, receiver = _reused_three_times(_POINT, 6)
     cls = type(read(receiver, payloads[3])[0])
-    subclass = type("Sub", (cls,), {_Key("__init__"): 1})
+    namespace = {"cls": cls, "Key": _Key}
+    exec(subclassing, namespace)
+    # (the first walks the part again, the next may reuse it; a fresh load
+    # applies the state again, so it comes last)
+    reused = [_eq_calls(lambda: read(receiver, payload)) for payload in payloads[4:]]
+    assert reused == [_eq_calls(lambda: _fresh(receiver, payloads[5]))] * 2 != [0, 0]
+    assert namespace["subclass"] in type.__subclasses__(cls)
+
+
+def test_a_subclass_s_new_bases_are_probed(monkeypatch):
+    # (review 12) A subclass made before the walk, given a mixin as a base
+    # after it: CPython takes it out of the held class's subclasses and puts
+    # it back under the same key.
+    _plugins(monkeypatch, "")
+    payloads = _point_payloads(_POINT, 5)[1]
+    receiver = connection.Receiver()
+    cls = type(read(receiver, payloads[0])[0])
+    subclass = type("Sub", (cls,), {})
+    for payload in payloads[1:4]:
+        read(receiver, payload)
+    subclass.__bases__ = (cls, type("Mixin", (), {_Key("__lt__"): 1}))
     reused = _eq_calls(lambda: read(receiver, payloads[4]))
     assert reused == _eq_calls(lambda: _fresh(receiver, payloads[4])) > 0
-    assert subclass in type.__subclasses__(cls)
+
+
+def test_a_held_class_s_bases_set_before_the_walk_are_probed(monkeypatch):
+    # (review 12) __bases__ set before the walk: the new base's dict (with a
+    # key hashing as "__lt__") is on the MRO a fresh load's setattr reads.
+    plugins = _plugins(monkeypatch, "class Base:\n    pass\nclass Other:\n    pass\n")
+    payloads = _point_payloads(
+        "@dataclasses.dataclass\nclass Point(plugins.Base):\n    x: int\n", 5
+    )[1]
+    receiver = connection.Receiver()
+    type(read(receiver, payloads[0])[0]).__bases__ = (plugins.Other,)
+    gc.get_referents(vars(plugins.Other))[0][_Key("__lt__")] = 1
+    for payload in payloads[1:4]:
+        read(receiver, payload)
+    reused = _eq_calls(lambda: read(receiver, payloads[4]))
+    assert reused == _eq_calls(lambda: _fresh(receiver, payloads[4])) > 0
+
+
+def test_a_task_s_subclass_is_not_kept_alive_by_the_probes(monkeypatch):
+    # (review 12) A subclass a task made and dropped, not yet collected at the
+    # walk: probing it would keep it (and its place among the held class's
+    # __subclasses__()) alive.
+    import weakref
+
+    _plugins(monkeypatch, "")
+    payloads = _point_payloads(_POINT, 6)[1]
+    receiver = connection.Receiver()
+    gc.disable()
+    try:
+        cls = type(read(receiver, payloads[0])[0])
+        dropped = weakref.ref(type("Sub", (cls,), {}))
+        for payload in payloads[1:4]:
+            read(receiver, payload)
+    finally:
+        gc.enable()
+    gc.collect()
+    assert dropped() is None
+    for payload in payloads[4:]:
+        read(receiver, payload)
+    assert receiver.loaded[classes_first.split(payloads[5])[1]].probes is not None  # (then reused)
 
 
 def test_a_held_class_s_new_bases_are_probed(monkeypatch):
@@ -2513,6 +2585,64 @@ def test_what_a_task_puts_where_a_probe_reads_nothing_is_a_change(monkeypatch):
     )
     type(read(receiver, payloads[3])[0]).cfg.b = held_classes._MISSING
     assert not hasattr(type(read(receiver, payloads[4])[0]).cfg, "b")  # (as a fresh load sets it)
+
+
+def test_cloudpickle_s_tracker_is_read_without_code(monkeypatch):
+    # (review 12) The tracker is an instance of a Python class: the check reads
+    # its class and __dict__ in C (a class swapped in, with a "data" property,
+    # is a change; its property runs in a fresh load, never in the check).
+    import cloudpickle.cloudpickle as cpc
+
+    calls = []
+
+    class Watched(weakref.WeakValueDictionary):
+        @property
+        def data(self):
+            calls.append(1)
+            return vars(self)["data"]
+
+    _plugins(monkeypatch, "")
+    payloads, receiver = _reused_three_times(_POINT, 5)
+    tracker = cpc._DYNAMIC_CLASS_TRACKER_BY_ID
+    monkeypatch.setattr(tracker, "__class__", Watched)
+    checked = len(calls)
+    assert held_classes._unchanged(receiver.loaded[classes_first.split(payloads[4])[1]]) is False
+    assert len(calls) == checked
+    read(receiver, payloads[4])
+    reused = len(calls) - checked
+    _fresh(receiver, payloads[4])
+    assert reused == len(calls) - checked - reused > 0
+
+
+def test_a_task_that_prints_a_held_dataclass_costs_no_reuse(monkeypatch):
+    # (review 12) dataclasses' __repr__ guards against recursion with a set it
+    # adds to and discards from: an empty set with those traces is cleared by
+    # the check, as a load makes it.
+    payloads = _payloads(_POINT, count=20)
+    receiver = connection.Receiver()
+    walks = _counting_walks(monkeypatch)
+    for i, payload in enumerate(payloads):
+        assert repr(read(receiver, payload)[0]) == f"Point(x={i}, y=0.0)"
+    assert len(walks) == 1, walks
+
+
+def test_a_tuple_a_task_hashed_hashes_its_items_again(monkeypatch):
+    # (review 12) 3.14+ keeps a tuple's hash once computed: a class attribute
+    # tuple a task hashed would skip its items' __hash__ in later tasks.
+    plugins = _plugins(
+        monkeypatch,
+        "calls = []\nclass Name:\n    def __init__(self, name):\n        self.name = name\n"
+        "    def __hash__(self):\n        calls.append(self.name)\n        return hash(self.name)\n",
+    )
+    payloads, receiver = _reused_three_times(
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    KEY = (plugins.Name('x'), 1)\n", 6
+    )
+    seen = []
+    for payload in payloads[3:]:
+        plugins.calls.clear()
+        hash(type(read(receiver, payload)[0]).KEY)
+        seen.append(len(plugins.calls))
+    assert seen == [1, 1, 1]
 
 
 def test_a_task_that_wraps_a_held_method_costs_no_reuse(monkeypatch):

@@ -554,7 +554,14 @@ def class_tracker_id(cls: type) -> str:
 CLASSES_BY_TRACKER_ID: typing.MutableMapping[str, type] = _cp._DYNAMIC_CLASS_TRACKER_BY_ID
 #: Where a load finds the tracker: cloudpickle's module globals, under this name.
 CLOUDPICKLE_GLOBALS: dict[str, Any] = vars(_cp)
-TRACKER_BY_ID = "_DYNAMIC_CLASS_TRACKER_BY_ID"
+#: The names of its two class trackers there (by id, by class).
+TRACKER_NAMES = ("_DYNAMIC_CLASS_TRACKER_BY_ID", "_DYNAMIC_CLASS_TRACKER_BY_CLASS")
+
+
+def trackers() -> tuple[Any, Any]:
+    """cloudpickle's two class trackers as its functions find them now (by id,
+    a WeakValueDictionary; by class, a WeakKeyDictionary)."""
+    return _cp._DYNAMIC_CLASS_TRACKER_BY_ID, _cp._DYNAMIC_CLASS_TRACKER_BY_CLASS
 
 
 #: What a payload's reductions call that a receiver reusing a classes' part

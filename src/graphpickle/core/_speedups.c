@@ -2896,7 +2896,7 @@ same_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 enum {
     PROBE_ATTR, PROBE_ITEMS, PROBE_CLASS_ITEMS, PROBE_LIST, PROBE_CELL, PROBE_GLOBAL, PROBE_MODULE,
     PROBE_ANNOTATIONS, PROBE_SET, PROBE_FUNCTION, PROBE_PLAIN, PROBE_MODULES, PROBE_ABSTRACT,
-    PROBE_SUBCLASSES, PROBE_KEY
+    PROBE_SUBCLASSES, PROBE_KEY, PROBE_TUPLE_HASH
 };
 
 /* The settable fields of a function, as PROBE_FUNCTION reads them (held_classes.py
@@ -3251,6 +3251,12 @@ emit_set(Probed *p, PyObject *target)
     }
 #if SET_LAYOUT
     PySetObject *set = (PySetObject *)target;
+    if (p->out == NULL && set->used == 0 && set->fill != 0 && set->finger == 0) {
+        /* Checking: an empty set with only the traces of adds and discards (the
+         * guard dataclasses' __repr__ keeps) is cleared, which leaves it as a
+         * load makes one (nothing runs code: no key is left to release). */
+        PySet_Clear(target);
+    }
     Py_ssize_t header[] = {set->used, set->fill, set->mask, set->finger};
     for (size_t i = 0; i < sizeof(header) / sizeof(header[0]) && p->same; i++) {
         if (emit_size(p, header[i]) < 0) {
@@ -3385,6 +3391,13 @@ read_probe(Probed *p, PyObject *probe)
                                                                                      : Py_False);
     case PROBE_SUBCLASSES:
         return emit_subclasses(p, target);
+    case PROBE_TUPLE_HASH: /* the hash 3.14+ keeps in a tuple once computed (-1: none yet) */
+#if PY_VERSION_HEX >= 0x030E0000
+        if (PyTuple_CheckExact(target)) {
+            return emit_size(p, ((PyTupleObject *)target)->ob_hash);
+        }
+#endif
+        return emit(p, Py_None);
     case PROBE_KEY: { /* dict[key], read as emit_global reads a name */
         if (argument == NULL) {
             break;

@@ -95,6 +95,7 @@ import pickle
 import sys
 import threading
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -127,8 +128,8 @@ _LAST_REST = 4096
 #: The kinds of probe (_speedups.c's PROBE_..., in its order).
 (
     _ATTR, _ITEMS, _CLASS_ITEMS, _LIST, _CELL, _GLOBAL, _MODULE, _ANNOTATIONS, _SET, _FUNCTION, _PLAIN,
-    _MODULES, _ABSTRACT, _SUBCLASSES, _KEY,
-) = range(15)  # fmt: skip
+    _MODULES, _ABSTRACT, _SUBCLASSES, _KEY, _TUPLE_HASH,
+) = range(16)  # fmt: skip
 
 #: Objects nothing can change (a tuple or a frozenset: nothing but what it holds).
 _ATOMS = frozenset({
@@ -219,6 +220,8 @@ class _Walk:
         self.hooked: set[int] = set()
         self.mros: set[int] = set()
         self.subclassed: set[int] = set()
+        #: cloudpickle's tracker's entries, once read.
+        self.entries: Any = None
         #: The bases the part's class skeletons are made with.
         self.bases: list[type] = []
         #: The ids of what the load made (:func:`_made_by`).
@@ -233,6 +236,12 @@ class _Walk:
         named, interpreter = self.read_all(_MODULES, vars(sys))
         if named is not interpreter:
             raise NotReusable("sys.modules is not the interpreter's modules")
+        # cloudpickle's class trackers, which the walk asks as a load does:
+        # weakref's own classes, str-keyed (a class swapped in, or a key of the
+        # user's, would run code; the probes see either later: tracked()).
+        for tracker, kind in zip(cp.trackers(), _TRACKER_KINDS, strict=True):
+            if type(tracker) is not kind or not _str_keyed(vars(tracker)):
+                raise NotReusable("cloudpickle's class trackers")
 
     def find(self, obj: Any) -> None:
         """``obj`` is found by the load (a global), not made by it."""
@@ -267,6 +276,13 @@ class _Walk:
     def walk_all(self, objects: Any) -> None:
         for obj in objects:
             self.walk(obj)
+
+    def tuple(self, items: tuple[Any, ...]) -> None:
+        # (3.14+ keeps a tuple's hash once computed: one a task hashed would
+        # skip its items' __hash__ in every later task)
+        if items:
+            self.read(_TUPLE_HASH, items)
+        self.walk_all(items)
 
     def items(self, mapping: dict[Any, Any]) -> None:
         self.read(_ITEMS, mapping)
@@ -407,17 +423,24 @@ class _Walk:
         """Probe what a fresh load reads to find a tracked class: cloudpickle's
         tracker (its module's global) and the entry under ``tracker`` (a worker
         that drops it gets a new class from a fresh load)."""
-        by_id = self.read(_KEY, cp.CLOUDPICKLE_GLOBALS, cp.TRACKER_BY_ID)
-        entries = self.read(_ATTR, by_id, "data")
-        if by_id is not cp.CLASSES_BY_TRACKER_ID or type(entries) is not dict:
-            raise NotReusable("cloudpickle's class tracker")
-        if self.read(_KEY, entries, tracker) is _MISSING:
+        if self.entries is None:
+            # (each tracker's class and __dict__ read in C: getattr would run
+            # what a class swapped in, or a key in that dict, defines)
+            for name, kind in zip(cp.TRACKER_NAMES, _TRACKER_KINDS, strict=True):
+                found = self.read(_KEY, cp.CLOUDPICKLE_GLOBALS, name)
+                if self.read_all(_PLAIN, found, ())[0] is not kind:
+                    raise NotReusable("cloudpickle's class trackers")
+                if kind is weakref.WeakValueDictionary:
+                    self.entries = self.read(_KEY, vars(found), "data")
+        if type(self.entries) is not dict or self.read(_KEY, self.entries, tracker) is _MISSING:
             raise NotReusable(tracker)
 
     def subclasses(self, cls: type) -> None:
-        """Probe ``cls``'s subclasses, and theirs, with their dicts: setting an
-        attribute on a class (a fresh load sets each of its state's) looks its
-        name up in the dict of every class below it, comparing keys there."""
+        """Probe ``cls``'s subclasses (setting an attribute on a class, as a
+        fresh load does each of its state's, looks the name up along each
+        subclass's MRO): none but classes this load applied a state to (probed
+        as ``cls`` is). Another (a task's, not yet collected) is walked again
+        later: probed, it would be kept alive."""
         if not _SUBCLASSES_PROBED:
             raise NotReusable("a class's subclasses are not probed on this Python")
         if id(cls) in self.subclassed:
@@ -426,8 +449,8 @@ class _Walk:
         self.read(_SUBCLASSES, cls)
         subclasses: list[type] = type.__subclasses__(cls)
         for subclass in subclasses:
-            _dict(subclass)  # (keys all strs)
-            self.read(_CLASS_ITEMS, subclass)
+            if id(subclass) not in self.applied:
+                raise _Raced(subclass)
             self.subclasses(subclass)
 
     def class_state(self, cls: Any, state: Any) -> None:
@@ -472,8 +495,8 @@ class _Walk:
                 raise NotReusable(kind)
         for cls, clsdict in self.applied.values():
             # (a fresh load sets its state's attributes on it: CPython looks each
-            # dunder up along its MRO, and in its subclasses' dicts)
-            self.read(_ATTR, cls, "__mro__")
+            # dunder up along its MRO, and along each subclass's)
+            self.hooks(cls)
             self.subclasses(cls)
             reading = self.read_all(_CLASS_ITEMS, cls)
             if type(reading[0]) is not int:
@@ -560,12 +583,13 @@ class _Walk:
                 continue
             if cp.tracked_id(klass) is not None:
                 raise NotReusable(klass)
+            _dict(klass)  # (keys all strs: a lookup there compares no key with code)
             self.hooked.add(id(klass))
             self.read(_CLASS_ITEMS, klass)
 
 
 _HANDLERS: dict[type, Callable[[_Walk, Any], None]] = {
-    tuple: _Walk.walk_all,
+    tuple: _Walk.tuple,
     frozenset: _Walk.frozen_set,
     dict: _Walk.items,
     list: _Walk.list,
@@ -600,6 +624,7 @@ _ALIASED: dict[int, Callable[[Any], tuple[Any, ...]]] = {
     id(types.UnionType): vars(types.UnionType)["__args__"].__get__,
 }
 
+_TRACKER_KINDS = (weakref.WeakValueDictionary, weakref.WeakKeyDictionary)
 _MODULE_SPEC = importlib.machinery.ModuleSpec
 #: What would run code as ``__import__`` reads a spec's ``_initializing``.
 _SPEC_HOOKS = ("__getattribute__", "__getattr__", "_initializing")
@@ -733,8 +758,9 @@ _CLASS_SETTERS = frozenset(
 
 
 class _Raced(NotReusable):
-    """A class's __dict__ changed between the load and its reading: walked
-    again at the next task."""
+    """A class's __dict__ changed between the load and its reading, or it has
+    a subclass not made by the load (a task's, not yet collected): walked
+    again at the next task (a few times)."""
 
 
 #: What a part's reductions may call, by role: ``make`` a new object from the
@@ -962,12 +988,9 @@ def _wrapping(args: tuple[Any, ...], made: _Made) -> bool:
 #: The classes a part's ``list[int]`` may alias: C types, whose aliases hold
 #: what they are given and run no code (an argument that is not a class is
 #: asked for ``__typing_subst__`` and ``__parameters__`` once read: only
-#: Ellipsis, a str and such an alias are allowed, which C answers).
+#: Ellipsis, a str and such an alias are allowed, which C answers; a class of
+#: metaclass type, which hashes in C).
 _ALIAS_ORIGINS = frozenset(map(id, (list, tuple, dict, set, frozenset, type)))
-
-
-def _is_class(obj: Any) -> bool:
-    return bool(_TYPE_FLAGS.__get__(type(obj)) & _TYPE_SUBCLASS)
 
 
 def _alias(args: tuple[Any, ...], made: _Made) -> bool:
@@ -977,7 +1000,7 @@ def _alias(args: tuple[Any, ...], made: _Made) -> bool:
         and id(args[0]) in _ALIAS_ORIGINS
         and type(args[1]) is tuple
         and all(
-            arg is ... or type(arg) is str or _is_class(arg)
+            arg is ... or type(arg) is str or type(arg) is type
             or _made_of(types.GenericAlias, arg, made)
             for arg in args[1]
         )
