@@ -2468,7 +2468,7 @@ def test_a_subclass_s_dicts_a_fresh_load_reads_are_probed(monkeypatch, subclassi
     exec(subclassing, namespace)
     # (the first walks the part again, the next may reuse it; a fresh load
     # applies the state again, so it comes last)
-    reused = [_eq_calls(lambda: read(receiver, payload)) for payload in payloads[4:]]
+    reused = [_eq_calls(functools.partial(read, receiver, payload)) for payload in payloads[4:]]
     assert reused == [_eq_calls(lambda: _fresh(receiver, payloads[5]))] * 2 != [0, 0]
     assert namespace["subclass"] in type.__subclasses__(cls)
 

@@ -240,7 +240,7 @@ class _Walk:
         # weakref's own classes, str-keyed (a class swapped in, or a key of the
         # user's, would run code; the probes see either later: tracked()).
         for tracker, kind in zip(cp.trackers(), _TRACKER_KINDS, strict=True):
-            if type(tracker) is not kind or not _str_keyed(vars(tracker)):
+            if not (type(tracker) is kind and _str_keyed(vars(tracker))):
                 raise NotReusable("cloudpickle's class trackers")
 
     def find(self, obj: Any) -> None:
@@ -277,7 +277,7 @@ class _Walk:
         for obj in objects:
             self.walk(obj)
 
-    def tuple(self, items: tuple[Any, ...]) -> None:
+    def tuple_items(self, items: tuple[Any, ...]) -> None:
         # (3.14+ keeps a tuple's hash once computed: one a task hashed would
         # skip its items' __hash__ in every later task)
         if items:
@@ -589,7 +589,7 @@ class _Walk:
 
 
 _HANDLERS: dict[type, Callable[[_Walk, Any], None]] = {
-    tuple: _Walk.tuple,
+    tuple: _Walk.tuple_items,
     frozenset: _Walk.frozen_set,
     dict: _Walk.items,
     list: _Walk.list,
@@ -624,7 +624,7 @@ _ALIASED: dict[int, Callable[[Any], tuple[Any, ...]]] = {
     id(types.UnionType): vars(types.UnionType)["__args__"].__get__,
 }
 
-_TRACKER_KINDS = (weakref.WeakValueDictionary, weakref.WeakKeyDictionary)
+_TRACKER_KINDS: tuple[type, ...] = (weakref.WeakValueDictionary, weakref.WeakKeyDictionary)
 _MODULE_SPEC = importlib.machinery.ModuleSpec
 #: What would run code as ``__import__`` reads a spec's ``_initializing``.
 _SPEC_HOOKS = ("__getattribute__", "__getattr__", "_initializing")
