@@ -69,7 +69,7 @@ does one that gets anything else in the part's memo the classes do not reach
 what is left is the reductions' arguments and states, which are not probed).
 
 Off by default (``GRAPHPICKLE_HELD_CLASSES=1`` turns it on; ``GRAPHPICKLE_NO_CACHE=1``
-turns it off whatever that says): each of nine reviews found ways a reused
+turns it off whatever that says): eleven of twelve reviews found ways a reused
 part could differ from a fresh load, each now a test that fails without its
 fix (docs/performance.md). It is turned on once a review finds none. What
 differs from a fresh load, on purpose (README, "Limits"): tasks share the
