@@ -881,21 +881,19 @@ def test_a_set_the_probe_reads_as_fresh_behaves_as_a_fresh_one(items, task, late
         assert _run_on_set(used, later) == _run_on_set(fresh, later)
 
 
-def test_where_sets_are_not_probed_a_part_holding_one_is_not_reused(monkeypatch):
-    # (An interpreter whose set fields the probe does not read: a dataclass's
-    # __repr__ closes over a set.)
-    monkeypatch.setattr(held_classes, "_SETS_PROBED", False)
-    payloads = _payloads(_POINT, 5)
-    receiver = connection.Receiver()
-    assert [read(receiver, p)[0].x for p in payloads] == [0, 1, 2, 3, 4]
-    held = receiver.loaded[classes_first.split(payloads[4])[1]]
-    assert held.walked and held.probes is None
-
-
-def test_where_subclasses_are_not_probed_no_class_is_reused(monkeypatch):
-    # (An interpreter whose table of subclasses the probe does not read: a
-    # task's subclass would go unseen.)
-    monkeypatch.setattr(held_classes, "_SUBCLASSES_PROBED", False)
+@pytest.mark.parametrize(
+    "switch",
+    [
+        # (an interpreter whose set fields the probe does not read: a
+        # dataclass's __repr__ closes over a set)
+        "_SETS_PROBED",
+        # (whose table of subclasses it does not read: a task's subclass
+        # would go unseen)
+        "_SUBCLASSES_PROBED",
+    ],
+)
+def test_where_a_probe_is_not_read_a_part_that_needs_it_is_not_reused(monkeypatch, switch):
+    monkeypatch.setattr(held_classes, switch, False)
     payloads = _payloads(_POINT, 5)
     receiver = connection.Receiver()
     assert [read(receiver, p)[0].x for p in payloads] == [0, 1, 2, 3, 4]
