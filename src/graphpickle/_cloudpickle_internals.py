@@ -486,7 +486,8 @@ def no_code_runs_in_subclassing(bases: Any) -> bool:
     return all(
         klass is object
         or (
-            all(type(key) is str for key in klass.__dict__)
+            type(klass) is type  # (another metaclass's code runs as its __dict__ is read)
+            and all(type(key) is str for key in klass.__dict__)
             and "__init_subclass__" not in klass.__dict__
         )
         for klass in base.__mro__

@@ -3251,12 +3251,6 @@ emit_set(Probed *p, PyObject *target)
     }
 #if SET_LAYOUT
     PySetObject *set = (PySetObject *)target;
-    if (p->out == NULL && set->used == 0 && set->fill != 0 && set->finger == 0) {
-        /* Checking: an empty set with only the traces of adds and discards (the
-         * guard dataclasses' __repr__ keeps) is cleared, which leaves it as a
-         * load makes one (nothing runs code: no key is left to release). */
-        PySet_Clear(target);
-    }
     Py_ssize_t header[] = {set->used, set->fill, set->mask, set->finger};
     for (size_t i = 0; i < sizeof(header) / sizeof(header[0]) && p->same; i++) {
         if (emit_size(p, header[i]) < 0) {

@@ -581,6 +581,8 @@ class _Walk:
         for klass in _mro(kind)[:-1]:
             if id(klass) in self.applied or id(klass) in self.hooked:
                 continue
+            if type(klass) is not type:  # (a __bases__ set to one of another metaclass,
+                raise NotReusable(klass)  # whose code would run as it is hashed or read)
             if cp.tracked_id(klass) is not None:
                 raise NotReusable(klass)
             _dict(klass)  # (keys all strs: a lookup there compares no key with code)
