@@ -2683,6 +2683,20 @@ def test_a_tuple_a_task_hashed_hashes_its_items_again(monkeypatch):
     assert seen == [1, 1, 1]
 
 
+def test_a_tuple_whose_items_a_code_object_interned_is_a_change(monkeypatch):
+    # (review 13) Making a code object of a tuple (co_consts) swaps its strs,
+    # nested ones too, for interned ones in place: the tuple a fresh load
+    # makes holds the strs it loaded.
+    _plugins(monkeypatch, "")
+    source = _POINT + "    NAMES = ('self', frozenset({'self'}))\n    FIRST = NAMES[0]\n"
+    payloads, receiver = _reused_three_times(source, 5)
+    cls = type(read(receiver, payloads[3])[0])
+    (lambda: 0).__code__.replace(co_consts=cls.NAMES)
+    assert cls.NAMES[0] is not cls.FIRST  # (swapped in place)
+    again = type(read(receiver, payloads[4])[0])
+    assert again.NAMES[0] is again.FIRST
+
+
 def test_a_task_that_wraps_a_held_method_costs_no_reuse(monkeypatch):
     # functools.wraps reads the method's __dict__, which makes one where there
     # was none: not a change to what a task observes.

@@ -2896,7 +2896,7 @@ same_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 enum {
     PROBE_ATTR, PROBE_ITEMS, PROBE_CLASS_ITEMS, PROBE_LIST, PROBE_CELL, PROBE_GLOBAL, PROBE_MODULE,
     PROBE_ANNOTATIONS, PROBE_SET, PROBE_FUNCTION, PROBE_PLAIN, PROBE_MODULES, PROBE_ABSTRACT,
-    PROBE_SUBCLASSES, PROBE_KEY, PROBE_TUPLE_HASH
+    PROBE_SUBCLASSES, PROBE_KEY, PROBE_TUPLE
 };
 
 /* The settable fields of a function, as PROBE_FUNCTION reads them (held_classes.py
@@ -3385,13 +3385,21 @@ read_probe(Probed *p, PyObject *probe)
                                                                                      : Py_False);
     case PROBE_SUBCLASSES:
         return emit_subclasses(p, target);
-    case PROBE_TUPLE_HASH: /* the hash 3.14+ keeps in a tuple once computed (-1: none yet) */
-#if PY_VERSION_HEX >= 0x030E0000
-        if (PyTuple_CheckExact(target)) {
-            return emit_size(p, ((PyTupleObject *)target)->ob_hash);
+    case PROBE_TUPLE: /* its items (making a code object of it interns strs in it, in
+                       * place), then the hash 3.14+ keeps in it once computed (-1: none) */
+        if (!PyTuple_CheckExact(target)) {
+            return emit(p, Py_None);
         }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(target) && p->same; i++) {
+            if (emit(p, PyTuple_GET_ITEM(target, i)) < 0) {
+                return -1;
+            }
+        }
+#if PY_VERSION_HEX >= 0x030E0000
+        return emit_size(p, ((PyTupleObject *)target)->ob_hash);
+#else
+        return 0;
 #endif
-        return emit(p, Py_None);
     case PROBE_KEY: { /* dict[key], read as emit_global reads a name */
         if (argument == NULL) {
             break;

@@ -128,10 +128,11 @@ _LAST_REST = 4096
 #: The kinds of probe (_speedups.c's PROBE_..., in its order).
 (
     _ATTR, _ITEMS, _CLASS_ITEMS, _LIST, _CELL, _GLOBAL, _MODULE, _ANNOTATIONS, _SET, _FUNCTION, _PLAIN,
-    _MODULES, _ABSTRACT, _SUBCLASSES, _KEY, _TUPLE_HASH,
+    _MODULES, _ABSTRACT, _SUBCLASSES, _KEY, _TUPLE,
 ) = range(16)  # fmt: skip
 
-#: Objects nothing can change (a tuple or a frozenset: nothing but what it holds).
+#: Objects nothing can change (a frozenset: nothing but what it holds; a tuple's
+#: items are probed: making a code object of it interns strs in it, in place).
 _ATOMS = frozenset({
     str, bytes, int, float, complex, bool, type(None), type(...), type(NotImplemented),
     types.CodeType, types.GetSetDescriptorType, types.MemberDescriptorType,
@@ -278,10 +279,11 @@ class _Walk:
             self.walk(obj)
 
     def tuple_items(self, items: tuple[Any, ...]) -> None:
-        # (3.14+ keeps a tuple's hash once computed: one a task hashed would
-        # skip its items' __hash__ in every later task)
+        # (Its items, which making a code object of it swaps for interned strs
+        # in place; and 3.14+'s kept hash: a tuple a task hashed would skip its
+        # items' __hash__ in every later task.)
         if items:
-            self.read(_TUPLE_HASH, items)
+            self.read(_TUPLE, items)
         self.walk_all(items)
 
     def items(self, mapping: dict[Any, Any]) -> None:
