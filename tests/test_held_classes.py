@@ -2683,18 +2683,23 @@ def test_a_tuple_a_task_hashed_hashes_its_items_again(monkeypatch):
     assert seen == [1, 1, 1]
 
 
-def test_a_tuple_whose_items_a_code_object_interned_is_a_change(monkeypatch):
-    # (review 13) Making a code object of a tuple (co_consts) swaps its strs,
-    # nested ones too, for interned ones in place: the tuple a fresh load
-    # makes holds the strs it loaded.
+@pytest.mark.parametrize("consts", ["NAMES", "KIND.__args__"])
+def test_a_tuple_whose_items_a_code_object_interned_is_a_change(monkeypatch, consts):
+    # (reviews 13 and 14) Making a code object of a tuple (co_consts) swaps
+    # its strs, nested ones too, for interned ones in place: the tuple a fresh
+    # load makes holds the strs it loaded. An alias's arguments are a tuple too.
     _plugins(monkeypatch, "")
-    source = _POINT + "    NAMES = ('self', frozenset({'self'}))\n    FIRST = NAMES[0]\n"
+    source = (
+        _POINT + "    NAMES = ('self', frozenset({'self'}))\n    FIRST = NAMES[0]\n"
+        "    KIND = list['self']\n"
+    )
     payloads, receiver = _reused_three_times(source, 5)
     cls = type(read(receiver, payloads[3])[0])
-    (lambda: 0).__code__.replace(co_consts=cls.NAMES)
-    assert cls.NAMES[0] is not cls.FIRST  # (swapped in place)
+    swapped = eval("cls." + consts, {"cls": cls})
+    (lambda: 0).__code__.replace(co_consts=swapped)
+    assert swapped[0] is not cls.FIRST  # (in place)
     again = type(read(receiver, payloads[4])[0])
-    assert again.NAMES[0] is again.FIRST
+    assert again.NAMES[0] is again.FIRST is again.KIND.__args__[0]
 
 
 def test_a_task_that_wraps_a_held_method_costs_no_reuse(monkeypatch):
