@@ -2702,6 +2702,36 @@ def test_a_tuple_whose_items_a_code_object_interned_is_a_change(monkeypatch, con
     assert again.NAMES[0] is again.FIRST is again.KIND.__args__[0]
 
 
+def test_the_check_of_an_empty_slot_allocates_nothing():
+    # (review 14) A slot read through its descriptor raises when empty, and an
+    # exception made is an allocation: a collection could start inside the
+    # check and run finalizers. Slots are read from the object's memory.
+    class Config:
+        __slots__ = ("a", "b")
+
+    config = Config()
+    config.a = 1
+    probes = ((held_classes._PLAIN, config, (vars(Config)["a"], vars(Config)["b"])),)
+    reading = speedups.held_snapshot(probes, held_classes._MISSING)
+    collections = []
+
+    def counted(phase: str, info: dict) -> None:
+        collections.append(phase)
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(counted)
+    try:
+        try:
+            raise KeyError("a worker's retry")  # (an exception being handled: 3.11 makes the
+        except KeyError:  # object of one raised in C at once)
+            gc.set_threshold(1)
+            assert speedups.held_unchanged(probes, reading, held_classes._MISSING)
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(counted)
+    assert collections == []
+
+
 def test_a_task_that_wraps_a_held_method_costs_no_reuse(monkeypatch):
     # functools.wraps reads the method's __dict__, which makes one where there
     # was none: not a change to what a task observes.

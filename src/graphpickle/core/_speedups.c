@@ -45,6 +45,7 @@
 #if PY_VERSION_HEX < 0x030C0000 /* the names 3.12 gave structmember.h's */
 #include <structmember.h>
 #define Py_T_PYSSIZET T_PYSSIZET
+#define Py_T_OBJECT_EX T_OBJECT_EX
 #define Py_READONLY READONLY
 #endif
 #if PY_VERSION_HEX < 0x030D0000 /* before 3.13 there is always a GIL to serialise them */
@@ -3210,20 +3211,24 @@ emit_plain(Probed *p, PyObject *target, PyObject *slots)
     else if (emit_new(p, PyObject_GenericGetDict(target, NULL)) < 0) {
         return -1;
     }
+    /* Each slot read from the object's memory, as its member descriptor's getter
+     * reads it (an empty one raises there: an exception made is an allocation,
+     * which may start a collection, whose finalizers run code of the user's). */
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots) && p->same; i++) {
         PyObject *slot = PyTuple_GET_ITEM(slots, i);
-        descrgetfunc get = Py_TYPE(slot)->tp_descr_get;
-        PyObject *value = get == NULL ? NULL : get(slot, target, (PyObject *)type);
-        if (value == NULL) {
-            if (get != NULL && !PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        if (!Py_IS_TYPE(slot, &PyMemberDescr_Type)
+            || !PyObject_TypeCheck(target, PyDescr_TYPE(slot))) {
+            if (emit(p, Py_None) < 0) { /* (not a slot of this object's) */
                 return -1;
             }
-            PyErr_Clear(); /* an empty slot */
-            if (emit(p, NULL) < 0) {
-                return -1;
-            }
+            continue;
         }
-        else if (emit_new(p, value) < 0) {
+        PyMemberDef *member = ((PyMemberDescrObject *)slot)->d_member;
+        if (member->type != Py_T_OBJECT_EX) {
+            PyErr_SetString(PyExc_TypeError, "held: a member that is not a __slots__ slot");
+            return -1;
+        }
+        if (emit(p, *(PyObject **)((char *)target + member->offset)) < 0) {
             return -1;
         }
     }
