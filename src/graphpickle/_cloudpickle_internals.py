@@ -559,12 +559,6 @@ CLOUDPICKLE_GLOBALS: dict[str, Any] = vars(_cp)
 TRACKER_NAMES = ("_DYNAMIC_CLASS_TRACKER_BY_ID", "_DYNAMIC_CLASS_TRACKER_BY_CLASS")
 
 
-def trackers() -> tuple[Any, Any]:
-    """cloudpickle's two class trackers as its functions find them now (by id,
-    a WeakValueDictionary; by class, a WeakKeyDictionary)."""
-    return _cp._DYNAMIC_CLASS_TRACKER_BY_ID, _cp._DYNAMIC_CLASS_TRACKER_BY_CLASS
-
-
 #: What a payload's reductions call that a receiver reusing a classes' part
 #: (core/held_classes.py) must know: what applies a class's state; what makes
 #: a function, a cell; and two lookups (``_builtin_type(name)`` is

@@ -221,7 +221,7 @@ class _Walk:
         self.hooked: set[int] = set()
         self.mros: set[int] = set()
         self.subclassed: set[int] = set()
-        #: cloudpickle's tracker's entries, once read.
+        #: cloudpickle's tracker's entries (by id).
         self.entries: Any = None
         #: The bases the part's class skeletons are made with.
         self.bases: list[type] = []
@@ -237,12 +237,17 @@ class _Walk:
         named, interpreter = self.read_all(_MODULES, vars(sys))
         if named is not interpreter:
             raise NotReusable("sys.modules is not the interpreter's modules")
-        # cloudpickle's class trackers, which the walk asks as a load does:
-        # weakref's own classes, str-keyed (a class swapped in, or a key of the
-        # user's, would run code; the probes see either later: tracked()).
-        for tracker, kind in zip(cp.trackers(), _TRACKER_KINDS, strict=True):
-            if not (type(tracker) is kind and _str_keyed(vars(tracker))):
+        # cloudpickle's class trackers, which the walk asks as a load does
+        # (each read in C, its class and its __dict__: getattr would run what a
+        # class swapped in, or a key of the user's, defines): weakref's own
+        # classes, str-keyed; the entries by id kept for tracked().
+        for name, kind in zip(cp.TRACKER_NAMES, _TRACKER_KINDS, strict=True):
+            tracker = self.read(_KEY, cp.CLOUDPICKLE_GLOBALS, name)
+            found, attributes = self.read_all(_PLAIN, tracker, ())
+            if found is not kind or type(attributes) is not dict or not _str_keyed(attributes):
                 raise NotReusable("cloudpickle's class trackers")
+            if kind is weakref.WeakValueDictionary:
+                self.entries = self.read(_KEY, attributes, "data")
 
     def find(self, obj: Any) -> None:
         """``obj`` is found by the load (a global), not made by it."""
@@ -422,18 +427,9 @@ class _Walk:
         self.tracked(tracker)
 
     def tracked(self, tracker: str) -> None:
-        """Probe what a fresh load reads to find a tracked class: cloudpickle's
-        tracker (its module's global) and the entry under ``tracker`` (a worker
-        that drops it gets a new class from a fresh load)."""
-        if self.entries is None:
-            # (each tracker's class and __dict__ read in C: getattr would run
-            # what a class swapped in, or a key in that dict, defines)
-            for name, kind in zip(cp.TRACKER_NAMES, _TRACKER_KINDS, strict=True):
-                found = self.read(_KEY, cp.CLOUDPICKLE_GLOBALS, name)
-                if self.read_all(_PLAIN, found, ())[0] is not kind:
-                    raise NotReusable("cloudpickle's class trackers")
-                if kind is weakref.WeakValueDictionary:
-                    self.entries = self.read(_KEY, vars(found), "data")
+        """Probe the tracker's entry under ``tracker``, which a fresh load
+        reads to find the class (a worker that drops it gets a new class from
+        a fresh load)."""
         if type(self.entries) is not dict or self.read(_KEY, self.entries, tracker) is _MISSING:
             raise NotReusable(tracker)
 
@@ -1535,28 +1531,27 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
         held.rest -= 1
         if held.rest > 0:
             return load_together(head, body, buffers)
-    elif held.probes is not None:
-        if _gets_avoided(held, body):
-            # Loaded afresh: its state is applied again to the held classes, so
-            # the next task that could reuse the part walks it again (no
-            # strike: nothing of it changed).
-            if not held.stale:
-                _hold(receiver, name, held.staled())
-            return load_together(head, body, buffers)
-        if not held.stale:
-            if _unchanged(held) and _blocks_held(receiver, held):
-                held.reuses += 1
-                return _load_with(held.unpickler, held.prefix, body, buffers)
-            # Changed: by a task, or by another load of the same classes (a
-            # by-value payload, another connection), which applies their state
-            # again. A walk whose objects served a while paid for itself.
-            strikes = 0 if held.reuses >= _PAYS_OFF else strikes + 1
-            if strikes >= _MAX_STRIKES:
-                _hold(receiver, name, _resting(strikes))
+        # (rested: walked again)
+    else:
+        if held.probes is not None:
+            if _gets_avoided(held, body):
+                # Loaded afresh: its state is applied again to the held classes,
+                # so the next task that could reuse the part walks it again (no
+                # strike: nothing of it changed).
+                if not held.stale:
+                    _hold(receiver, name, held.staled())
                 return load_together(head, body, buffers)
-    elif strikes >= _MAX_STRIKES:  # (raced once too often)
-        _hold(receiver, name, _resting(strikes))
-        return load_together(head, body, buffers)
+            if not held.stale:
+                if _unchanged(held) and _blocks_held(receiver, held):
+                    held.reuses += 1
+                    return _load_with(held.unpickler, held.prefix, body, buffers)
+                # Changed: by a task, or by another load of the same classes (a
+                # by-value payload, another connection), which applies their
+                # state again. A walk whose objects served a while paid for itself.
+                strikes = 0 if held.reuses >= _PAYS_OFF else strikes + 1
+        if strikes >= _MAX_STRIKES:  # (or raced once too often)
+            _hold(receiver, name, _resting(strikes))
+            return load_together(head, body, buffers)
     try:
         unpickler, size, walked, raced = _load_walked(head)
     except NotReusable:
