@@ -295,6 +295,16 @@ def _payloads(source: str, count: int = 4, name: str = "Point") -> list[bytes]:
 _POINT = "@dataclasses.dataclass\nclass Point:\n    x: int\n    y: float = 0.0\n"
 
 
+def _fresh(receiver: connection.Receiver, payload: bytes) -> Any:
+    """What a fresh load of ``payload`` gives (both its parts by one unpickler)."""
+    _, head, body = classes_first.parts(payload, receiver)
+    token = connection.RECEIVER.set(receiver)
+    try:
+        return held_classes.load_together(head, body, ())
+    finally:
+        connection.RECEIVER.reset(token)
+
+
 def test_a_part_is_walked_once_and_then_reused():
     payloads = _payloads(_POINT)
     assert [kind(p) for p in payloads] == ["keep", "keep", "named", "named"]
@@ -1261,12 +1271,7 @@ def test_the_walk_runs_no_code_of_a_metaclass(monkeypatch):
     read(receiver, payloads[2])  # (walked)
     walked = list(plugins.ran)
     plugins.ran.clear()
-    token = connection.RECEIVER.set(receiver)
-    try:
-        _, head, body = classes_first.parts(payloads[2], receiver)
-        held_classes.load_together(head, body, ())
-    finally:
-        connection.RECEIVER.reset(token)
+    _fresh(receiver, payloads[2])
     assert walked == plugins.ran
 
 
@@ -1712,12 +1717,7 @@ def test_a_rebound_sys_modules_is_a_change(monkeypatch):
         sys.modules[_REGISTRY_MODULE] = new
         sys.modules = before  # (a "restore": the interpreter keeps its own)
         assert type(read(receiver, payloads[3])[0]).tag.version == "new"
-        _, head, body = classes_first.parts(payloads[3], receiver)
-        token = connection.RECEIVER.set(receiver)
-        try:  # (a fresh load)
-            assert type(held_classes.load_together(head, body, ())[0]).tag.version == "new"
-        finally:
-            connection.RECEIVER.reset(token)
+        assert type(_fresh(receiver, payloads[3])[0]).tag.version == "new"
     finally:
         sys.modules = real
     assert plugins.Tag.version == "old"
@@ -2409,16 +2409,6 @@ def test_a_global_another_thread_rebinds_between_two_finds_is_not_reused(monkeyp
 # object.__new__ reads; cloudpickle's tracker; the kind of a block's entry),
 # a value a task could put where a probe reads "nothing there", and a reading
 # a task's functools.wraps changed. Each check fails without its fix.
-
-
-def _fresh(receiver: connection.Receiver, payload: bytes) -> Any:
-    """What a fresh load of ``payload`` gives (both its parts by one unpickler)."""
-    _, head, body = classes_first.parts(payload, receiver)
-    token = connection.RECEIVER.set(receiver)
-    try:
-        return held_classes.load_together(head, body, ())
-    finally:
-        connection.RECEIVER.reset(token)
 
 
 class _Key:
