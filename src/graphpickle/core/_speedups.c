@@ -2894,6 +2894,17 @@ same_objects(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * only, in dicts keyed by exact strs only, each object held while the next is
  * looked up: emit_global). A probe is a tuple (kind, target[, argument]);
  * `missing` stands for what is not there. */
+/* The CPython fields some probes read in place (a set's, the head of a dict's
+ * keys table, a type's table of subclasses) are as read below on 3.11-3.15 with
+ * the GIL; SET_LAYOUT, DICT_LAYOUT and SUBCLASS_LAYOUT say whether this build
+ * reads each, and held_classes.py checks at import that each tells apart what
+ * it must. */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x03100000 && !defined(Py_GIL_DISABLED)
+#define FIELDS_READ 1
+#else
+#define FIELDS_READ 0
+#endif
+
 enum {
     PROBE_ATTR, PROBE_ITEMS, PROBE_CLASS_ITEMS, PROBE_LIST, PROBE_CELL, PROBE_GLOBAL, PROBE_MODULE,
     PROBE_ANNOTATIONS, PROBE_SET, PROBE_FUNCTION, PROBE_PLAIN, PROBE_MODULES, PROBE_ABSTRACT,
@@ -2993,6 +3004,14 @@ emit_items(Probed *p, PyObject *dict)
 }
 
 static int
+emit_new_or_missing(Probed *p, PyObject *value) /* (a new reference, or NULL: missing) */
+{
+    int failed = emit(p, value);
+    Py_XDECREF(value);
+    return failed;
+}
+
+static int
 emit_attribute(Probed *p, PyObject *target, PyObject *name)
 {
     PyObject *value = PyObject_GetAttr(target, name);
@@ -3006,24 +3025,17 @@ emit_attribute(Probed *p, PyObject *target, PyObject *name)
     return emit_new(p, value);
 }
 
-/* Whether `dict` is an exact dict whose keys are all exact strs: looking a str
- * up in it then compares strs only (a key of another class whose hash matched
- * would have its __eq__ run, which could change or free what the probes
- * read). Remembered for the rest of this reading (nothing runs code then). */
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x03100000 && !defined(Py_GIL_DISABLED)
-/* The head of a dict's keys table (Include/internal/pycore_dict.h, the same on
- * 3.11-3.15 with the GIL): `kind` is DICT_KEYS_UNICODE (1) while every key is an
- * exact str (inserting another kind of key makes the table general: CPython's
- * own lookups rely on it to compare no key with code). DICT_LAYOUT says whether
- * this build reads it; held_classes.py checks at import that it tells apart
- * what it must. Elsewhere, and for a table of another kind, the keys are read. */
-#define DICT_LAYOUT 1
+/* The head of a dict's keys table (Include/internal/pycore_dict.h): `kind` is
+ * DICT_KEYS_UNICODE (1) while every key is an exact str (inserting another kind
+ * of key makes the table general: CPython's own lookups rely on it to compare
+ * no key with code). Elsewhere, and for a table of another kind, the keys are
+ * read. */
+#define DICT_LAYOUT FIELDS_READ
+#if DICT_LAYOUT
 typedef struct {
     Py_ssize_t refcnt;
     uint8_t log2_size, log2_index_bytes, kind;
 } DictKeysHead;
-#else
-#define DICT_LAYOUT 0
 #endif
 
 /* Whether an exact dict's keys table says its keys are all exact strs. */
@@ -3046,6 +3058,10 @@ str_keys(PyObject *module, PyObject *dict)
     return PyBool_FromLong(PyDict_CheckExact(dict) && unicode_keys(dict));
 }
 
+/* Whether `dict` is an exact dict whose keys are all exact strs: looking a str
+ * up in it then compares strs only (a key of another class whose hash matched
+ * would have its __eq__ run, which could change or free what the probes
+ * read). Remembered for the rest of this reading (nothing runs code then). */
 static int
 str_keyed(Probed *p, PyObject *dict)
 {
@@ -3163,9 +3179,7 @@ emit_global(Probed *p, PyObject *module_name, PyObject *names)
         Py_XDECREF(found); /* (a module's own probe: emit_module emitted it) */
         return 0;
     }
-    int failed = emit(p, found);
-    Py_XDECREF(found);
-    return failed;
+    return emit_new_or_missing(p, found);
 }
 
 static int
@@ -3238,15 +3252,9 @@ emit_plain(Probed *p, PyObject *target, PyObject *slots)
 /* An exact set's whole state, as its methods read it: its sizes, where pop()
  * starts (`finger`), and what each slot of its table holds (the iteration order
  * is the table's; an add may skip a slot a discard left). Read from PySetObject's
- * fields (Include/cpython/setobject.h, the same on 3.11-3.15; a dummy slot is
- * one whose hash is -1): SET_LAYOUT says whether this build reads them, and
- * held_classes.py checks at import that they tell apart what they must. None:
- * no exact set, or a build that does not read them. */
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x03100000 && !defined(Py_GIL_DISABLED)
-#define SET_LAYOUT 1
-#else
-#define SET_LAYOUT 0
-#endif
+ * fields (Include/cpython/setobject.h; a dummy slot is one whose hash is -1).
+ * None: no exact set, or a build that does not read them (SET_LAYOUT). */
+#define SET_LAYOUT FIELDS_READ
 
 static int
 emit_set(Probed *p, PyObject *target)
@@ -3279,11 +3287,9 @@ emit_set(Probed *p, PyObject *target)
 
 /* A class's subclasses, as setting an attribute on it reads them (CPython
  * looks a slot's name up in each subclass's __dict__): the size, then each weak
- * reference, of a heap type's `tp_subclasses` (a dict of weak references on
- * 3.11-3.15: SUBCLASS_LAYOUT; held_classes.py checks at import that a new
- * subclass reads as a change). None: not a heap type, or a build that does
- * not read it. */
-#define SUBCLASS_LAYOUT SET_LAYOUT
+ * reference, of a heap type's `tp_subclasses` (a dict of weak references).
+ * None: not a heap type, or a build that does not read it (SUBCLASS_LAYOUT). */
+#define SUBCLASS_LAYOUT FIELDS_READ
 
 static int
 emit_subclasses(Probed *p, PyObject *target)
@@ -3300,14 +3306,6 @@ emit_subclasses(Probed *p, PyObject *target)
         return emit(p, Py_None);
     }
     return emit_items(p, subclasses);
-}
-
-static int
-emit_new_or_missing(Probed *p, PyObject *value) /* (a new reference, or NULL: missing) */
-{
-    int failed = emit(p, value);
-    Py_XDECREF(value);
-    return failed;
 }
 
 static int
@@ -3413,10 +3411,11 @@ read_probe(Probed *p, PyObject *probe)
         return PyErr_Occurred() != NULL ? -1 : emit_new_or_missing(p, found);
     }
     case PROBE_MODULES: { /* the dict sys.modules names (target: sys's dict), and the interpreter's */
-        PyObject *named = lookup(p, target, p->str_modules);
-        int failed = PyErr_Occurred() != NULL || emit(p, named) < 0;
-        Py_XDECREF(named);
-        return failed ? -1 : emit(p, PyImport_GetModuleDict());
+        PyObject *named = lookup(p, target, p->str_modules); /* (NULL on an error) */
+        if (PyErr_Occurred() != NULL || emit_new_or_missing(p, named) < 0) {
+            return -1;
+        }
+        return emit(p, PyImport_GetModuleDict());
     }
     }
     if (!PyErr_Occurred()) {
