@@ -589,9 +589,10 @@ def _calls(payload: bytes) -> set[str]:
     from graphpickle.core import classes_first
 
     if classes_first.is_framed(payload):
-        _, head, body = classes_first.split(payload)
+        kind, head, body = classes_first.split(payload)
         named = _calls(bytes(body))
-        return named | _calls(head) if head[:1] == b"\x80" else named  # (a digest: no pickle)
+        # (a NAMED part is a digest, no pickle; its first byte may be anything)
+        return named if kind == classes_first._NAMED else named | _calls(head)
     strings: list = []
     named = set()
     for opcode, arg, _ in pickletools.genops(payload):
