@@ -13,9 +13,9 @@ CACHING = not os.environ.get("GRAPHPICKLE_NO_CACHE")
 
 #: ``GRAPHPICKLE_HELD_CLASSES=1`` lets a dask worker reuse the objects it made
 #: from a task's classes' part while nothing they are made of changed
-#: (``core/held_classes.py``). Off by default: each of five reviews found ways
-#: it could differ from a fresh load (docs/performance.md, "What the worker
-#: reuses"); all are closed but one (where a set's pop() starts).
+#: (``core/held_classes.py``). Off by default until a hostile review finds no
+#: way it could differ from a fresh load (docs/performance.md, "What the worker
+#: reuses", lists what each review found; all of it is closed).
 HELD_CLASSES = os.environ.get("GRAPHPICKLE_HELD_CLASSES") == "1"
 
 #: ``GRAPHPICKLE_NO_REFCOUNT=1`` makes restricted loading stop reading reference
