@@ -507,6 +507,23 @@ def test_a_receiver_holds_the_objects_of_a_bounded_number_of_parts(monkeypatch):
     assert len(receiver.loaded) == 2
 
 
+def test_the_part_reused_most_recently_is_evicted_last(monkeypatch):
+    # Review 15: eviction went by when a part was last held, which a reuse is
+    # not, so parts seen once evicted the one reused on every task.
+    monkeypatch.setattr(held_classes, "MAX_HELD", 2)
+    walks = _counting_walks(monkeypatch)
+    busy = _payloads(_POINT, count=40)
+    others = [_payloads(_POINT + f"    z: int = {i}\n", count=1)[0] for i in range(20)]
+    receiver = connection.Receiver()
+    for payload in busy[:3]:
+        read(receiver, payload)
+    walked = len(walks)
+    for i, other in enumerate(others):
+        assert read(receiver, busy[3 + i])[0].x == 3 + i
+        assert read(receiver, other)[0].z == i
+    assert len(walks) == walked
+
+
 def test_threads_reuse_one_part_at_once():
     payloads = _payloads(_POINT, count=3)
     receiver = connection.Receiver()

@@ -1544,6 +1544,7 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
             if not held.stale:
                 if _unchanged(held) and _blocks_held(receiver, held):
                     held.reuses += 1
+                    _used(receiver, name)
                     return _load_with(held.unpickler, held.prefix, body, buffers)
                 # Changed: by a task, or by another load of the same classes (a
                 # by-value payload, another connection), which applies their
@@ -1604,6 +1605,15 @@ def _hold(receiver: connection.Receiver, name: bytes, held: _Held) -> None:
         receiver.loaded.move_to_end(name)
         while len(receiver.loaded) > MAX_HELD:
             receiver.loaded.popitem(last=False)
+
+
+def _used(receiver: connection.Receiver, name: bytes) -> None:
+    """A reused part goes last in eviction order: the parts least recently used
+    go first, not the part reused on every task (the sender does not mirror this
+    table, so its order is the receiver's own to choose)."""
+    with _lock:
+        if name in receiver.loaded:  # (unless another thread evicted it)
+            receiver.loaded.move_to_end(name)
 
 
 def load_together(head: bytes, body: Any, buffers: Any) -> Any:
