@@ -41,16 +41,17 @@ pytestmark = [
 
 @pytest.fixture(autouse=True)
 def reuse(monkeypatch):
-    """Parts reused (GRAPHPICKLE_HELD_CLASSES=1: off by default)."""
+    """Parts reused (the default; GRAPHPICKLE_HELD_CLASSES=0 turns it off)."""
     monkeypatch.setattr(held_classes, "ENABLED", True)
 
 
-@pytest.mark.parametrize("switch", [None, "1"])
-def test_reuse_is_off_unless_the_switch_turns_it_on(monkeypatch, tmp_path, switch):
+@pytest.mark.parametrize("switch", [None, "1", "0"])
+def test_reuse_is_on_unless_the_switch_turns_it_off(monkeypatch, tmp_path, switch):
     monkeypatch.delenv("GRAPHPICKLE_HELD_CLASSES", raising=False)
+    monkeypatch.delenv("GRAPHPICKLE_NO_CACHE", raising=False)
     env = {} if switch is None else {"GRAPHPICKLE_HELD_CLASSES": switch}
     code = "from graphpickle.core import held_classes\nprint(held_classes.ENABLED)\n"
-    assert run_python(code, cwd=tmp_path, env=env).strip() == str(switch == "1")
+    assert run_python(code, cwd=tmp_path, env=env).strip() == str(switch != "0")
 
 
 def test_a_receiver_that_does_not_reuse_holds_no_objects(monkeypatch):

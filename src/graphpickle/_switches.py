@@ -11,12 +11,13 @@ import os
 #: pools of ready picklers (docs/performance.md lists them).
 CACHING = not os.environ.get("GRAPHPICKLE_NO_CACHE")
 
-#: ``GRAPHPICKLE_HELD_CLASSES=1`` lets a dask worker reuse the objects it made
+#: ``GRAPHPICKLE_HELD_CLASSES=0`` stops a worker from reusing the objects it made
 #: from a task's classes' part while nothing they are made of changed
-#: (``core/held_classes.py``). Off by default until a hostile review finds no
-#: way it could differ from a fresh load (docs/performance.md, "What the worker
-#: reuses", lists what each review found; all of it is closed).
-HELD_CLASSES = os.environ.get("GRAPHPICKLE_HELD_CLASSES") == "1"
+#: (``core/held_classes.py``): each part is then loaded with its task. On by
+#: default since the fifteenth hostile review found no way a reused part differs
+#: from a fresh load (docs/performance.md, "What the worker reuses", lists what
+#: each review found; all of it is closed).
+HELD_CLASSES = os.environ.get("GRAPHPICKLE_HELD_CLASSES") != "0"
 
 #: ``GRAPHPICKLE_NO_REFCOUNT=1`` makes restricted loading stop reading reference
 #: counts to tell an object a call made from one that existed before (see

@@ -26,7 +26,7 @@ the digest of its bytes:
 
 No pickle starts with ``0xff``. The receiver loads the classes' part with the
 task, as if it were inline (the class state is applied in every load, as
-cloudpickle applies it), or, with ``GRAPHPICKLE_HELD_CLASSES=1``, reuses the
+cloudpickle applies it), or, unless ``GRAPHPICKLE_HELD_CLASSES=0``, reuses the
 objects its last load of the part made while nothing they are made of changed
 (``held_classes.py``). One thing a load can observe differs (README, "Limits"):
 the classes' state is applied before the task's other objects load, not where

@@ -68,10 +68,10 @@ does one that gets anything else in the part's memo the classes do not reach
 (every object a pickle makes is memoized, or is an int, a float or a bool:
 what is left is the reductions' arguments and states, which are not probed).
 
-Off by default (``GRAPHPICKLE_HELD_CLASSES=1`` turns it on; ``GRAPHPICKLE_NO_CACHE=1``
-turns it off whatever that says): thirteen of fourteen reviews found ways a reused
-part could differ from a fresh load, each now a test that fails without its
-fix (docs/performance.md). It is turned on once a review finds none. What
+On by default (``GRAPHPICKLE_HELD_CLASSES=0`` turns it off, and so does
+``GRAPHPICKLE_NO_CACHE=1``): fourteen reviews found ways a reused part could
+differ from a fresh load, each now a test that fails without its fix
+(docs/performance.md); the fifteenth found none, only losses of reuse. What
 differs from a fresh load, on purpose (README, "Limits"): tasks share the
 part's objects, so a change a task makes to them while another task runs is
 seen by it (as a class attribute is, with cloudpickle's one class per
@@ -1502,7 +1502,7 @@ def _subclasses_probed() -> bool:
 #: Whether this interpreter can reuse classes' parts (C module, the memo
 #: seeding, and its reading of a dict's keys table where it reads it).
 SEEDING = _speedups is not None and _seeding_works() and _dicts_read()
-#: Whether classes' parts are reused (``GRAPHPICKLE_HELD_CLASSES=1``: off by default).
+#: Whether classes' parts are reused (``GRAPHPICKLE_HELD_CLASSES=0`` turns it off).
 ENABLED = SEEDING and HELD_CLASSES
 #: Whether a part may hold sets (else a part that holds one is not reused).
 _SETS_PROBED = SEEDING and _sets_probed()
