@@ -13,6 +13,7 @@ import functools
 import gc
 import json
 import operator
+import random
 import sys
 import threading
 import types
@@ -29,6 +30,7 @@ from test_classes_first import kind, module_class
 from test_connection import READ_SCRIPT, WRITE_SCRIPT, read, write
 
 import graphpickle
+from graphpickle import _cloudpickle_internals as cp
 from graphpickle._switches import CACHING
 from graphpickle.core import classes_first, connection, held_classes, opcode_walk
 from graphpickle.core.native import speedups
@@ -525,6 +527,82 @@ def test_the_part_reused_most_recently_is_evicted_last(monkeypatch):
     assert len(walks) == walked
 
 
+_TWO_CLASSES = """
+SCALE, OTHER = 2, 3
+@dataclasses.dataclass
+class Base:
+    x: int
+    def f(self):
+        return SCALE
+@dataclasses.dataclass
+class Child(Base):
+    def g(self):
+        return OTHER
+"""
+
+
+def test_classes_whose_functions_read_other_globals_are_reused(monkeypatch):
+    # Review 15: the payload's one globals dict was walked as the first class's
+    # state was applied; the second class's functions then wrote their globals
+    # into it, and every walk ended raced.
+    walks = _counting_walks(monkeypatch)
+    payloads = _payloads(_TWO_CLASSES, count=8, name="Child")
+    receiver = connection.Receiver()
+    got = [read(receiver, p)[0] for p in payloads]
+    assert [(child.x, child.f(), child.g()) for child in got] == [(i, 2, 3) for i in range(8)]
+    assert len(walks) == 1
+    # (the first part names its blocks inline, the others by digest: the second
+    # loads with its task, the third is walked, the rest reuse it)
+    assert receiver.loaded[classes_first.split(payloads[-1])[1]].reuses == 5
+
+
+def test_a_globals_dict_another_thread_wrote_in_the_load_is_not_reused(monkeypatch):
+    # What another thread's task writes into the globals dict once a class
+    # state gave it one of the part's functions, before the load is over, is
+    # no write of the load's makers: the walk must not take it as the part's.
+    apply = held_classes._Walk.class_state
+
+    def class_state(self, cls, state):
+        for globals_, _ in self.deferred.values():
+            globals_["WRITTEN"] = "by another thread"
+        apply(self, cls, state)
+
+    monkeypatch.setattr(held_classes._Walk, "class_state", class_state)
+    payloads = _payloads(_TWO_CLASSES, count=3, name="Child")
+    receiver = connection.Receiver()
+    assert [read(receiver, p)[0].g() for p in payloads] == [3, 3, 3]
+    assert receiver.loaded[classes_first.split(payloads[-1])[1]].probes is None
+
+
+def test_writing_a_globals_dicts_writes_again_gives_what_they_left():
+    # held_classes._globals_written: from what the dict held at any point of
+    # the load, every write again (those before that point too) gives the
+    # dict the writes left, in its order.
+    rng = random.Random(7)
+    for _ in range(300):
+        start = {f"k{i}": object() for i in rng.sample(range(6), rng.randrange(4))}
+        writes = [
+            (
+                {f"k{i}": object() for i in rng.sample(range(8), rng.randrange(4))},
+                rng.random() < 0.5,
+            )
+            for _ in range(rng.randrange(5))
+        ]
+        globals_, seen = dict(start), []
+        for slot_globals, builtins_first in writes:
+            seen.append(tuple(globals_.items()))
+            if builtins_first:
+                globals_["__builtins__"] = cp.BUILTINS_OF_CLOUDPICKLE
+            globals_.update(slot_globals)
+            globals_["__builtins__"] = cp.BUILTINS_OF_CLOUDPICKLE
+        seen.append(tuple(globals_.items()))
+        replayed = [(globals_, slot_globals, first) for slot_globals, first in writes]
+        for items in seen:
+            written = held_classes._globals_written(globals_, items, replayed)
+            assert held_classes._same_items(written, globals_)
+            assert list(written) == list(globals_)
+
+
 def test_threads_reuse_one_part_at_once():
     payloads = _payloads(_POINT, count=3)
     receiver = connection.Receiver()
@@ -973,7 +1051,6 @@ def test_a_part_whose_load_changes_a_found_object_is_not_reused():
 
 
 def test_the_held_memo_holds_cloudpickle_s_class_setstate_not_the_walk_s():
-    from graphpickle import _cloudpickle_internals as cp
 
     payloads = _payloads(_POINT, 3)
     receiver = connection.Receiver()
@@ -1319,7 +1396,6 @@ def test_an_object_the_load_makes_that_the_classes_do_not_reach_is_checked(monke
 
 def test_a_class_attribute_naming_class_setstate_gets_cloudpickle_s():
     # (the walk's own _class_setstate must not leak into what a task gets)
-    from graphpickle import _cloudpickle_internals as cp
 
     payloads = _payloads(
         "import cloudpickle.cloudpickle as cpc\n" + _POINT + "    hooks = [cpc._class_setstate]\n"

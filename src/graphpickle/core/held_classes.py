@@ -231,6 +231,11 @@ class _Walk:
         self.specs: set[int] = set()
         #: The digests of the blocks the part names (the connection must hold them).
         self.blocks: list[tuple[bytes, type]] = []
+        #: The functions' globals dicts, each with its items when first reached
+        #: (walked once the load is over: :meth:`globals_dicts`), and what each
+        #: function maker of the load writes into one (:func:`_check_reductions`).
+        self.deferred: dict[int, tuple[dict[str, Any], tuple[tuple[str, Any], ...]]] = {}
+        self.writes: list[tuple[Any, Any, bool]] = []
         # What find_class imports from and what cloudpickle's subimport returns
         # from must be one dict (the interpreter's and the one sys.modules
         # names): the probes read it.
@@ -474,11 +479,13 @@ class _Walk:
         :class:`_Raced`). What else it holds the load did not make and leaves
         alone: a fresh load shows it as it is, so it is not walked (the probe
         of the __dict__ reads what it is, by identity)."""
+        self.globals_dicts()
         if self.classes.keys() - self.applied.keys():
             raise NotReusable("a class reached whose state this load did not apply")
         # What the walk read in the load must be what the load left: not so if
-        # the load changed a walked object after (a globals dict a later
-        # function writes into), or another thread did once it was published.
+        # the load changed a walked object after (other than the globals dicts
+        # its makers write into, walked just now), or another thread did once
+        # it was published.
         if not _speedups.held_unchanged(tuple(self.probes), tuple(self.reading), _MISSING):
             raise _Raced("changed since it was walked")
         for base in self.bases:  # (as the payload names them: a skeleton's, whose
@@ -527,7 +534,34 @@ class _Walk:
                 value = self.read(_ATTR, func, name)
             else:  # (read-only: __globals__, __closure__, __builtins__: what they hold is walked)
                 value = getattr(func, name, _MISSING)
+                if name == "__globals__" and self.defer(value):
+                    continue
             self.walk(value)
+
+    def defer(self, globals_: Any) -> bool:
+        """Whether the walk of a function's globals dict waits for the end of
+        the load: the load's later functions of the same module write their
+        globals into it. Its items now are kept, to tell those writes from
+        another thread's (:meth:`globals_dicts`)."""
+        if type(globals_) is not dict or id(globals_) in self.seen or not _str_keyed(globals_):
+            return False
+        if id(globals_) not in self.deferred:
+            self.deferred[id(globals_)] = (globals_, tuple(globals_.items()))
+        return True
+
+    def globals_dicts(self) -> None:
+        """Walk the functions' globals dicts (see :meth:`defer`), each of which
+        must hold what it held when first reached, then what the load's
+        makers wrote into it after (:func:`_globals_written`), in their order:
+        else another thread's task wrote into it (a function of the part it
+        got once a class state was applied), and the part is walked again."""
+        done = 0
+        while done < len(self.deferred):  # (walking one may reach another)
+            globals_, items = list(self.deferred.values())[done]
+            done += 1
+            if not _same_items(_globals_written(globals_, items, self.writes), globals_):
+                raise _Raced("a globals dict written by another thread in the load")
+            self.walk(globals_)
 
     def alias(self, alias: Any) -> None:
         # A list[int] or an int | None (made by _alias or _union): read-only
@@ -644,6 +678,39 @@ def _str_keyed(mapping: Any) -> bool:
     """Whether every key of ``mapping`` is an exact str: looking a name up among
     keys of the user's would hash and compare them with their code."""
     return all(type(key) is str for key in mapping)
+
+
+def _globals_written(
+    globals_: dict[str, Any],
+    items: tuple[tuple[str, Any], ...],
+    writes: list[tuple[Any, Any, bool]],
+) -> dict[str, Any]:
+    """What a globals dict holds after the load's function makers wrote into it,
+    from ``items``, what it held at some point of the load. Each write sets a
+    key (first put where a dict puts it, last value kept) and none deletes one,
+    so writing them all again, those before that point too, gives what they
+    left, in its order."""
+    written = dict(items)
+    builtins_ = cp.BUILTINS_OF_CLOUDPICKLE
+    for target, slot_globals, builtins_first in writes:
+        if target is globals_:
+            if builtins_first:
+                written["__builtins__"] = builtins_
+            if slot_globals is not None:
+                written.update(slot_globals)
+            written["__builtins__"] = builtins_
+    return written
+
+
+def _same_items(expected: dict[str, Any], actual: dict[str, Any]) -> bool:
+    """Whether ``actual`` holds ``expected``'s items, in its order, by identity
+    (its keys read as exact strs first: comparing another kind runs its code)."""
+    return len(expected) == len(actual) and all(
+        type(key) is str and key == expected_key and value is expected_value
+        for (expected_key, expected_value), (key, value) in zip(
+            expected.items(), actual.items(), strict=True
+        )
+    )
 
 
 def _dict(kind: type) -> Any:
@@ -1060,6 +1127,47 @@ _SIGNATURES: dict[int, Callable[[tuple[Any, ...], _Made], bool]] = {
 }  # fmt: skip
 
 
+def _slots_of_layout(args: tuple[Any, ...]) -> dict[str, Any]:
+    keys = blocks.layout_keys(args[3]) or ()
+    return dict(zip(keys, args[5:], strict=True))
+
+
+def _block_writes(args: tuple[Any, ...]) -> tuple[Any, Any, bool] | None:
+    if len(args) == 1:
+        return None  # (function_once(block): a new dict)
+    sent = dict(zip(blocks.SENT_PARTS, args[1:], strict=True))
+    return sent["base_globals"], sent["__globals__"], True
+
+
+#: What each function maker (its arguments checked by :data:`_SIGNATURES`)
+#: writes into a globals dict: ``(the dict, the globals it copies in or None,
+#: whether it sets __builtins__ before as well as after)``; None if it writes
+#: into none (``function_once(block)`` makes one).
+_GLOBALS_WRITES: dict[int, Callable[[tuple[Any, ...], _Made], tuple[Any, Any, bool] | None]] = {
+    id(maker): writes
+    for makers, writes in (
+        # _make_function(code, globals, ...): globals["__builtins__"] = ...
+        ((cp.MAKE_FUNCTION,), lambda args, made: (args[1], None, True)),
+        # _function_setstate(func, (attributes, slots)): update, then __builtins__
+        (
+            (cp.FUNCTION_SETSTATE,),
+            lambda args, made: (
+                args[0].__globals__, (made.items(args[1][1]) or {})["__globals__"], False
+            ),
+        ),
+        (
+            (blocks.make_function, blocks.make_function_in_python),
+            lambda args, made: (args[1], _slots_of_layout(args)["__globals__"], True),
+        ),
+        (
+            (blocks.function_once, blocks.function_ref, blocks.function_ref_in_python),
+            lambda args, made: _block_writes(args),
+        ),
+    )
+    for maker in makers
+}  # fmt: skip
+
+
 #: The makers that take a block's digest first, with the kind of entry a fresh
 #: load needs under it (those that take the block keep it: a part whose load
 #: keeps one is not reused).
@@ -1163,10 +1271,15 @@ def _check_reductions(
                 raise NotReusable("a call of type")
         elif role != "make" or not _SIGNATURES[id(maker)](args, made):
             raise NotReusable(maker)
-        elif id(maker) in _NAMES_A_BLOCK:
-            # (a fresh load fails once the connection evicts it, or holds
-            # another kind of entry under its digest)
-            walk.blocks.append((args[0], _NAMES_A_BLOCK[id(maker)]))
+        else:
+            if id(maker) in _GLOBALS_WRITES:
+                written = _GLOBALS_WRITES[id(maker)](args, made)
+                if written is not None:
+                    walk.writes.append(written)
+            if id(maker) in _NAMES_A_BLOCK:
+                # (a fresh load fails once the connection evicts it, or holds
+                # another kind of entry under its digest)
+                walk.blocks.append((args[0], _NAMES_A_BLOCK[id(maker)]))
     for symbol in read.hashed:  # (every key the load hashed, kept or dropped as a duplicate)
         key = _value(symbol, globals_, memo)
         if key is _MISSING or not _hashes_in_c(key):
