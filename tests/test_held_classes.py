@@ -574,6 +574,85 @@ def test_a_globals_dict_another_thread_wrote_in_the_load_is_not_reused(monkeypat
     assert receiver.loaded[classes_first.split(payloads[-1])[1]].probes is None
 
 
+_CACHE_CLASS = """
+CACHE = {}
+@dataclasses.dataclass
+class Point:
+    x: int
+    def seen(self):
+        return sorted(CACHE)
+"""
+
+
+def _digest(payload: bytes) -> bytes:
+    return classes_first.split(payload)[1]
+
+
+def test_what_a_globals_dict_holds_is_walked_before_its_class_is_published(monkeypatch):
+    # Review 16: walked once the load was over, a module-level dict a method
+    # reads took a write another thread's task made into it during the load
+    # (once the class state gave it the method) for the part's own.
+    publish = held_classes._Walk.published
+
+    def published(self):
+        for cls, _ in self.applied.values():
+            cls.seen.__globals__["CACHE"]["another thread's"] = 1
+        publish(self)
+
+    monkeypatch.setattr(held_classes._Walk, "published", published)
+    payloads = _payloads(_CACHE_CLASS, count=3)
+    receiver = connection.Receiver()
+    for payload in payloads:
+        read(receiver, payload)
+    assert receiver.loaded[_digest(payloads[-1])].probes is None  # (raced)
+
+
+def test_a_globals_dict_written_after_its_check_is_not_reused(monkeypatch):
+    # Review 16: the check of a globals dict and the reading that is its
+    # baseline were two steps; a write between them became the baseline.
+    written = held_classes._globals_written
+    reads_as = held_classes._reads_as
+    dicts = []
+
+    def remembering(globals_, reading, writes):
+        dicts.append(globals_)
+        return written(globals_, reading, writes)
+
+    def then_written(expected, reading):
+        same = reads_as(expected, reading)
+        dicts[-1]["LATE"] = "by another thread"
+        return same
+
+    monkeypatch.setattr(held_classes, "_globals_written", remembering)
+    monkeypatch.setattr(held_classes, "_reads_as", then_written)
+    payloads = _payloads(_TWO_CLASSES, count=3, name="Child")
+    receiver = connection.Receiver()
+    for payload in payloads:
+        read(receiver, payload)
+    assert dicts and receiver.loaded[_digest(payloads[-1])].probes is None
+
+
+def test_a_dict_another_thread_grew_while_the_walk_read_it_is_walked_again(monkeypatch):
+    # Review 16: "dictionary changed size during iteration", raised when
+    # another thread's task writes into a dict the walk iterates, made the
+    # part not reusable for good; it is a race: walked again at the next task.
+    walks = _counting_walks(monkeypatch)
+    made = held_classes._Walk.made
+    raised = []
+
+    def growing(self, obj):
+        if not raised:
+            raised.append(obj)
+            raise RuntimeError("dictionary changed size during iteration")
+        made(self, obj)
+
+    monkeypatch.setattr(held_classes._Walk, "made", growing)
+    payloads = _payloads(_POINT, count=6)
+    receiver = connection.Receiver()
+    assert [read(receiver, p)[0].x for p in payloads] == list(range(6))
+    assert len(walks) == 2 and receiver.loaded[_digest(payloads[-1])].reuses == 2
+
+
 def test_writing_a_globals_dicts_writes_again_gives_what_they_left():
     # held_classes._globals_written: from what the dict held at any point of
     # the load, every write again (those before that point too) gives the
@@ -590,17 +669,24 @@ def test_writing_a_globals_dicts_writes_again_gives_what_they_left():
         ]
         globals_, seen = dict(start), []
         for slot_globals, builtins_first in writes:
-            seen.append(tuple(globals_.items()))
+            seen.append(_items_read(globals_))
             if builtins_first:
                 globals_["__builtins__"] = cp.BUILTINS_OF_CLOUDPICKLE
             globals_.update(slot_globals)
             globals_["__builtins__"] = cp.BUILTINS_OF_CLOUDPICKLE
-        seen.append(tuple(globals_.items()))
+        seen.append(_items_read(globals_))
         replayed = [(globals_, slot_globals, first) for slot_globals, first in writes]
-        for items in seen:
-            written = held_classes._globals_written(globals_, items, replayed)
-            assert held_classes._same_items(written, globals_)
+        for reading in seen:
+            written = held_classes._globals_written(globals_, reading, replayed)
+            assert held_classes._reads_as(written, _items_read(globals_))
             assert list(written) == list(globals_)
+        if len(globals_) > 1:  # (and a dict in another order does not read as it)
+            assert not held_classes._reads_as(dict(reversed(globals_.items())), seen[-1])
+
+
+def _items_read(mapping: dict[str, Any]) -> tuple[Any, ...]:
+    """An ``_ITEMS`` probe's reading of ``mapping``."""
+    return speedups.held_snapshot(((held_classes._ITEMS, mapping),), held_classes._MISSING)
 
 
 def test_threads_reuse_one_part_at_once():

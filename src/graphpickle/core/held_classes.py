@@ -539,29 +539,48 @@ class _Walk:
             self.walk(value)
 
     def defer(self, globals_: Any) -> bool:
-        """Whether the walk of a function's globals dict waits for the end of
-        the load: the load's later functions of the same module write their
-        globals into it. Its items now are kept, to tell those writes from
-        another thread's (:meth:`globals_dicts`)."""
-        if type(globals_) is not dict or id(globals_) in self.seen or not _str_keyed(globals_):
+        """Walk a function's globals dict but for its own probe, which waits for
+        the end of the load (:meth:`globals_dicts`): the load's later functions
+        of the same module write their globals into it. Its items are read in C,
+        in one step (another thread's task may write into it once a class state
+        gave it one of its functions); each value is walked now, as every class
+        state is before it is applied; the first reading is kept."""
+        if type(globals_) is not dict:
             return False
-        if id(globals_) not in self.deferred:
-            self.deferred[id(globals_)] = (globals_, tuple(globals_.items()))
+        known = self.deferred.get(id(globals_))
+        if known is None and id(globals_) in self.seen:
+            return False  # (walked as a dict already: probed as one)
+        reading = _speedups.held_snapshot(((_ITEMS, globals_),), _MISSING)
+        if any(type(key) is not str for key in reading[1::2]):
+            raise NotReusable("a globals dict keyed by what is not a str")
+        if known is None:
+            self.seen.add(id(globals_))
+            self.kept.append(globals_)
+            self.deferred[id(globals_)] = (globals_, reading)
+        self.walk_all(reading[2::2])
         return True
 
     def globals_dicts(self) -> None:
-        """Walk the functions' globals dicts (see :meth:`defer`), each of which
-        must hold what it held when first reached, then what the load's
-        makers wrote into it after (:func:`_globals_written`), in their order:
-        else another thread's task wrote into it (a function of the part it
-        got once a class state was applied), and the part is walked again."""
-        done = 0
-        while done < len(self.deferred):  # (walking one may reach another)
-            globals_, items = list(self.deferred.values())[done]
-            done += 1
-            if not _same_items(_globals_written(globals_, items, self.writes), globals_):
+        """Probe the functions' globals dicts (see :meth:`defer`): each must read
+        (in one step, the reading that is then its baseline) what it read when
+        first reached, with what the load's makers wrote into it since written
+        again (:func:`_globals_written`); else another thread's task wrote into
+        it, and the part is walked again. A value not walked at a class state
+        (written after the last) is not reused: walked now, after the classes
+        were published, it could hold another thread's change."""
+        for globals_, first in self.deferred.values():
+            reading = _speedups.held_snapshot(((_ITEMS, globals_),), _MISSING)
+            written = _globals_written(globals_, first, self.writes)
+            if not _reads_as(written, reading):
                 raise _Raced("a globals dict written by another thread in the load")
-            self.walk(globals_)
+            if any(
+                id(value) not in self.seen
+                and not (id(type(value)) in _ATOM_IDS or _immutable_class(value))
+                for value in reading[2::2]
+            ):
+                raise NotReusable("a global written after the last class state")
+            self.probes.append((_ITEMS, globals_))
+            self.reading.extend(reading)
 
     def alias(self, alias: Any) -> None:
         # A list[int] or an int | None (made by _alias or _union): read-only
@@ -682,15 +701,15 @@ def _str_keyed(mapping: Any) -> bool:
 
 def _globals_written(
     globals_: dict[str, Any],
-    items: tuple[tuple[str, Any], ...],
+    reading: tuple[Any, ...],
     writes: list[tuple[Any, Any, bool]],
 ) -> dict[str, Any]:
     """What a globals dict holds after the load's function makers wrote into it,
-    from ``items``, what it held at some point of the load. Each write sets a
-    key (first put where a dict puts it, last value kept) and none deletes one,
-    so writing them all again, those before that point too, gives what they
-    left, in its order."""
-    written = dict(items)
+    from ``reading``, its ``_ITEMS`` probe's reading at some point of the load.
+    Each write sets a key (first put where a dict puts it, last value kept) and
+    none deletes one, so writing them all again, those before that point too,
+    gives what they left, in its order."""
+    written = dict(zip(reading[1::2], reading[2::2], strict=True))
     builtins_ = cp.BUILTINS_OF_CLOUDPICKLE
     for target, slot_globals, builtins_first in writes:
         if target is globals_:
@@ -702,13 +721,18 @@ def _globals_written(
     return written
 
 
-def _same_items(expected: dict[str, Any], actual: dict[str, Any]) -> bool:
-    """Whether ``actual`` holds ``expected``'s items, in its order, by identity
-    (its keys read as exact strs first: comparing another kind runs its code)."""
-    return len(expected) == len(actual) and all(
-        type(key) is str and key == expected_key and value is expected_value
-        for (expected_key, expected_value), (key, value) in zip(
-            expected.items(), actual.items(), strict=True
+def _reads_as(expected: dict[str, Any], reading: tuple[Any, ...]) -> bool:
+    """Whether an ``_ITEMS`` probe's reading is of ``expected``'s items, in its
+    order, by identity (each key an exact str: comparing another kind runs its
+    code)."""
+    return (
+        reading[0] == len(expected)
+        and len(reading) == 1 + 2 * len(expected)
+        and all(
+            type(key) is str and key == expected_key and value is expected_value
+            for (expected_key, expected_value), key, value in zip(
+                expected.items(), reading[1::2], reading[2::2], strict=True
+            )
         )
     )
 
@@ -1422,7 +1446,11 @@ def _load_walked(head: bytes) -> tuple[Any, int, tuple[Any, ...] | None, bool]:
         walk.published()
     except _Raced:
         return holder, len(memo), None, True
-    except Exception:  # (NotReusable; or what else the walk met: a RecursionError...)
+    except RecursionError:
+        return holder, len(memo), None, False
+    except RuntimeError:  # (a dict another thread's task wrote while the walk read it)
+        return holder, len(memo), None, True
+    except Exception:  # (NotReusable; or what else the walk met)
         return holder, len(memo), None, False
     functions_globals = {
         id(obj.__globals__) for obj in walk.kept if type(obj) is types.FunctionType
