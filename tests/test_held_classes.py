@@ -653,6 +653,101 @@ def test_a_dict_another_thread_grew_while_the_walk_read_it_is_walked_again(monke
     assert len(walks) == 2 and receiver.loaded[_digest(payloads[-1])].reuses == 2
 
 
+_REGISTRY_CLASSES = """
+@dataclasses.dataclass
+class A:
+    x: int
+    def peek(self):
+        return globals().get("REG")
+class B:
+    def add(self, item):
+        REG.append(item)
+REG = []
+"""
+
+
+def _registry_payloads(count: int) -> list[bytes]:
+    namespace: dict[str, Any] = {"__name__": "__main__", "__package__": None}
+    exec("import dataclasses\n" + _REGISTRY_CLASSES, namespace)
+    sender = connection.Sender()
+    return [write(sender, [namespace["A"](i), namespace["B"]()]) for i in range(count)]
+
+
+def test_a_global_only_a_later_class_names_is_reused():
+    # (a mutable global first copied into the globals dict after the first
+    # class state published it: walked before the copy, so reused)
+    payloads = _registry_payloads(5)
+    receiver = connection.Receiver()
+    assert [read(receiver, p)[0].peek() for p in payloads] == [[]] * 5
+    assert receiver.loaded[_digest(payloads[-1])].reuses == 2
+
+
+def test_what_a_maker_copies_into_a_published_globals_dict_is_walked_before(monkeypatch):
+    # Review 17: B's maker writes REG into the globals dict A's state already
+    # published (A.peek reads it there); walked at B's state, REG took what
+    # another thread's task appended to it in between for the part's.
+    payloads = _registry_payloads(3)
+    apply = held_classes._Walk.class_state
+
+    def class_state(self, cls, state):
+        for globals_, _ in self.deferred.values():
+            registry = globals_.get("REG")  # (as A's published peek() gets it)
+            if type(registry) is list:
+                registry.append("another thread's")
+        apply(self, cls, state)
+
+    monkeypatch.setattr(held_classes._Walk, "class_state", class_state)
+    receiver = connection.Receiver()
+    for payload in payloads:
+        read(receiver, payload)
+    assert receiver.loaded[_digest(payloads[-1])].probes is None  # (raced)
+
+
+def test_a_walk_that_found_the_part_not_reusable_is_walked_again_after_a_rest(monkeypatch):
+    # Review 17: what makes a walk refuse a part may be another thread's passing
+    # state (a global rebound in the load, a package importing); a part once
+    # refused was never walked again. It rests the longest rest, then is.
+    monkeypatch.setattr(held_classes, "_LAST_REST", 3)
+    walks = _counting_walks(monkeypatch)
+    made = held_classes._Walk.made
+    refused = []
+
+    def refusing(self, obj):
+        if not refused:
+            refused.append(obj)
+            raise held_classes.NotReusable("a passing state")
+        made(self, obj)
+
+    monkeypatch.setattr(held_classes._Walk, "made", refusing)
+    payloads = _payloads(_POINT, count=8)
+    receiver = connection.Receiver()
+    assert [read(receiver, p)[0].x for p in payloads] == list(range(8))
+    # (the first part names its blocks inline: the second loads with its task,
+    # the third is walked and refused, two rest, the sixth is walked again)
+    assert len(walks) == 2 and receiver.loaded[_digest(payloads[-1])].reuses == 2
+
+
+def test_a_global_rebound_in_the_load_is_a_race(monkeypatch):
+    # Review 17: a global another thread rebinds between the load's find and the
+    # walk's is a race (walked again at the next task), not a refusal.
+    walks = _counting_walks(monkeypatch)
+    finds = held_classes._Walk.finds
+    rebound = []
+
+    def rebinding(self, module, path):
+        if not rebound and module != "types":  # (the part's globals, found again)
+            rebound.append(path)
+            return object()
+        return finds(self, module, path)
+
+    monkeypatch.setattr(held_classes._Walk, "finds", rebinding)
+    payloads = _payloads(_POINT, count=5)
+    receiver = connection.Receiver()
+    assert [read(receiver, p)[0].x for p in payloads] == list(range(5))
+    # (the second part loads with its task, the third's walk races, the fourth's does not)
+    assert rebound and len(walks) == 2 and receiver.loaded[_digest(payloads[-1])].reuses == 1
+
+
 def test_writing_a_globals_dicts_writes_again_gives_what_they_left():
     # held_classes._globals_written: from what the dict held at any point of
     # the load, every write again (those before that point too) gives the
