@@ -2868,12 +2868,20 @@ def test_cloudpickle_s_tracker_is_read_without_code(monkeypatch):
     payloads, receiver = _reused_three_times(_POINT, 5)
     tracker = cpc._DYNAMIC_CLASS_TRACKER_BY_ID
     monkeypatch.setattr(tracker, "__class__", Watched)
-    checked = len(calls)
-    assert held_classes._unchanged(receiver.loaded[classes_first.split(payloads[4])[1]]) is False
-    assert len(calls) == checked
-    read(receiver, payloads[4])
-    reused = len(calls) - checked
-    _fresh(receiver, payloads[4])
+    # (no collection in between: the weakref callback of a tracked class that
+    # dies reads the tracker's data too)
+    gc.collect()
+    gc.disable()
+    try:
+        checked = len(calls)
+        held = receiver.loaded[classes_first.split(payloads[4])[1]]
+        assert held_classes._unchanged(held) is False
+        assert len(calls) == checked
+        read(receiver, payloads[4])
+        reused = len(calls) - checked
+        _fresh(receiver, payloads[4])
+    finally:
+        gc.enable()
     assert reused == len(calls) - checked - reused > 0
 
 
