@@ -632,21 +632,26 @@ def test_a_globals_dict_written_after_its_check_is_not_reused(monkeypatch):
     assert dicts and receiver.loaded[_digest(payloads[-1])].probes is None
 
 
+def _failing_once(monkeypatch, error: Exception) -> None:
+    """The next walk fails with ``error`` (as it meets the load's objects)."""
+    made = held_classes._Walk.made
+    failed = []
+
+    def failing(self, obj):
+        if not failed:
+            failed.append(obj)
+            raise error
+        made(self, obj)
+
+    monkeypatch.setattr(held_classes._Walk, "made", failing)
+
+
 def test_a_dict_another_thread_grew_while_the_walk_read_it_is_walked_again(monkeypatch):
     # Review 16: "dictionary changed size during iteration", raised when
     # another thread's task writes into a dict the walk iterates, made the
     # part not reusable for good; it is a race: walked again at the next task.
     walks = _counting_walks(monkeypatch)
-    made = held_classes._Walk.made
-    raised = []
-
-    def growing(self, obj):
-        if not raised:
-            raised.append(obj)
-            raise RuntimeError("dictionary changed size during iteration")
-        made(self, obj)
-
-    monkeypatch.setattr(held_classes._Walk, "made", growing)
+    _failing_once(monkeypatch, RuntimeError("dictionary changed size during iteration"))
     payloads = _payloads(_POINT, count=6)
     receiver = connection.Receiver()
     assert [read(receiver, p)[0].x for p in payloads] == list(range(6))
@@ -709,16 +714,7 @@ def test_a_walk_that_found_the_part_not_reusable_is_walked_again_after_a_rest(mo
     # refused was never walked again. It rests the longest rest, then is.
     monkeypatch.setattr(held_classes, "_LAST_REST", 3)
     walks = _counting_walks(monkeypatch)
-    made = held_classes._Walk.made
-    refused = []
-
-    def refusing(self, obj):
-        if not refused:
-            refused.append(obj)
-            raise held_classes.NotReusable("a passing state")
-        made(self, obj)
-
-    monkeypatch.setattr(held_classes._Walk, "made", refusing)
+    _failing_once(monkeypatch, held_classes.NotReusable("a passing state"))
     payloads = _payloads(_POINT, count=8)
     receiver = connection.Receiver()
     assert [read(receiver, p)[0].x for p in payloads] == list(range(8))
