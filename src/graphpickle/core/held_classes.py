@@ -25,13 +25,10 @@ function and ``__dict__``; what a mappingproxy shows); for each global the
 part names, each module a load imports (with the packages above it, and what
 ``__import__`` reads of its spec) and each lookup it makes, what it found, read
 by dict lookups only (a global found through code, a module's ``__getattr__``
-say, is not reused). The function makers that copy globals into a globals dict
-(one per module and payload, which a function a class state already published
-may read) are handed the load in stand-ins that walk what they copy first.
-Once the load is over each class's ``__dict__`` is read, and must hold what its
-state put there, and each globals dict what the makers wrote into it (else
-another thread changed it since, and the part is walked again at the next
-task: :class:`_Raced`).
+say, is not reused). Once the
+load is over each class's ``__dict__`` is read, and must hold what its state
+put there (else another thread changed it since, and the part is walked again
+at the next task: :class:`_Raced`).
 
 **It fails closed.** An object of a kind whose whole state the walk does not
 know (a property, an instance of a C type or of a class with hooks such as
@@ -238,11 +235,8 @@ class _Walk:
         #: The functions' globals dicts, each with its items when first reached
         #: (walked once the load is over: :meth:`globals_dicts`), and what each
         #: function maker of the load writes into one (:func:`_check_reductions`).
-        self.deferred: dict[int, tuple[dict[str, Any], tuple[Any, ...]]] = {}
+        self.deferred: dict[int, tuple[dict[str, Any], tuple[tuple[str, Any], ...]]] = {}
         self.writes: list[tuple[Any, Any, bool]] = []
-        #: The globals dicts a class state applied so far may have published
-        #: (another thread's task may read and write them from then on).
-        self.published_dicts: set[int] = set()
         # What find_class imports from and what cloudpickle's subimport returns
         # from must be one dict (the interpreter's and the one sys.modules
         # names): the probes read it.
@@ -466,7 +460,6 @@ class _Walk:
     def class_state(self, cls: Any, state: Any) -> None:
         """Walk what ``_class_setstate(cls, state)`` is about to put on ``cls``:
         made by this load, and seen by no other thread until it is on the class."""
-        self.published_dicts.update(self.deferred)  # (by the class states before)
         if type(state) is not tuple or len(state) != 2 or type(state[0]) is not dict:
             raise NotReusable("a class state of another shape")
         clsdict, slotstate = state
@@ -565,33 +558,8 @@ class _Walk:
             self.seen.add(id(globals_))
             self.kept.append(globals_)
             self.deferred[id(globals_)] = (globals_, reading)
-        elif id(globals_) in self.published_dicts and not self.all_seen(reading[2::2]):
-            # (what the load's makers write into it is walked before they do:
-            # :meth:`copied_in`; this, another thread's task wrote since)
-            raise _Raced("a value in a published globals dict no maker of the load wrote")
         self.walk_all(reading[2::2])
         return True
-
-    def all_seen(self, values: Any) -> bool:
-        """Whether each of ``values`` was walked, or needs no walk."""
-        return all(
-            id(value) in self.seen or id(type(value)) in _ATOM_IDS or _immutable_class(value)
-            for value in values
-        )
-
-    def copied_in(self, maker: Any, args: tuple[Any, ...]) -> None:
-        """Walk the globals a function maker of the load is about to copy into a
-        globals dict, before it does: they are the load's, seen by no other
-        thread until they are in the dict, where a function a class state
-        already published may read them (its ``globals()``). The maker's
-        arguments are checked once the load is over (:data:`_SIGNATURES`)."""
-        copied = _copied_globals(maker, args)
-        if type(copied) is not dict:
-            return
-        reading = _speedups.held_snapshot(((_ITEMS, copied),), _MISSING)
-        if any(type(key) is not str for key in reading[1::2]):
-            raise NotReusable("globals keyed by what is not a str")
-        self.walk_all(reading[2::2])
 
     def globals_dicts(self) -> None:
         """Probe the functions' globals dicts (see :meth:`defer`): each must read
@@ -606,8 +574,12 @@ class _Walk:
             written = _globals_written(globals_, first, self.writes)
             if not _reads_as(written, reading):
                 raise _Raced("a globals dict written by another thread in the load")
-            if not self.all_seen(reading[2::2]):
-                raise NotReusable("a global written into a globals dict and never walked")
+            if any(
+                id(value) not in self.seen
+                and not (id(type(value)) in _ATOM_IDS or _immutable_class(value))
+                for value in reading[2::2]
+            ):
+                raise NotReusable("a global written after the last class state")
             self.probes.append((_ITEMS, globals_))
             self.reading.extend(reading)
 
@@ -1221,62 +1193,6 @@ _GLOBALS_WRITES: dict[int, Callable[[tuple[Any, ...], _Made], tuple[Any, Any, bo
 }  # fmt: skip
 
 
-def _item(mapping: Any, key: str) -> Any:
-    """``mapping[key]`` of an exact dict, read in C without comparing any key of
-    the user's (``_MISSING`` if there is none)."""
-    if type(mapping) is not dict:
-        return _MISSING
-    reading = _speedups.held_snapshot(((_ITEMS, mapping),), _MISSING)
-    for found, value in zip(reading[1::2], reading[2::2], strict=True):
-        if type(found) is str and found == key:
-            return value
-    return _MISSING
-
-
-def _copied_by_setstate(args: tuple[Any, ...]) -> Any:
-    # _function_setstate(func, (attributes, slots)), before it takes items out of slots
-    state = args[1] if len(args) == 2 else None
-    if type(state) is not tuple or len(state) != 2:
-        return _MISSING
-    return _item(state[1], "__globals__")
-
-
-def _copied_by_layout(args: tuple[Any, ...]) -> Any:
-    # blocks.make_function(code, base_globals, closure, layout, attributes, *slot values)
-    keys = blocks.layout_keys(args[3]) if len(args) >= 5 else None
-    if keys is None or "__globals__" not in keys or len(args) != 5 + len(keys):
-        return _MISSING
-    return args[5 + keys.index("__globals__")]
-
-
-def _copied_by_block(args: tuple[Any, ...]) -> Any:
-    # function_once(block, *blocks.SENT_PARTS) or function_ref(digest, *SENT_PARTS)
-    if len(args) != 1 + len(blocks.SENT_PARTS):
-        return _MISSING
-    return args[1 + blocks.SENT_PARTS.index("__globals__")]
-
-
-#: The function makers that copy globals into a globals dict, and what they copy
-#: as they are called (their arguments unchecked yet: ``_MISSING`` if another
-#: shape): the walk's load walks it first (:meth:`_Walk.copied_in`).
-_COPIED_GLOBALS: dict[int, tuple[Any, Callable[[tuple[Any, ...]], Any]]] = {
-    id(maker): (maker, copied)
-    for makers, copied in (
-        ((cp.FUNCTION_SETSTATE,), _copied_by_setstate),
-        ((blocks.make_function, blocks.make_function_in_python), _copied_by_layout),
-        (
-            (blocks.function_once, blocks.function_ref, blocks.function_ref_in_python),
-            _copied_by_block,
-        ),
-    )
-    for maker in makers
-}
-
-
-def _copied_globals(maker: Any, args: tuple[Any, ...]) -> Any:
-    return _COPIED_GLOBALS[id(maker)][1](args)
-
-
 #: The makers that take a block's digest first, with the kind of entry a fresh
 #: load needs under it (those that take the block keep it: a part whose load
 #: keeps one is not reused).
@@ -1453,33 +1369,12 @@ class _Loading(_pickle.Unpickler):
     where the load applies it (cloudpickle's ``_class_setstate``), before it
     does, and notes the globals it finds."""
 
-    def __init__(self, head: bytes, walk: _Walk, read: opcode_walk.Reductions) -> None:
+    def __init__(self, head: bytes, walk: _Walk) -> None:
         super().__init__(io.BytesIO(head))
         self.walk = walk
-        self.read = read
         self.globals: dict[tuple[str, str], Any] = {}
         self.failed: Exception | None = None
         self.apply_state = self._apply_state  # (one object: the memo holds it)
-        #: Each function maker that copies globals, with what the load calls
-        #: in its place (:meth:`_Walk.copied_in` first).
-        self.makers = {
-            key: (maker, self._walking(maker)) for key, (maker, _) in _COPIED_GLOBALS.items()
-        }
-
-    def _walking(self, maker: Callable[..., Any]) -> Callable[..., Any]:
-        def walking(*args: Any) -> Any:
-            self.note(self.walk.copied_in, maker, args)
-            return maker(*args)
-
-        return walking
-
-    def stand_ins(self) -> dict[int, Any]:
-        """What this load calls in place of cloudpickle's and graphpickle's
-        makers (by id), with each of them."""
-        return {
-            id(self.apply_state): cp.CLASS_SETSTATE,
-            **{id(walking): maker for maker, walking in self.makers.values()},
-        }
 
     def find_class(self, module: str, name: str) -> Any:
         obj = super().find_class(module, name)
@@ -1494,12 +1389,6 @@ class _Loading(_pickle.Unpickler):
             if (module, name) == _CLASS_SETSTATE_NAME:
                 return self.apply_state
             self.note(_refuse, "_class_setstate under another name")
-        maker = self.makers.get(id(obj))
-        if maker is not None and maker[0] is obj:
-            # (called only, as the opcodes say: its stand-in is stored nowhere)
-            if self.read.only_called((module, name)):
-                return maker[1]
-            self.note(_refuse, f"{module}.{name} used but to be called")
         return obj
 
     def _apply_state(self, cls: Any, state: Any) -> Any:
@@ -1531,7 +1420,7 @@ def _load_walked(head: bytes) -> tuple[Any, int, tuple[Any, ...] | None, bool]:
     if not read.only_called(_CLASS_SETSTATE_NAME):
         raise NotReusable("_class_setstate used but to be called")  # (the walk's would leak)
     walk = _Walk()
-    loading = _Loading(head, walk, read)
+    loading = _Loading(head, walk)
     kept = [0]
     token = connection.KEPT.set(kept)  # (what this load keeps: not another thread's)
     try:
@@ -1582,32 +1471,20 @@ def _load_walked(head: bytes) -> tuple[Any, int, tuple[Any, ...] | None, bool]:
 
 
 class _Putting(_pickle.Unpickler):
-    """Puts each of ``reals`` where its persistent id names it."""
-
-    def __init__(self, data: bytes, reals: list[Any]) -> None:
-        super().__init__(io.BytesIO(data))
-        self.reals = reals
-
     def persistent_load(self, pid: Any) -> Any:
-        return self.reals[pid]
+        return cp.CLASS_SETSTATE
 
 
 def _memo_of(loading: _Loading) -> Any:
-    """An unpickler holding ``loading``'s memo with cloudpickle's and
-    graphpickle's makers where ``loading`` holds its stand-ins (a task's part may
-    get them). The memo cannot be set from a dict (CPython fills the memo it
-    then drops), so each such index is put as an unpickler puts it: ``BINPERSID``
-    pushes the maker, ``LONG_BINPUT`` memoizes it at that index."""
-    stand_ins = loading.stand_ins()
-    reals: list[Any] = []
-    puts = []
-    for index, obj in loading.memo.copy().items():
-        real = stand_ins.get(id(obj))
-        if real is not None:
-            pid = len(reals).to_bytes(4, "little")
-            puts.append(b"J" + pid + b"Qr" + index.to_bytes(4, "little") + b"0")
-            reals.append(real)
-    holder = _Putting(b"\x80\x05" + b"".join(puts) + b"N.", reals)
+    """An unpickler holding ``loading``'s memo with cloudpickle's
+    ``_class_setstate`` where ``loading`` holds its own (a task's part may get
+    it). The memo cannot be set from a dict (CPython fills the memo it then
+    drops), so each such index is put as an unpickler puts it: ``BINPERSID``
+    pushes the function, ``LONG_BINPUT`` memoizes it at that index."""
+    memo: dict[int, Any] = loading.memo.copy()
+    indices = [index for index, obj in memo.items() if obj is loading.apply_state]
+    puts = b"".join(b"r" + index.to_bytes(4, "little") for index in indices)
+    holder = _Putting(io.BytesIO(b"\x80\x05NQ" + puts + b"."))
     holder.memo = loading.memo
     holder.load()
     return holder
