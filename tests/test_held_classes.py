@@ -678,29 +678,26 @@ def _registry_payloads(count: int) -> list[bytes]:
     return [write(sender, [namespace["A"](i), namespace["B"]()]) for i in range(count)]
 
 
-def test_a_global_only_a_later_class_names_is_reused():
-    # (a mutable global first copied into the globals dict after the first
-    # class state published it: walked before the copy, so reused)
-    payloads = _registry_payloads(5)
+def test_a_global_only_a_later_class_names_is_not_reused(monkeypatch):
+    # A mutable global first copied into the globals dict after an earlier class
+    # state published it (the test below): a loss of reuse, known (README).
+    monkeypatch.setattr(held_classes, "_LAST_REST", 2)
+    walks = _counting_walks(monkeypatch)
+    payloads = _registry_payloads(7)
     receiver = connection.Receiver()
-    assert [read(receiver, p)[0].peek() for p in payloads] == [[]] * 5
-    assert receiver.loaded[_digest(payloads[-1])].reuses == 2
+    assert [read(receiver, p)[0].peek() for p in payloads] == [[]] * 7
+    held = receiver.loaded[_digest(payloads[-1])]
+    # (walked at the third task, refused, rested two tasks: walked again twice)
+    assert held.probes is None and held.rest is not None and len(walks) == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a known limit (README): a value a later class's function copies into a "
-    "globals dict an earlier class state published is walked at the later state; "
-    "another thread's change to it in between, through the earlier function's "
-    "globals(), is taken for the part's",
-)
 def test_what_a_maker_copies_into_a_published_globals_dict_is_walked_before(monkeypatch):
     # Review 17: B's maker writes REG into the globals dict A's state already
     # published (A.peek reads it there); walked at B's state, REG took what
     # another thread's task appended to it in between for the part's. Walking
     # what a maker copies before it does (review 18) read objects the load had
     # not finished (a recursive function's own state, a list the pickle fills
-    # after its items): every such part raced.
+    # after its items): every such part raced. Such a global is refused.
     payloads = _registry_payloads(3)
     apply = held_classes._Walk.class_state
 

@@ -237,6 +237,9 @@ class _Walk:
         #: function maker of the load writes into one (:func:`_check_reductions`).
         self.deferred: dict[int, tuple[dict[str, Any], tuple[tuple[str, Any], ...]]] = {}
         self.writes: list[tuple[Any, Any, bool]] = []
+        #: The globals dicts a class state applied so far may have published
+        #: (another thread's task may read and write them from then on).
+        self.published_dicts: set[int] = set()
         # What find_class imports from and what cloudpickle's subimport returns
         # from must be one dict (the interpreter's and the one sys.modules
         # names): the probes read it.
@@ -460,6 +463,7 @@ class _Walk:
     def class_state(self, cls: Any, state: Any) -> None:
         """Walk what ``_class_setstate(cls, state)`` is about to put on ``cls``:
         made by this load, and seen by no other thread until it is on the class."""
+        self.published_dicts.update(self.deferred)  # (by the class states before)
         if type(state) is not tuple or len(state) != 2 or type(state[0]) is not dict:
             raise NotReusable("a class state of another shape")
         clsdict, slotstate = state
@@ -558,8 +562,21 @@ class _Walk:
             self.seen.add(id(globals_))
             self.kept.append(globals_)
             self.deferred[id(globals_)] = (globals_, reading)
+        elif id(globals_) in self.published_dicts and not self.all_seen(reading[2::2]):
+            # A global a later class's function copied in after an earlier class
+            # state published the dict: an earlier function may have reached it
+            # there (its globals()) and another thread changed it since; the
+            # load's own later writes into it could not be told from that.
+            raise NotReusable("a global first walked after its globals dict was published")
         self.walk_all(reading[2::2])
         return True
+
+    def all_seen(self, values: Any) -> bool:
+        """Whether each of ``values`` was walked, or needs no walk."""
+        return all(
+            id(value) in self.seen or id(type(value)) in _ATOM_IDS or _immutable_class(value)
+            for value in values
+        )
 
     def globals_dicts(self) -> None:
         """Probe the functions' globals dicts (see :meth:`defer`): each must read
@@ -574,12 +591,8 @@ class _Walk:
             written = _globals_written(globals_, first, self.writes)
             if not _reads_as(written, reading):
                 raise _Raced("a globals dict written by another thread in the load")
-            if any(
-                id(value) not in self.seen
-                and not (id(type(value)) in _ATOM_IDS or _immutable_class(value))
-                for value in reading[2::2]
-            ):
-                raise NotReusable("a global written after the last class state")
+            if not self.all_seen(reading[2::2]):
+                raise NotReusable("a global written into a globals dict and never walked")
             self.probes.append((_ITEMS, globals_))
             self.reading.extend(reading)
 
