@@ -235,7 +235,7 @@ class _Walk:
         #: The functions' globals dicts, each with its items when first reached
         #: (walked once the load is over: :meth:`globals_dicts`), and what each
         #: function maker of the load writes into one (:func:`_check_reductions`).
-        self.deferred: dict[int, tuple[dict[str, Any], tuple[tuple[str, Any], ...]]] = {}
+        self.deferred: dict[int, tuple[dict[str, Any], tuple[Any, ...]]] = {}
         self.writes: list[tuple[Any, Any, bool]] = []
         #: The globals dicts a class state applied so far may have published
         #: (another thread's task may read and write them from then on).
