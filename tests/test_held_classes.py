@@ -13,7 +13,6 @@ import functools
 import gc
 import json
 import operator
-import random
 import sys
 import threading
 import types
@@ -541,37 +540,19 @@ class Child(Base):
 """
 
 
-def test_classes_whose_functions_read_other_globals_are_reused(monkeypatch):
-    # Review 15: the payload's one globals dict was walked as the first class's
-    # state was applied; the second class's functions then wrote their globals
-    # into it, and every walk ended raced.
+def test_classes_whose_functions_read_other_globals_are_not_reused(monkeypatch):
+    # Review 15, a known loss (README): the payload's one globals dict is walked
+    # as the first class's state is applied, before that state publishes it;
+    # the second class's functions then write their globals into it, and the
+    # walk ends raced. (Reviews 16-19: walking it later let another thread's
+    # write in; telling the load's own writes from one needs more than the walk
+    # knows.)
     walks = _counting_walks(monkeypatch)
     payloads = _payloads(_TWO_CLASSES, count=8, name="Child")
     receiver = connection.Receiver()
     got = [read(receiver, p)[0] for p in payloads]
     assert [(child.x, child.f(), child.g()) for child in got] == [(i, 2, 3) for i in range(8)]
-    assert len(walks) == 1
-    # (the first part names its blocks inline, the others by digest: the second
-    # loads with its task, the third is walked, the rest reuse it)
-    assert receiver.loaded[classes_first.split(payloads[-1])[1]].reuses == 5
-
-
-def test_a_globals_dict_another_thread_wrote_in_the_load_is_not_reused(monkeypatch):
-    # What another thread's task writes into the globals dict once a class
-    # state gave it one of the part's functions, before the load is over, is
-    # no write of the load's makers: the walk must not take it as the part's.
-    apply = held_classes._Walk.class_state
-
-    def class_state(self, cls, state):
-        for globals_, _ in self.deferred.values():
-            globals_["WRITTEN"] = "by another thread"
-        apply(self, cls, state)
-
-    monkeypatch.setattr(held_classes._Walk, "class_state", class_state)
-    payloads = _payloads(_TWO_CLASSES, count=3, name="Child")
-    receiver = connection.Receiver()
-    assert [read(receiver, p)[0].g() for p in payloads] == [3, 3, 3]
-    assert receiver.loaded[classes_first.split(payloads[-1])[1]].probes is None
+    assert len(walks) >= 2 and receiver.loaded[_digest(payloads[-1])].probes is None
 
 
 _CACHE_CLASS = """
@@ -605,31 +586,6 @@ def test_what_a_globals_dict_holds_is_walked_before_its_class_is_published(monke
     for payload in payloads:
         read(receiver, payload)
     assert receiver.loaded[_digest(payloads[-1])].probes is None  # (raced)
-
-
-def test_a_globals_dict_written_after_its_check_is_not_reused(monkeypatch):
-    # Review 16: the check of a globals dict and the reading that is its
-    # baseline were two steps; a write between them became the baseline.
-    written = held_classes._globals_written
-    reads_as = held_classes._reads_as
-    dicts = []
-
-    def remembering(globals_, reading, writes):
-        dicts.append(globals_)
-        return written(globals_, reading, writes)
-
-    def then_written(expected, reading):
-        same = reads_as(expected, reading)
-        dicts[-1]["LATE"] = "by another thread"
-        return same
-
-    monkeypatch.setattr(held_classes, "_globals_written", remembering)
-    monkeypatch.setattr(held_classes, "_reads_as", then_written)
-    payloads = _payloads(_TWO_CLASSES, count=3, name="Child")
-    receiver = connection.Receiver()
-    for payload in payloads:
-        read(receiver, payload)
-    assert dicts and receiver.loaded[_digest(payloads[-1])].probes is None
 
 
 def _failing_once(monkeypatch, error: Exception) -> None:
@@ -679,16 +635,12 @@ def _registry_payloads(count: int) -> list[bytes]:
 
 
 def test_a_global_only_a_later_class_names_is_not_reused(monkeypatch):
-    # A mutable global first copied into the globals dict after an earlier class
-    # state published it (the test below): a loss of reuse, known (README).
-    monkeypatch.setattr(held_classes, "_LAST_REST", 2)
+    # (the test above, with a list: the test below shows why)
     walks = _counting_walks(monkeypatch)
     payloads = _registry_payloads(7)
     receiver = connection.Receiver()
     assert [read(receiver, p)[0].peek() for p in payloads] == [[]] * 7
-    held = receiver.loaded[_digest(payloads[-1])]
-    # (walked at the third task, refused, rested two tasks: walked again twice)
-    assert held.probes is None and held.rest is not None and len(walks) == 3
+    assert len(walks) >= 2 and receiver.loaded[_digest(payloads[-1])].probes is None
 
 
 def test_what_a_maker_copies_into_a_published_globals_dict_is_walked_before(monkeypatch):
@@ -697,15 +649,16 @@ def test_what_a_maker_copies_into_a_published_globals_dict_is_walked_before(monk
     # another thread's task appended to it in between for the part's. Walking
     # what a maker copies before it does (review 18) read objects the load had
     # not finished (a recursive function's own state, a list the pickle fills
-    # after its items): every such part raced. Such a global is refused.
+    # after its items): every such part raced. Such a part is not reused.
     payloads = _registry_payloads(3)
     apply = held_classes._Walk.class_state
 
     def class_state(self, cls, state):
-        for globals_, _ in self.deferred.values():
-            registry = globals_.get("REG")  # (as A's published peek() gets it)
-            if type(registry) is list:
-                registry.append("another thread's")
+        for value in state[0].values():
+            if type(value) is types.FunctionType:
+                registry = value.__globals__.get("REG")  # (as A's published peek() gets it)
+                if type(registry) is list and not registry:
+                    registry.append("another thread's")
         apply(self, cls, state)
 
     monkeypatch.setattr(held_classes._Walk, "class_state", class_state)
@@ -781,42 +734,6 @@ def test_globals_the_load_finishes_after_making_them_are_reused(
     receiver = connection.Receiver()
     assert [read(receiver, p)[0].f() for p in payloads] == [expected] * 6
     assert len(walks) == 1 and receiver.loaded[_digest(payloads[-1])].reuses == 3
-
-
-def test_writing_a_globals_dicts_writes_again_gives_what_they_left():
-    # held_classes._globals_written: from what the dict held at any point of
-    # the load, every write again (those before that point too) gives the
-    # dict the writes left, in its order.
-    rng = random.Random(7)
-    for _ in range(300):
-        start = {f"k{i}": object() for i in rng.sample(range(6), rng.randrange(4))}
-        writes = [
-            (
-                {f"k{i}": object() for i in rng.sample(range(8), rng.randrange(4))},
-                rng.random() < 0.5,
-            )
-            for _ in range(rng.randrange(5))
-        ]
-        globals_, seen = dict(start), []
-        for slot_globals, builtins_first in writes:
-            seen.append(_items_read(globals_))
-            if builtins_first:
-                globals_["__builtins__"] = cp.BUILTINS_OF_CLOUDPICKLE
-            globals_.update(slot_globals)
-            globals_["__builtins__"] = cp.BUILTINS_OF_CLOUDPICKLE
-        seen.append(_items_read(globals_))
-        replayed = [(globals_, slot_globals, first) for slot_globals, first in writes]
-        for reading in seen:
-            written = held_classes._globals_written(globals_, reading, replayed)
-            assert held_classes._reads_as(written, _items_read(globals_))
-            assert list(written) == list(globals_)
-        if len(globals_) > 1:  # (and a dict in another order does not read as it)
-            assert not held_classes._reads_as(dict(reversed(globals_.items())), seen[-1])
-
-
-def _items_read(mapping: dict[str, Any]) -> tuple[Any, ...]:
-    """An ``_ITEMS`` probe's reading of ``mapping``."""
-    return speedups.held_snapshot(((held_classes._ITEMS, mapping),), held_classes._MISSING)
 
 
 def test_threads_reuse_one_part_at_once():

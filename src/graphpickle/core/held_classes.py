@@ -232,14 +232,6 @@ class _Walk:
         self.specs: set[int] = set()
         #: The digests of the blocks the part names (the connection must hold them).
         self.blocks: list[tuple[bytes, type]] = []
-        #: The functions' globals dicts, each with its items when first reached
-        #: (walked once the load is over: :meth:`globals_dicts`), and what each
-        #: function maker of the load writes into one (:func:`_check_reductions`).
-        self.deferred: dict[int, tuple[dict[str, Any], tuple[Any, ...]]] = {}
-        self.writes: list[tuple[Any, Any, bool]] = []
-        #: The globals dicts a class state applied so far may have published
-        #: (another thread's task may read and write them from then on).
-        self.published_dicts: set[int] = set()
         # What find_class imports from and what cloudpickle's subimport returns
         # from must be one dict (the interpreter's and the one sys.modules
         # names): the probes read it.
@@ -463,7 +455,6 @@ class _Walk:
     def class_state(self, cls: Any, state: Any) -> None:
         """Walk what ``_class_setstate(cls, state)`` is about to put on ``cls``:
         made by this load, and seen by no other thread until it is on the class."""
-        self.published_dicts.update(self.deferred)  # (by the class states before)
         if type(state) is not tuple or len(state) != 2 or type(state[0]) is not dict:
             raise NotReusable("a class state of another shape")
         clsdict, slotstate = state
@@ -484,13 +475,11 @@ class _Walk:
         :class:`_Raced`). What else it holds the load did not make and leaves
         alone: a fresh load shows it as it is, so it is not walked (the probe
         of the __dict__ reads what it is, by identity)."""
-        self.globals_dicts()
         if self.classes.keys() - self.applied.keys():
             raise NotReusable("a class reached whose state this load did not apply")
         # What the walk read in the load must be what the load left: not so if
-        # the load changed a walked object after (other than the globals dicts
-        # its makers write into, walked just now), or another thread did once
-        # it was published.
+        # the load changed a walked object after (a globals dict a later
+        # function writes into), or another thread did once it was published.
         if not _speedups.held_unchanged(tuple(self.probes), tuple(self.reading), _MISSING):
             raise _Raced("changed since it was walked")
         for base in self.bases:  # (as the payload names them: a skeleton's, whose
@@ -539,62 +528,7 @@ class _Walk:
                 value = self.read(_ATTR, func, name)
             else:  # (read-only: __globals__, __closure__, __builtins__: what they hold is walked)
                 value = getattr(func, name, _MISSING)
-                if name == "__globals__" and self.defer(value):
-                    continue
             self.walk(value)
-
-    def defer(self, globals_: Any) -> bool:
-        """Walk a function's globals dict but for its own probe, which waits for
-        the end of the load (:meth:`globals_dicts`): the load's later functions
-        of the same module write their globals into it. Its items are read in C,
-        in one step (another thread's task may write into it once a class state
-        gave it one of its functions); each value is walked now, as every class
-        state is before it is applied; the first reading is kept."""
-        if type(globals_) is not dict:
-            return False
-        known = self.deferred.get(id(globals_))
-        if known is None and id(globals_) in self.seen:
-            return False  # (walked as a dict already: probed as one)
-        reading = _speedups.held_snapshot(((_ITEMS, globals_),), _MISSING)
-        if any(type(key) is not str for key in reading[1::2]):
-            raise NotReusable("a globals dict keyed by what is not a str")
-        if known is None:
-            self.seen.add(id(globals_))
-            self.kept.append(globals_)
-            self.deferred[id(globals_)] = (globals_, reading)
-        elif id(globals_) in self.published_dicts and not self.all_seen(reading[2::2]):
-            # A global a later class's function copied in after an earlier class
-            # state published the dict: an earlier function may have reached it
-            # there (its globals()) and another thread changed it since; the
-            # load's own later writes into it could not be told from that.
-            raise NotReusable("a global first walked after its globals dict was published")
-        self.walk_all(reading[2::2])
-        return True
-
-    def all_seen(self, values: Any) -> bool:
-        """Whether each of ``values`` was walked, or needs no walk."""
-        return all(
-            id(value) in self.seen or id(type(value)) in _ATOM_IDS or _immutable_class(value)
-            for value in values
-        )
-
-    def globals_dicts(self) -> None:
-        """Probe the functions' globals dicts (see :meth:`defer`): each must read
-        (in one step, the reading that is then its baseline) what it read when
-        first reached, with what the load's makers wrote into it since written
-        again (:func:`_globals_written`); else another thread's task wrote into
-        it, and the part is walked again. A value not walked at a class state
-        (written after the last) is not reused: walked now, after the classes
-        were published, it could hold another thread's change."""
-        for globals_, first in self.deferred.values():
-            reading = _speedups.held_snapshot(((_ITEMS, globals_),), _MISSING)
-            written = _globals_written(globals_, first, self.writes)
-            if not _reads_as(written, reading):
-                raise _Raced("a globals dict written by another thread in the load")
-            if not self.all_seen(reading[2::2]):
-                raise NotReusable("a global written into a globals dict and never walked")
-            self.probes.append((_ITEMS, globals_))
-            self.reading.extend(reading)
 
     def alias(self, alias: Any) -> None:
         # A list[int] or an int | None (made by _alias or _union): read-only
@@ -711,44 +645,6 @@ def _str_keyed(mapping: Any) -> bool:
     """Whether every key of ``mapping`` is an exact str: looking a name up among
     keys of the user's would hash and compare them with their code."""
     return all(type(key) is str for key in mapping)
-
-
-def _globals_written(
-    globals_: dict[str, Any],
-    reading: tuple[Any, ...],
-    writes: list[tuple[Any, Any, bool]],
-) -> dict[str, Any]:
-    """What a globals dict holds after the load's function makers wrote into it,
-    from ``reading``, its ``_ITEMS`` probe's reading at some point of the load.
-    Each write sets a key (first put where a dict puts it, last value kept) and
-    none deletes one, so writing them all again, those before that point too,
-    gives what they left, in its order."""
-    written = dict(zip(reading[1::2], reading[2::2], strict=True))
-    builtins_ = cp.BUILTINS_OF_CLOUDPICKLE
-    for target, slot_globals, builtins_first in writes:
-        if target is globals_:
-            if builtins_first:
-                written["__builtins__"] = builtins_
-            if slot_globals is not None:
-                written.update(slot_globals)
-            written["__builtins__"] = builtins_
-    return written
-
-
-def _reads_as(expected: dict[str, Any], reading: tuple[Any, ...]) -> bool:
-    """Whether an ``_ITEMS`` probe's reading is of ``expected``'s items, in its
-    order, by identity (each key an exact str: comparing another kind runs its
-    code)."""
-    return (
-        reading[0] == len(expected)
-        and len(reading) == 1 + 2 * len(expected)
-        and all(
-            type(key) is str and key == expected_key and value is expected_value
-            for (expected_key, expected_value), key, value in zip(
-                expected.items(), reading[1::2], reading[2::2], strict=True
-            )
-        )
-    )
 
 
 def _dict(kind: type) -> Any:
@@ -1165,47 +1061,6 @@ _SIGNATURES: dict[int, Callable[[tuple[Any, ...], _Made], bool]] = {
 }  # fmt: skip
 
 
-def _slots_of_layout(args: tuple[Any, ...]) -> dict[str, Any]:
-    keys = blocks.layout_keys(args[3]) or ()
-    return dict(zip(keys, args[5:], strict=True))
-
-
-def _block_writes(args: tuple[Any, ...]) -> tuple[Any, Any, bool] | None:
-    if len(args) == 1:
-        return None  # (function_once(block): a new dict)
-    sent = dict(zip(blocks.SENT_PARTS, args[1:], strict=True))
-    return sent["base_globals"], sent["__globals__"], True
-
-
-#: What each function maker (its arguments checked by :data:`_SIGNATURES`)
-#: writes into a globals dict: ``(the dict, the globals it copies in or None,
-#: whether it sets __builtins__ before as well as after)``; None if it writes
-#: into none (``function_once(block)`` makes one).
-_GLOBALS_WRITES: dict[int, Callable[[tuple[Any, ...], _Made], tuple[Any, Any, bool] | None]] = {
-    id(maker): writes
-    for makers, writes in (
-        # _make_function(code, globals, ...): globals["__builtins__"] = ...
-        ((cp.MAKE_FUNCTION,), lambda args, made: (args[1], None, True)),
-        # _function_setstate(func, (attributes, slots)): update, then __builtins__
-        (
-            (cp.FUNCTION_SETSTATE,),
-            lambda args, made: (
-                args[0].__globals__, (made.items(args[1][1]) or {})["__globals__"], False
-            ),
-        ),
-        (
-            (blocks.make_function, blocks.make_function_in_python),
-            lambda args, made: (args[1], _slots_of_layout(args)["__globals__"], True),
-        ),
-        (
-            (blocks.function_once, blocks.function_ref, blocks.function_ref_in_python),
-            lambda args, made: _block_writes(args),
-        ),
-    )
-    for maker in makers
-}  # fmt: skip
-
-
 #: The makers that take a block's digest first, with the kind of entry a fresh
 #: load needs under it (those that take the block keep it: a part whose load
 #: keeps one is not reused).
@@ -1309,15 +1164,10 @@ def _check_reductions(
                 raise NotReusable("a call of type")
         elif role != "make" or not _SIGNATURES[id(maker)](args, made):
             raise NotReusable(maker)
-        else:
-            if id(maker) in _GLOBALS_WRITES:
-                written = _GLOBALS_WRITES[id(maker)](args, made)
-                if written is not None:
-                    walk.writes.append(written)
-            if id(maker) in _NAMES_A_BLOCK:
-                # (a fresh load fails once the connection evicts it, or holds
-                # another kind of entry under its digest)
-                walk.blocks.append((args[0], _NAMES_A_BLOCK[id(maker)]))
+        elif id(maker) in _NAMES_A_BLOCK:
+            # (a fresh load fails once the connection evicts it, or holds
+            # another kind of entry under its digest)
+            walk.blocks.append((args[0], _NAMES_A_BLOCK[id(maker)]))
     for symbol in read.hashed:  # (every key the load hashed, kept or dropped as a duplicate)
         key = _value(symbol, globals_, memo)
         if key is _MISSING or not _hashes_in_c(key):
