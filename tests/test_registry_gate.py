@@ -196,6 +196,9 @@ def test_a_registry_changed_by_another_thread_at_random_moments(modules):
                 changes[0] += 1
                 change("gp_reg_a")
                 changes[0] += 1
+                # (each state held a moment: the slower pure-Python pickler,
+                # switched out only between both changes, once made none "in")
+                stop.wait(random.uniform(0, 0.0005))
 
     set_registry({"colorsys"})
     thread = threading.Thread(target=toggle)
