@@ -297,6 +297,11 @@ def _payloads(source: str, count: int = 4, name: str = "Point") -> list[bytes]:
 _POINT = "@dataclasses.dataclass\nclass Point:\n    x: int\n    y: float = 0.0\n"
 
 
+def _digest(payload: bytes) -> bytes:
+    """The digest a payload that names its classes' part by digest names."""
+    return classes_first.split(payload)[1]
+
+
 def _fresh(receiver: connection.Receiver, payload: bytes) -> Any:
     """What a fresh load of ``payload`` gives (both its parts by one unpickler)."""
     _, head, body = classes_first.parts(payload, receiver)
@@ -341,7 +346,7 @@ def test_a_part_holding_what_the_walk_does_not_know_is_loaded_every_time(attribu
     receiver = connection.Receiver()
     loaded = [read(receiver, p)[0] for p in payloads]
     assert [v.x for v in loaded] == [0, 1, 2, 3]
-    held = receiver.loaded[classes_first.split(payloads[3])[1]]
+    held = receiver.loaded[_digest(payloads[3])]
     assert held.probes is None
     # Loaded afresh: a change on the worker is reset by the next task.
     cls = type(loaded[3])
@@ -385,7 +390,7 @@ def test_a_part_that_every_task_changes_rests_longer_each_time(monkeypatch):
     # tasks, walked at 5 + first; struck out next, rests 2 * first, walked at
     # 6 + 3 * first; struck out at the last task: five walks.
     assert len(walks) == 5, walks
-    held = receiver.loaded[classes_first.split(payloads[-1])[1]]
+    held = receiver.loaded[_digest(payloads[-1])]
     assert held.probes is None and held.strikes == held_classes._MAX_STRIKES + 2
     assert held.rest == 4 * first
 
@@ -410,7 +415,7 @@ def test_a_part_that_other_loads_changed_is_reused_again_once_they_stop(monkeypa
         inits.append(vars(type(point))["__init__"])
     assert inits[-1] is inits[-2] is inits[-40]  # (reused)
     assert len(walks) == 4, walks  # (at tasks 2, 3 and 4, and once the rest is over)
-    held = receiver.loaded[classes_first.split(payloads[-1])[1]]
+    held = receiver.loaded[_digest(payloads[-1])]
     assert held.probes is not None and held.reuses >= 40
 
 
@@ -428,7 +433,7 @@ def test_a_change_after_a_walk_paid_off_costs_no_strike(monkeypatch):
         if i % every == every - 1:
             graphpickle.loads(by_value)
         assert read(receiver, payload)[0].x == i
-    held = receiver.loaded[classes_first.split(payloads[-1])[1]]
+    held = receiver.loaded[_digest(payloads[-1])]
     assert held.probes is not None and held.strikes == 0
     assert len(walks) == 5, walks  # (the first at task 2, then one per change)
 
@@ -467,7 +472,7 @@ def test_a_task_whose_functions_share_the_part_s_globals_loads_the_part_afresh()
         methods.append(vars(type(point))["total"])
         uses.__globals__["OFFSET"] = -1000  # a task rebinds the part's global
     assert len({id(m) for m in methods}) == len(methods)  # (made anew each time)
-    held = receiver.loaded[classes_first.split(payloads[-1])[1]]
+    held = receiver.loaded[_digest(payloads[-1])]
     assert held.probes is not None and held.avoid and held.stale and held.strikes == 0
 
 
@@ -480,7 +485,7 @@ def test_a_task_that_loads_the_part_afresh_costs_the_others_no_strike():
     for i, payload in enumerate(payloads):
         loaded = read(receiver, payload)
         assert (loaded[0](loaded[1]) if i % 2 else loaded[0].total() * 3) == (i + 10) * 3
-    held = receiver.loaded[classes_first.split(payloads[-1])[1]]
+    held = receiver.loaded[_digest(payloads[-1])]
     assert held.probes is not None and held.strikes == 0
 
 
@@ -565,10 +570,6 @@ class Point:
 """
 
 
-def _digest(payload: bytes) -> bytes:
-    return classes_first.split(payload)[1]
-
-
 def test_what_a_globals_dict_holds_is_walked_before_its_class_is_published(monkeypatch):
     # Review 16: walked once the load was over, a module-level dict a method
     # reads took a write another thread's task made into it during the load
@@ -643,7 +644,7 @@ def test_a_global_only_a_later_class_names_is_not_reused(monkeypatch):
     assert len(walks) >= 2 and receiver.loaded[_digest(payloads[-1])].probes is None
 
 
-def test_what_a_maker_copies_into_a_published_globals_dict_is_walked_before(monkeypatch):
+def test_a_later_global_another_thread_changed_in_the_load_is_not_reused(monkeypatch):
     # Review 17: B's maker writes REG into the globals dict A's state already
     # published (A.peek reads it there); walked at B's state, REG took what
     # another thread's task appended to it in between for the part's. Walking
@@ -794,7 +795,7 @@ def test_without_the_c_function_fields_each_settable_attribute_is_probed(monkeyp
     payloads = _payloads(_POINT + "    def twice(self, k=2):\n        return self.x * k\n", 5)
     receiver = connection.Receiver()
     loaded = [read(receiver, p)[0] for p in payloads[:3]]
-    held = receiver.loaded[classes_first.split(payloads[3])[1]]
+    held = receiver.loaded[_digest(payloads[3])]
     kinds = {probe[0] for probe in held.probes}
     assert held_classes._FUNCTION not in kinds and held_classes._ATTR in kinds
     twice = vars(type(loaded[2]))["twice"]
@@ -909,7 +910,7 @@ def test_an_object_a_reduction_looks_up_is_looked_up_again(monkeypatch):
     for payload in payloads[:3]:
         loaded = read(receiver, payload)[0]
     assert type(loaded).table is registry.TABLE
-    held = receiver.loaded[classes_first.split(payloads[3])[1]]
+    held = receiver.loaded[_digest(payloads[3])]
     assert held.walked and held.probes is None
     registry.TABLE = {"b": 2}  # the worker's table is replaced
     assert type(read(receiver, payloads[3])[0]).table is registry.TABLE
@@ -999,7 +1000,7 @@ def test_changes_racing_the_loads_in_threads_leave_no_trace(changes):
     finally:
         sys.setswitchinterval(switching)
     assert errors == []
-    held = receiver.loaded[classes_first.split(payloads[2])[1]]
+    held = receiver.loaded[_digest(payloads[2])]
     again = type(read(receiver, payloads[2])[0])
     assert list(eval(_OBSERVED, {"cls": again})) == as_sent, held.strikes
 
@@ -1136,7 +1137,7 @@ def test_where_a_probe_is_not_read_a_part_that_needs_it_is_not_reused(monkeypatc
     payloads = _payloads(_POINT, 5)
     receiver = connection.Receiver()
     assert [read(receiver, p)[0].x for p in payloads] == [0, 1, 2, 3, 4]
-    held = receiver.loaded[classes_first.split(payloads[4])[1]]
+    held = receiver.loaded[_digest(payloads[4])]
     assert held.walked and held.probes is None
 
 
@@ -1189,7 +1190,7 @@ def test_the_held_memo_holds_cloudpickle_s_class_setstate_not_the_walk_s():
     receiver = connection.Receiver()
     for payload in payloads:
         read(receiver, payload)
-    held = receiver.loaded[classes_first.split(payloads[2])[1]]
+    held = receiver.loaded[_digest(payloads[2])]
     assert held.probes is not None
     memo = held.unpickler.memo.copy()
     assert cp.CLASS_SETSTATE in memo.values()
@@ -1246,7 +1247,7 @@ def test_a_part_the_walk_fails_on_is_loaded_with_its_task(monkeypatch, where):
     payloads = _payloads(_POINT + "    sizes = [1]\n", 5)
     receiver = connection.Receiver()
     assert [read(receiver, p)[0].x for p in payloads] == [0, 1, 2, 3, 4]
-    held = receiver.loaded[classes_first.split(payloads[4])[1]]
+    held = receiver.loaded[_digest(payloads[4])]
     assert held.walked and held.probes is None
 
 
@@ -1292,7 +1293,7 @@ def test_a_submodule_a_function_imports_is_imported_again(monkeypatch):
     receiver = connection.Receiver()
     for payload in payloads[:3]:
         read(receiver, payload)
-    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    assert receiver.loaded[_digest(payloads[3])].probes is not None
     old = xml.dom.minidom
     monkeypatch.delitem(sys.modules, "xml.dom.minidom")
     monkeypatch.setattr(xml.dom, "minidom", old)  # (put back as it was, after the test)
@@ -1331,7 +1332,7 @@ def test_a_key_hashed_in_python_makes_the_part_loaded_with_its_task(key):
     receiver = connection.Receiver()
     for payload in payloads:
         read(receiver, payload)
-    held = receiver.loaded[classes_first.split(payloads[3])[1]]
+    held = receiver.loaded[_digest(payloads[3])]
     assert held.walked and held.probes is None
 
 
@@ -1404,7 +1405,7 @@ def test_an_init_subclass_an_importable_base_gains_runs_in_the_next_load(monkeyp
     receiver = connection.Receiver()
     for payload in payloads[:3]:
         read(receiver, payload)
-    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    assert receiver.loaded[_digest(payloads[3])].probes is not None
     made: list = []
     plugins.Base.__init_subclass__ = classmethod(lambda cls: made.append(cls.__name__))
     read(receiver, payloads[3])
@@ -1420,7 +1421,7 @@ def test_a_hook_an_importable_base_of_an_instance_s_class_gains_runs(monkeypatch
     payloads, receiver = _reused_three_times(
         "@dataclasses.dataclass\nclass Point:\n    x: int\n    default = plugins.Color()\n"
     )
-    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    assert receiver.loaded[_digest(payloads[3])].probes is not None
     built: list = []
 
     def setstate(self, state):
@@ -1468,7 +1469,7 @@ def test_new_bases_of_an_importable_class_of_a_held_object_are_a_change(monkeypa
     payloads, receiver = _reused_three_times(
         "@dataclasses.dataclass\nclass Point:\n    x: int\n    default = plugins.Color()\n"
     )
-    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    assert receiver.loaded[_digest(payloads[3])].probes is not None
     plugins.Color.__bases__ = (plugins.Hooked,)
     read(receiver, payloads[3])
     assert plugins.built == [{"name": "red"}]
@@ -1935,7 +1936,7 @@ def test_a_rebound_sys_modules_is_a_change(monkeypatch):
     payloads, receiver = _reused_three_times(
         "@dataclasses.dataclass\nclass Point:\n    x: int\n    tag = plugins.Tag\n"
     )
-    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    assert receiver.loaded[_digest(payloads[3])].probes is not None
     new = types.ModuleType(_REGISTRY_MODULE)
     exec("class Tag:\n    version = 'new'\n", new.__dict__)
     real = sys.modules
@@ -1988,7 +1989,7 @@ def test_the_package_above_a_held_module_is_imported_again(package, via, worker)
     receiver = connection.Receiver()
     for payload in payloads[:3]:
         read(receiver, payload)
-    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    assert receiver.loaded[_digest(payloads[3])].probes is not None
     if worker == "unloads":
         del sys.modules["heldpkg"]  # (its submodule stays)
         inits = builtins.HELDPKG_INITS
@@ -2019,7 +2020,7 @@ def test_a_global_found_through_code_of_the_user_s_is_not_reused(monkeypatch):
         read(receiver, payload)
         counts.append(len(plugins.calls))
     assert counts == [1] * 5
-    assert receiver.loaded[classes_first.split(payloads[4])[1]].probes is None
+    assert receiver.loaded[_digest(payloads[4])].probes is None
 
 
 def test_a_function_state_applied_as_cloudpickle_writes_it_is_reused(monkeypatch):
@@ -2069,7 +2070,7 @@ def test_sys_modules_rebound_to_another_dict_is_a_change(monkeypatch, when):
             "@dataclasses.dataclass\nclass Point:\n    x: int\n"
             "    def version(self):\n        return plugins.VERSION\n"
         )
-        held = receiver.loaded[classes_first.split(payloads[3])[1]]
+        held = receiver.loaded[_digest(payloads[3])]
         assert (held.probes is not None) == (when == "after the walk")
         if when == "after the walk":
             sys.modules = {**real, _REGISTRY_MODULE: new}
@@ -2325,7 +2326,7 @@ def test_what_import_reads_of_a_module_s_spec_is_read_in_every_task(monkeypatch,
     payloads, receiver = _reused_three_times(
         "@dataclasses.dataclass\nclass Point:\n    x: int\n" + via
     )
-    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is not None
+    assert receiver.loaded[_digest(payloads[3])].probes is not None
     change(plugins)
     _SPY_CALLS.clear()
     try:
@@ -2350,7 +2351,7 @@ def test_a_package_whose_module_class_reads_its_spec_is_not_reused(package, monk
     payloads = [write(sender, [namespace["Point"](i)]) for i in range(5)]
     counts, receiver = _count_per_task(payloads, _SPY_CALLS)
     assert all(counts), counts
-    assert receiver.loaded[classes_first.split(payloads[4])[1]].probes is None
+    assert receiver.loaded[_digest(payloads[4])].probes is None
 
 
 def test_the_check_compares_no_key_of_the_user_s(monkeypatch):
@@ -2469,7 +2470,7 @@ def test_a_class_dict_keyed_by_what_hashes_in_python_is_not_reused(monkeypatch):
     plugins.calls.clear()
     read(receiver, payloads[3])
     assert plugins.calls == []
-    assert receiver.loaded[classes_first.split(payloads[3])[1]].probes is None
+    assert receiver.loaded[_digest(payloads[3])].probes is None
 
 
 def test_a_module_whose_spec_is_the_user_s_is_not_reused(monkeypatch):
@@ -2479,7 +2480,7 @@ def test_a_module_whose_spec_is_the_user_s_is_not_reused(monkeypatch):
         "@dataclasses.dataclass\nclass Point:\n    x: int\n    tag = plugins.Tag\n", _SPY_CALLS
     )
     assert all(counts), counts
-    assert receiver.loaded[classes_first.split(payloads[4])[1]].probes is None
+    assert receiver.loaded[_digest(payloads[4])].probes is None
 
 
 # What a ninth review found: what __import__ reads of a module's spec when the
@@ -2509,7 +2510,7 @@ def test_a_hook_module_spec_s_class_has_at_the_walk_runs_in_every_task(monkeypat
         "@dataclasses.dataclass\nclass Point:\n    x: int\n    tag = plugins.Tag\n", _SPEC_READS
     )
     assert all(counts), counts
-    assert receiver.loaded[classes_first.split(payloads[4])[1]].probes is None
+    assert receiver.loaded[_digest(payloads[4])].probes is None
 
 
 def test_a_module_without_a_spec_in_its_dict_is_not_reused(monkeypatch):
@@ -2524,7 +2525,7 @@ def test_a_module_without_a_spec_in_its_dict_is_not_reused(monkeypatch):
         "@dataclasses.dataclass\nclass Point:\n    x: int\n    tag = plugins.Tag\n", plugins.calls
     )
     assert all(counts), counts
-    assert receiver.loaded[classes_first.split(payloads[4])[1]].probes is None
+    assert receiver.loaded[_digest(payloads[4])].probes is None
 
 
 def test_an_init_subclass_a_base_gains_while_the_part_is_walked_runs_in_every_task(monkeypatch):
@@ -2565,7 +2566,7 @@ def test_a_base_whose_dict_holds_a_key_of_the_user_s_is_not_reused(monkeypatch):
         "@dataclasses.dataclass\nclass Point(plugins.Base):\n    x: int\n", plugins.calls
     )
     assert all(counts), counts
-    assert receiver.loaded[classes_first.split(payloads[4])[1]].probes is None
+    assert receiver.loaded[_digest(payloads[4])].probes is None
 
 
 @pytest.mark.parametrize("start", [b"\x80\x02", b""], ids=["protocol 2", "no PROTO"])
@@ -2741,7 +2742,7 @@ def test_a_task_s_subclass_is_not_kept_alive_by_the_probes(monkeypatch):
     assert dropped() is None
     for payload in payloads[4:]:
         read(receiver, payload)
-    assert receiver.loaded[classes_first.split(payloads[5])[1]].probes is not None  # (then reused)
+    assert receiver.loaded[_digest(payloads[5])].probes is not None  # (then reused)
 
 
 def test_a_held_class_s_new_bases_are_probed(monkeypatch):
@@ -2826,7 +2827,7 @@ def test_cloudpickle_s_tracker_is_read_without_code(monkeypatch):
     gc.disable()
     try:
         checked = len(calls)
-        held = receiver.loaded[classes_first.split(payloads[4])[1]]
+        held = receiver.loaded[_digest(payloads[4])]
         assert held_classes._unchanged(held) is False
         assert len(calls) == checked
         read(receiver, payloads[4])

@@ -1567,9 +1567,10 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
     if walked is not None:
         probes, reading, avoid, names = walked
         again = _Held(strikes, True, probes, reading, avoid, unpickler, prefix, names)
-    else:  # (another thread's change: walked again at the next task, a few times)
-        # (a walk that found the part not reusable may have met another thread's
-        # passing state, found or not: it rests the longest, then is walked again)
+    else:
+        # Raced (another thread's change): walked again at the next task, a few
+        # times. Refused: that may be another thread's passing state too, found
+        # or not, so it rests the longest rest, then is walked again.
         again = _Held(strikes + 1) if raced else _Held(strikes, walked=True, rest=_LAST_REST)
     try:
         # The walked load is this task's fresh load, whatever its part gets
