@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
@@ -407,3 +409,69 @@ def test_an_object_array_holding_a_number_past_the_budget_is_refused():
     with pytest.raises(BudgetExceededError) as caught:
         graphpickle.loads(data, allowed=DATA_ONLY)
     assert (caught.value.budget, caught.value.opcode) == ("digits", "BUILD")
+
+
+def _plain_walk(values: tuple, bound: int) -> tuple:
+    """What ``data_checks.Arguments`` notes, walked one value at a time: each
+    container once (a second reach marks sharing), every other item each time."""
+    seen: set[int] = set()
+    strings, visited, big, lazy, shared = [], 0, 0, 0, False
+    todo = list(values)
+    while todo:
+        value = todo.pop()
+        visited += 1
+        kind = type(value)
+        if kind is str:
+            strings.append(value)
+        elif kind is int:
+            big += abs(value) > bound
+        elif kind is range:
+            lazy += len(value)
+        elif kind in (tuple, list, dict):
+            if id(value) in seen:
+                shared = True
+                continue
+            seen.add(id(value))
+            todo.extend(value)
+            if kind is dict:
+                todo.extend(value.values())
+    return sorted(strings), visited, big, lazy, shared
+
+
+_LEAVES = (
+    st.text(max_size=3)
+    | st.integers(-3000, 3000)
+    | st.floats(allow_nan=False)
+    | st.booleans()
+    | st.none()
+    | st.binary(max_size=3)
+    | st.builds(range, st.integers(0, 50))
+)
+_NESTED = st.recursive(
+    _LEAVES,
+    lambda kids: (
+        st.lists(kids, max_size=6)
+        | st.lists(kids, max_size=6).map(tuple)
+        | st.dictionaries(st.text(max_size=2) | st.integers(-3000, 3000), kids, max_size=4)
+        | kids.map(lambda kid: [kid, (kid,), {"again": kid}])  # one object reached three times
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_NESTED, max_size=4))
+def test_the_argument_walk_notes_what_a_walk_of_each_value_notes(values):
+    # Containers of strs, ints and atoms only are read in bulk (Arguments._plain):
+    # the strings, the items visited (the memory charge), the numbers past the
+    # digits budget, lazy lengths and sharing must be what visiting each gives.
+    from graphpickle.restricted import budgets
+    from graphpickle.restricted.data_checks import Arguments
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(budgets, "MAX_DIGITS", 3)  # ints past 1,000 are "big"
+        found = Arguments(*values)
+        expected = _plain_walk(tuple(values), 10**3)
+    assert (sorted(found.strings), found.visited, found.big_numbers, found.lazy, found.shared) == (
+        expected
+    )

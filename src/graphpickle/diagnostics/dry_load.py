@@ -69,19 +69,23 @@ class _StandIn(type):
     _origin: str
     _root: str
     _depth: int
+    _events: dict[str, Event]  # what _record appends, by kind: made once per stand-in
+    _derived: Any  # what _derive returns, once it has been asked
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:  # REDUCE, OBJ, INST
         cls._record("call")
         return cls._derive()
 
     def _record(cls, kind: str) -> None:
-        cls._run.events.append(Event(kind, cls._label, cls._origin, cls._root, cls._depth))
+        cls._run.events.append(cls._events[kind])
 
     def _derive(cls) -> Any:
         """What calling this stand-in returns: the next one down the chain (a
         chain longer than _SHOWN_CALLS ends in one stand-in, "f()...")."""
-        depth = min(cls._depth + 1, _SHOWN_CALLS + 1)
-        return _stand_in(cls._run, _chain(cls._root, depth), "call", cls._root, depth)
+        if cls._derived is None:
+            depth = min(cls._depth + 1, _SHOWN_CALLS + 1)
+            cls._derived = _stand_in(cls._run, _chain(cls._root, depth), "call", cls._root, depth)
+        return cls._derived
 
     # BUILD looks up __setstate__ on the object; SETITEM(S) use __setitem__;
     # APPENDS, APPEND and ADDITEMS look up extend, append and add.
@@ -120,8 +124,10 @@ def _stand_in(run: DryRun, label: str, origin: str, root: str, depth: int = 0) -
     key = (label, origin, root)
     found = run.stand_ins.get(key)
     if found is None:
-        namespace = {"_run": run, "_label": label, "_origin": origin, "_root": root}
-        found = run.stand_ins[key] = _StandIn("stand_in", (_Base,), {**namespace, "_depth": depth})
+        events = {kind: Event(kind, label, origin, root, depth) for kind in ("call", "change")}
+        namespace = {"_run": run, "_label": label, "_origin": origin, "_root": root,
+                     "_depth": depth, "_events": events, "_derived": None}  # fmt: skip
+        found = run.stand_ins[key] = _StandIn("stand_in", (_Base,), namespace)
     return found
 
 

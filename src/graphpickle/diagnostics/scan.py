@@ -411,7 +411,7 @@ class _Scan:
         # modelled, by (root, depth): the dry run's calls are set beside them.
         self.guarded_calls: dict[tuple[str, int], int] = {}
         self.buffers = self.readonly = self.persistent = 0
-        self.opcodes = self.pickles = 0
+        self.pickles = 0
         self.end = 0  # where the last complete pickle ends
         self.error: str | None = None
         self.frame_end: int | None = None
@@ -436,13 +436,19 @@ class _Scan:
         self.proto = 0
         stream = _stream_at(self.data, start)
         pos = start
+        dispatch, generic = _DISPATCH, _Scan.generic
         try:
+            # Each opcode: its handler in ``_DISPATCH`` (as ``pickle.py``'s
+            # unpickler has ``dispatch``), or ``generic``.
             for opcode, arg, at in pickletools.genops(stream):
                 pos = at if at is not None else pos
-                self.opcodes += 1
-                self.check_frame(opcode.name, arg, pos)
-                self.step(opcode, arg, pos)
-                if opcode.name == "STOP":
+                name = opcode.name
+                if self.frame_end is not None or name == "FRAME":
+                    self.check_frame(name, arg, pos)
+                if opcode.proto > self.protocol:  # (protocols 0 and 1 have no PROTO)
+                    self.protocol = opcode.proto
+                dispatch.get(name, generic)(self, opcode, arg, pos)
+                if name == "STOP":
                     end: int = stream.tell()
                     return end
         except _Malformed as exc:
@@ -483,7 +489,8 @@ class _Scan:
     def pop(self, pos: int) -> tuple[Any, int]:
         """Pop a value that the opcode at ``pos`` uses (not calls)."""
         item = self.pop_raw()
-        self.used(item[0], pos)
+        if isinstance(item[0], (_Global, _Applied)):  # (what ``used`` judges)
+            self.used(item[0], pos)
         return item
 
     def pop_raw(self) -> tuple[Any, int]:
@@ -528,13 +535,6 @@ class _Scan:
         if not self.stack:
             raise _Malformed(f"{name} on an empty stack")
         return self.stack[-1]
-
-    def step(self, opcode: Any, arg: Any, pos: int) -> None:
-        """One opcode: its handler in ``_DISPATCH`` (as ``pickle.py``'s unpickler
-        has ``dispatch``), or :meth:`generic`."""
-        # Protocols 0 and 1 have no PROTO opcode: the newest opcode used tells.
-        self.protocol = max(self.protocol, opcode.proto)
-        _DISPATCH.get(opcode.name, _Scan.generic)(self, opcode, arg, pos)
 
     # -- the opcodes, each with its handler: (self, opcode, arg, pos) ----------------
 
@@ -613,8 +613,15 @@ class _Scan:
         self.pop_mark()
 
     def op_small_tuple(self, opcode: Any, arg: Any, pos: int) -> None:
-        items = [self.pop(pos) for _ in range(int(opcode.name[-1]))][::-1]
-        self.push(tuple(v for v, _ in items), items[0][1])
+        count = int(opcode.name[-1])
+        stack = self.stack
+        items = stack[-count:]
+        del stack[-count:]
+        for value, _ in reversed(items):  # (used as popped: the top first)
+            self.used(value, pos)
+        if len(items) < count:
+            raise _Malformed("unpickling stack underflow")
+        stack.append((tuple(v for v, _ in items), items[0][1]))
 
     def op_tuple(self, opcode: Any, arg: Any, pos: int) -> None:
         items = self.pop_mark(pos)
