@@ -54,6 +54,10 @@ if [ -n "${GP_FLOOR:-}" ]; then
     venv="$repo/$name-$version-floor"
     constraints=(-c "$repo/.ci/floor-constraints.txt")
 fi
+# Installs take turns (.ci/run installs from two lanes at once): each writes the
+# tree's egg-info and build/, and an editable install builds the extensions in place.
+exec {install_lock}>"$repo/.venv-install.lock"
+flock "$install_lock"
 if [ ! -x "$venv/bin/python" ]; then
     echo "creating $venv with $python" >&2
     "$python" -m venv "$venv"
@@ -67,4 +71,5 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         -e "$repo[${GP_EXTRAS}]"
     echo "$want" > "$stamp"
 fi
+exec {install_lock}>&-
 PY="$venv/bin/python"
