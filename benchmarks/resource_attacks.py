@@ -99,9 +99,11 @@ def _nested_deques(depth: int = 160_000) -> bytes:
     return b"".join(ops) + b"."
 
 
-def _shared_list_copied(calls: int = 200_000, items: int = 50_000) -> bytes:
-    # L = [0, ..., items - 1]; list(L) made ``calls`` times, 7 bytes of input each
-    head = PROTO4 + _global("builtins", "list") + b"\x94" + _short_list(items) + b"\x94"
+def _shared_list_copied(calls: int = 200_000, items: int = 50_000, each: bytes = b"") -> bytes:
+    # L = [0, ..., items - 1] (each item then made a tuple by ``each``: TUPLE1);
+    # list(L) made ``calls`` times, 6 bytes of input each (BINGET, BINGET, TUPLE1, REDUCE)
+    body = b"".join(b"M" + i.to_bytes(2, "little") + each for i in range(items))
+    head = PROTO4 + _global("builtins", "list") + b"\x94](" + body + b"e\x94"
     return head + b"(" + b"h\x00h\x01\x85R" * calls + b"l."
 
 
@@ -218,6 +220,10 @@ RESOURCE: dict[str, Callable[[], bytes]] = {
         + _text("dtype") + _text("float64") + b"u\x86R."
     ),
     "a shared list copied by 200,000 calls": _shared_list_copied,
+    # (a list of one-item tuples: no bulk reading, each item a container)
+    "a shared list of one-item tuples copied by 20,000 calls": lambda: _shared_list_copied(
+        20_000, 50_000, b"\x85"
+    ),
     "INT of 3,000,000 digits (int limit lifted)": lambda: b"\x80\x02I" + b"9" * 3 * 10**6 + b"\n.",
     # conversions an admitted callable makes, whose cost is the value's, not the size's
     "int of a Decimal with a huge exponent": lambda: (

@@ -475,3 +475,39 @@ def test_the_argument_walk_notes_what_a_walk_of_each_value_notes(values):
     assert (sorted(found.strings), found.visited, found.big_numbers, found.lazy, found.shared) == (
         expected
     )
+
+
+def test_a_shared_container_walked_call_after_call_meets_the_walk_budget():
+    import graphpickle
+    from graphpickle import DATA_ONLY, BudgetExceededError
+    from graphpickle.restricted import budgets
+
+    data = RESOURCE["a shared list of one-item tuples copied by 20,000 calls"]()
+    with pytest.raises(BudgetExceededError) as caught:
+        graphpickle.loads(data, allowed=DATA_ONLY)
+    assert (caught.value.budget, caught.value.opcode) == ("walk", "REDUCE")
+    # each call (6 bytes) walks its arguments' tuple, kwargs (None), L and its
+    # 50,000 tuples and their items: refused at the REDUCE of the call whose walk
+    # goes past the floor plus a visit per byte, not later
+    call = b"h\x00h\x01\x85R"
+    calls = (budgets.WALK_FLOOR + len(data)) // 100_003 + 1
+    assert caught.value.offset == data.index(call) + len(call) * calls - 1
+
+
+def test_honest_data_past_the_walk_floor_loads():
+    # An object array's BUILD state lists its items: a walk of an item per byte of
+    # input, past the floor; without a container walked again, the per-byte
+    # allowance covers it.
+    import pickle
+
+    import numpy as np
+
+    import graphpickle
+    from graphpickle import DATA_ONLY
+    from graphpickle.restricted import budgets
+
+    array = np.array([None] * (budgets.WALK_FLOOR + 150_000), dtype=object)
+    data = pickle.dumps(array, 5)
+    assert len(data) < len(array) * 1.01  # about one byte an item: N
+    loaded = graphpickle.loads(data, allowed=DATA_ONLY)
+    assert loaded.shape == array.shape and loaded[-1] is None

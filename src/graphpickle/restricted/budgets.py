@@ -34,6 +34,13 @@ names the budget, the opcode and its byte offset:
 - ``hashing``: the items that hashing the dict keys, set members and call
   arguments of one load visits, in all: a key of a million items' work (within
   ``tuple_work``) placed in a dict two thousand times hashes it each time.
+- ``walk``: the items that the checks' walks of call arguments and BUILD
+  states visit in one load, in all (a walk visits each container once, but a
+  shared one again for each call it is given to: ``list(L)`` made again and
+  again from one shared ``L`` of 50,000 one-item tuples costs 6 bytes of input
+  a call and 100,000 visits, some 40 ms of Python). Without such sharing, a
+  walk visits at most an item per byte of input; the floor leaves room for
+  honest sharing and for containers calls make.
 - ``digits``: a number written as text (the INT and LONG opcodes, a
   ``Fraction``'s string or ``Decimal``) may not have more than ``MAX_DIGITS``
   digits or exponent digits, whatever ``sys.set_int_max_str_digits`` says:
@@ -79,6 +86,11 @@ MAX_DIGITS = 4300
 #: a second.
 HASHING_FLOOR = 1 << 25
 HASHING_PER_INPUT_BYTE = 32
+#: Items that the argument and state walks of one load may visit, in all: the
+#: floor, plus this much per byte of input. A few hundred ns an item in the
+#: worst shape (one-item tuples): the floor is about half a second.
+WALK_FLOOR = 1 << 20
+WALK_PER_INPUT_BYTE = 1
 
 __all__ = [
     "HASHES",
@@ -91,10 +103,13 @@ __all__ = [
     "MEMORY_FLOOR",
     "MEMORY_PER_INPUT_BYTE",
     "TUPLE_WORK",
+    "WALK_FLOOR",
+    "WALK_PER_INPUT_BYTE",
     "Allowance",
     "Depths",
     "Hashing",
     "TupleWork",
+    "Walking",
     "check_memo",
     "exceeded",
     "lazy_length",
@@ -226,6 +241,31 @@ class Hashing:
                 work += known[0]
         if work:
             self.charge(work, opcode, offset)
+
+
+class Walking:
+    """What is left of the ``walk`` budget of one load of ``input_size`` bytes:
+    the items the checks' walks visit, in all (charged after each walk, which
+    visits a container once: one walk costs at most what the load holds)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, input_size: int | None) -> None:
+        self.left = WALK_FLOOR + WALK_PER_INPUT_BYTE * (input_size or 0)
+
+    def charge(self, visited: int, opcode: str, offset: Any) -> None:
+        """A walk visited ``visited`` items (``offset`` is called for the
+        message only)."""
+        self.left -= visited
+        if self.left < 0:
+            raise exceeded(
+                "walk",
+                opcode,
+                offset(),
+                "the checks of this load's call arguments and states would visit more than "
+                f"{WALK_FLOOR:,} items plus {WALK_PER_INPUT_BYTE} per byte of input (a "
+                "shared container is walked again for each call it is given to)",
+            )
 
 
 def _pairs(items: Any) -> Any:

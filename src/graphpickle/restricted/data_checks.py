@@ -298,24 +298,24 @@ class Arguments:
     tuples and objects met (``work``: what each costs to hash, by id, from
     ``budgets.TupleWork``; a tuple is counted each time it is met).
 
-    The walk reads strings and ints inline (most items are), and finds what it
-    does with any other kind in ``_VISITS`` (atoms: nothing; other objects:
-    ``_object``). A container of strings, ints and atoms only is read in bulk
-    (``_plain``): a payload may hand one shared list of a million ints to call
-    after call, each walked again until the ``memory`` budget stops the load."""
+    The walk reads strings, ints and containers inline (most items are), and
+    finds what it does with any other kind in ``_VISITS`` (atoms: nothing;
+    other objects: ``_object``). A container of ``_BULK`` items or more that
+    are all strings, ints and atoms is read in bulk (``_plain``): a payload may
+    hand one shared list of a million ints to call after call (the ``walk``
+    budget bounds how often)."""
 
-    __slots__ = ("big_numbers", "hashing", "lazy", "seen", "shared", "strings", "todo",
-                 "visited", "work")  # fmt: skip
+    __slots__ = ("big_numbers", "hashing", "lazy", "shared", "strings", "visited", "work")
 
     def __init__(self, *values: Any, work: dict[int, tuple[int, Any]] | None = None) -> None:
         strings: list[str] = []
         self.strings, self.work = strings, work
         self.lazy = self.big_numbers = self.hashing = 0
         self.shared = False
-        self.seen: set[int] = set()
+        seen: set[int] = set()
         bound = _int_bound()
-        self.todo = todo = list(values)
-        self.visited = visited = big_ints = 0
+        todo = list(values)
+        self.visited = visited = big_ints = hashing = 0
         visits = _VISITS
         while todo:
             value = todo.pop()
@@ -326,31 +326,29 @@ class Arguments:
             elif kind is int:
                 if value > bound or value < -bound:
                     big_ints += 1
+            elif kind is tuple or kind is list or kind is dict:  # its items, once
+                if kind is tuple and work is not None:  # (counted each time it is met)
+                    known = work.get(id(value))
+                    hashing += len(value) if known is None else known[0]
+                if id(value) in seen:
+                    self.shared = True
+                    continue
+                seen.add(id(value))
+                items = [*value, *value.values()] if kind is dict else value
+                if len(items) < _BULK or not self._plain(items):
+                    todo.extend(items)
             else:
                 visits.get(kind, Arguments._object)(self, value)
         self.visited += visited
         self.big_numbers += big_ints
+        self.hashing += hashing
 
-    def _container(self, value: Any) -> None:
-        """A tuple, list or dict: its items are walked, once."""
-        kind = type(value)
-        if kind is tuple and self.work is not None:
-            known = self.work.get(id(value))
-            self.hashing += len(value) if known is None else known[0]
-        if id(value) in self.seen:
-            self.shared = True
-            return
-        self.seen.add(id(value))
-        items = [*value, *value.values()] if kind is dict else value
+    def _plain(self, items: Any) -> bool:
+        """Whether ``items`` (a container's) are all strings, ints or atoms; if
+        so, what visiting each would note is noted, in a few passes in C."""
         kinds = set(map(type, items))
-        if kinds <= _PLAIN:
-            self._plain(items, kinds)
-        else:
-            self.todo.extend(items)
-
-    def _plain(self, items: Any, kinds: set[type]) -> None:
-        """The items of a container that are all strings, ints or atoms (of
-        ``kinds``): what visiting each would note, in a few passes in C."""
+        if not kinds <= _PLAIN:
+            return False
         self.visited += len(items)
         if str in kinds:
             self.strings.extend(items if len(kinds) == 1 else [v for v in items if type(v) is str])
@@ -359,6 +357,7 @@ class Arguments:
             bound = _int_bound()
             if max(numbers) > bound or min(numbers) < -bound:
                 self.big_numbers += sum(1 for v in numbers if v > bound or v < -bound)
+        return True
 
     def _number(self, value: Any) -> None:
         """A Decimal or Fraction: past the ``digits`` budget?"""
@@ -381,9 +380,11 @@ class Arguments:
 
 #: The kinds an ``Arguments`` walk notes nothing of but strings and big ints.
 _PLAIN = frozenset((str, int, float, bool, type(None), bytes, complex))
-#: What the walk of ``Arguments`` does with each kind (not str or int).
+#: Containers shorter than this are walked item by item: reading a few items in
+#: bulk costs more than visiting them.
+_BULK = 32
+#: What the walk of ``Arguments`` does with each kind (not str, int or a container).
 _VISITS: dict[type, Any] = {
-    **dict.fromkeys((tuple, list, dict), Arguments._container),
     **dict.fromkeys((decimal.Decimal, fractions.Fraction), Arguments._number),
     **dict.fromkeys((float, bool, type(None), bytes, complex), Arguments._atom),
 }

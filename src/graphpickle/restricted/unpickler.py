@@ -75,7 +75,7 @@ from typing import IO, Any, ClassVar, NoReturn
 from .._switches import READ_REFCOUNTS
 from ..errors import ForbiddenGlobalError, UnpicklingError
 from . import budgets
-from .budgets import Allowance, Depths, Hashing, TupleWork, exceeded
+from .budgets import Allowance, Depths, Hashing, TupleWork, Walking, exceeded
 from .data_checks import (
     Arguments,
     allocation,
@@ -255,6 +255,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         size = len(file.getbuffer()) if hasattr(file, "getbuffer") else None
         self._allowance = Allowance(size)
         self._hashing = Hashing(size)
+        self._walking = Walking(size)
 
     # -- globals ---------------------------------------------------------------
 
@@ -381,6 +382,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         (``data_checks.check_call``, ``check_constructor``)."""
         name = self._globals.get(id(func))
         found = Arguments(args, kwargs, work=self._tuple_work.counts)
+        self._walking.charge(found.visited, opcode, self._offset)
         what = f"{name or 'the call'}(...)"
         self._allowance.allocate(allocation(name or "", args, found), opcode, self._offset, what)
         if found.shared:
@@ -413,6 +415,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
                 f"more than {cap:,} items, {budgets.ITEM_BYTES} bytes each, past the "
                 f"{self._allowance.memory:,} bytes left for this load",
             )
+        self._walking.charge(items, opcode, self._offset)
         extra = items - found.visited
         if extra > 0:
             self._allowance.allocate(
@@ -618,6 +621,7 @@ class _RestrictedUnpickler(_PythonUnpickler):  # type: ignore[misc]
         target, state = self._below(2), self._below(1)
         self._check_target(target, "BUILD")
         found = Arguments(state)
+        self._walking.charge(found.visited, "BUILD", self._offset)
         what = f"BUILD on a {type(target).__name__}"
         self._allowance.allocate(allocation("", (), found), "BUILD", self._offset, what)
         if found.big_numbers:  # (a state is stored, not parsed: only its numbers count)
