@@ -199,30 +199,44 @@ class TupleWork:
 COUNTED_WORK = 64
 
 
-class Hashing:
-    """What is left of the ``hashing`` budget of one load of ``input_size``
-    bytes: the items that hashing dict keys, set members and the arguments of
-    calls visits, in all. A tuple's hash is not cached, so a key of a million
-    items' work placed again and again costs a million each time."""
+class _ItemCount:
+    """What is left of a budget of items visited in one load of ``input_size``
+    bytes: ``floor`` plus ``per_byte`` for each byte (both read at the load)."""
 
-    __slots__ = ("left",)
+    __slots__ = ("left", "name", "why")
+
+    def __init__(
+        self, name: str, floor: int, per_byte: int, input_size: int | None, why: tuple[str, str]
+    ) -> None:
+        self.name = name
+        self.left = floor + per_byte * (input_size or 0)
+        doing, because = why
+        self.why = (
+            f"{doing} more than {floor:,} items plus {per_byte} per byte of input ({because})"
+        )
+
+    def charge(self, items: int, opcode: str, offset: Any) -> None:
+        """``items`` visited, or about to be (``offset`` is called for the
+        message only)."""
+        self.left -= items
+        if self.left < 0:
+            raise exceeded(self.name, opcode, offset(), self.why)
+
+
+class Hashing(_ItemCount):
+    """The ``hashing`` budget: the items that hashing dict keys, set members
+    and the arguments of calls visits, in all. A tuple's hash is not cached, so
+    a key of a million items' work placed again and again costs a million each
+    time."""
+
+    __slots__ = ()
 
     def __init__(self, input_size: int | None) -> None:
-        self.left = HASHING_FLOOR + HASHING_PER_INPUT_BYTE * (input_size or 0)
-
-    def charge(self, work: int, opcode: str, offset: Any) -> None:
-        """Hashing about to visit ``work`` items (``offset`` is called for the
-        message only)."""
-        self.left -= work
-        if self.left < 0:
-            raise exceeded(
-                "hashing",
-                opcode,
-                offset(),
-                "hashing the keys, members and call arguments of this load would visit "
-                f"more than {HASHING_FLOOR:,} items plus {HASHING_PER_INPUT_BYTE} per byte of "
-                "input (tuples are hashed again each time they are placed)",
-            )
+        why = (
+            "hashing the keys, members and call arguments of this load would visit",
+            "tuples are hashed again each time they are placed",
+        )
+        super().__init__("hashing", HASHING_FLOOR, HASHING_PER_INPUT_BYTE, input_size, why)
 
     def placed(
         self, opcode: str, items: Any, counts: dict[int, tuple[int, Any]], offset: Any
@@ -243,29 +257,19 @@ class Hashing:
             self.charge(work, opcode, offset)
 
 
-class Walking:
-    """What is left of the ``walk`` budget of one load of ``input_size`` bytes:
-    the items the checks' walks visit, in all (charged after each walk, which
-    visits a container once: one walk costs at most what the load holds)."""
+class Walking(_ItemCount):
+    """The ``walk`` budget: the items the checks' walks visit, in all (charged
+    after each walk, which visits a container once: one walk costs at most what
+    the load holds)."""
 
-    __slots__ = ("left",)
+    __slots__ = ()
 
     def __init__(self, input_size: int | None) -> None:
-        self.left = WALK_FLOOR + WALK_PER_INPUT_BYTE * (input_size or 0)
-
-    def charge(self, visited: int, opcode: str, offset: Any) -> None:
-        """A walk visited ``visited`` items (``offset`` is called for the
-        message only)."""
-        self.left -= visited
-        if self.left < 0:
-            raise exceeded(
-                "walk",
-                opcode,
-                offset(),
-                "the checks of this load's call arguments and states would visit more than "
-                f"{WALK_FLOOR:,} items plus {WALK_PER_INPUT_BYTE} per byte of input (a "
-                "shared container is walked again for each call it is given to)",
-            )
+        why = (
+            "the checks of this load's call arguments and states would visit",
+            "a shared container is walked again for each call it is given to",
+        )
+        super().__init__("walk", WALK_FLOOR, WALK_PER_INPUT_BYTE, input_size, why)
 
 
 def _pairs(items: Any) -> Any:
