@@ -494,20 +494,34 @@ def test_a_shared_container_walked_call_after_call_meets_the_walk_budget():
     assert caught.value.offset == data.index(call) + len(call) * calls - 1
 
 
-def test_honest_data_past_the_walk_floor_loads():
+def test_honest_data_past_the_walk_floor_loads(monkeypatch):
     # An object array's BUILD state lists its items: a walk of an item per byte of
-    # input, past the floor; without a container walked again, the per-byte
-    # allowance covers it.
+    # input, past the floor (lowered here: the budget is read at each load);
+    # without a container walked again, the per-byte allowance covers it.
+    import io
     import pickle
 
     import numpy as np
 
     import graphpickle
-    from graphpickle import DATA_ONLY
+    from graphpickle import DATA_ONLY, BudgetExceededError
     from graphpickle.restricted import budgets
 
-    array = np.array([None] * (budgets.WALK_FLOOR + 150_000), dtype=object)
+    monkeypatch.setattr(budgets, "WALK_FLOOR", 100_000)
+    array = np.array([None] * 150_000, dtype=object)
     data = pickle.dumps(array, 5)
     assert len(data) < len(array) * 1.01  # about one byte an item: N
     loaded = graphpickle.loads(data, allowed=DATA_ONLY)
     assert loaded.shape == array.shape and loaded[-1] is None
+    # a stream of unknown length gets the floor only
+    with pytest.raises(BudgetExceededError) as caught:
+        graphpickle.load(io.BufferedReader(io.BytesIO(data)), allowed=DATA_ONLY)
+    assert caught.value.budget == "walk"
+
+
+def test_the_walk_floor_refuses_nothing_the_memory_floor_allowed():
+    # Each item a walk visits is charged ITEM_BYTES of memory too: a stream, which
+    # gets the floors only, must not be refused by walk where memory let it load.
+    from graphpickle.restricted import budgets
+
+    assert budgets.WALK_FLOOR * budgets.ITEM_BYTES >= budgets.MEMORY_FLOOR

@@ -38,7 +38,7 @@ names the budget, the opcode and its byte offset:
   states visit in one load, in all (a walk visits each container once, but a
   shared one again for each call it is given to: ``list(L)`` made again and
   again from one shared ``L`` of 50,000 one-item tuples costs 6 bytes of input
-  a call and 100,000 visits, some 40 ms of Python). Without such sharing, a
+  a call and 100,000 visits, about 0.1 s of Python). Without such sharing, a
   walk visits at most an item per byte of input; the floor leaves room for
   honest sharing and for containers calls make.
 - ``digits``: a number written as text (the INT and LONG opcodes, a
@@ -87,9 +87,10 @@ MAX_DIGITS = 4300
 HASHING_FLOOR = 1 << 25
 HASHING_PER_INPUT_BYTE = 32
 #: Items that the argument and state walks of one load may visit, in all: the
-#: floor, plus this much per byte of input. A few hundred ns an item in the
-#: worst shape (one-item tuples): the floor is about half a second.
-WALK_FLOOR = 1 << 20
+#: floor, plus this much per byte of input. The floor is what ``memory``'s floor
+#: already allowed (each item visited is charged ``ITEM_BYTES``), so a stream of
+#: unknown length, which gets the floors only, loads what it loaded before.
+WALK_FLOOR = 1 << 22
 WALK_PER_INPUT_BYTE = 1
 
 __all__ = [
