@@ -335,7 +335,7 @@ class Arguments:
                     continue
                 seen.add(id(value))
                 items = [*value, *value.values()] if kind is dict else value
-                if len(items) < _BULK or not self._plain(items):
+                if len(items) < _BULK or not self._plain(items, bound):
                     todo.extend(items)
             else:
                 visits.get(kind, Arguments._object)(self, value)
@@ -343,9 +343,10 @@ class Arguments:
         self.big_numbers += big_ints
         self.hashing += hashing
 
-    def _plain(self, items: Any) -> bool:
+    def _plain(self, items: Any, bound: int) -> bool:
         """Whether ``items`` (a container's) are all strings, ints or atoms; if
-        so, what visiting each would note is noted, in a few passes in C."""
+        so, what visiting each would note (ints past ``bound``) is noted, in a
+        few passes in C."""
         kinds = set(map(type, items))
         if not kinds <= _PLAIN:
             return False
@@ -354,7 +355,6 @@ class Arguments:
             self.strings.extend(items if len(kinds) == 1 else [v for v in items if type(v) is str])
         if int in kinds:
             numbers = items if len(kinds) == 1 else [v for v in items if type(v) is int]
-            bound = _int_bound()
             if max(numbers) > bound or min(numbers) < -bound:
                 self.big_numbers += sum(1 for v in numbers if v > bound or v < -bound)
         return True
