@@ -197,7 +197,7 @@ for case in CASES:
         namespace = {"__name__": "__main__"}
         exec(SOURCE, namespace)
         sender = connection.Sender()
-        rows[f"{case}/{checked}"] = [write(sender, [namespace["Point"](i)]) for i in range(4)]
+        rows[f"{case}/{checked}"] = [write(sender, [namespace["Point"](i)]) for i in range(5)]
 with open(sys.argv[1], "wb") as out:
     pickle.dump(rows, out)
 """
@@ -229,7 +229,8 @@ def fresh(receiver, payload):
 
 checking = held_classes._speedups
 unchecked = types.SimpleNamespace(
-    held_unchanged=lambda *args: True, held_snapshot=checking.held_snapshot,
+    held_unchanged=lambda *args: True, held_unchanged_since=lambda *args: True,
+    held_snapshot=checking.held_snapshot, held_watch=checking.held_watch,
     memo_gets=checking.memo_gets,
 )
 dedent = textwrap.dedent
@@ -239,16 +240,18 @@ for name, payloads in sent.items():
     change, observe, _ = CASES[case]
     held_classes._speedups = checking if checked == "True" else unchecked
     receiver = connection.Receiver()
-    loaded = [read(receiver, p)[0] for p in payloads[:3]]
-    cls = type(loaded[2])
+    # (seen once, walked, checked reading every probe, checked passing over
+    # the dicts no event touched since, where dict watchers are: 3.12+)
+    loaded = [read(receiver, p)[0] for p in payloads[:4]]
+    cls = type(loaded[3])
     method = cls.scaled
     exec(change, {"cls": cls})
     mutated = repr(eval(observe, {"cls": cls}))
-    again = read(receiver, payloads[3])[0]
+    again = read(receiver, payloads[4])[0]
     cls = type(again)
     reused = repr(eval(observe, {"cls": cls}))
     shared = cls.scaled is method
-    cls = type(fresh(receiver, payloads[3])[0])
+    cls = type(fresh(receiver, payloads[4])[0])
     seen[name] = {
         "mutated": mutated, "reused": reused, "fresh": repr(eval(observe, {"cls": cls})),
         "shared": shared, "x": again.x,
@@ -272,7 +275,7 @@ def seen(tmp_path_factory):
 @pytest.mark.parametrize("case", list(_CASES))
 def test_a_reused_part_gives_what_a_fresh_load_gives(seen, case):
     checked, unchecked = seen[f"{case}/True"], seen[f"{case}/False"]
-    assert checked["x"] == 3
+    assert checked["x"] == 4
     assert checked["reused"] == checked["fresh"], checked
     resets = _CASES[case][2]
     if case == "nothing":
@@ -782,6 +785,32 @@ def test_the_probes_read_what_changes_and_stop_at_the_first_change():
     assert not speedups.held_unchanged(probes, reading, held_classes._MISSING)
     with pytest.raises(ValueError, match="unknown kind"):
         speedups.held_snapshot(((99, box),), held_classes._MISSING)
+
+
+def test_a_check_passes_over_watched_dicts_only_until_one_of_them_changes():
+    # A reading whose dict items are not the dict's: a check that reads them
+    # tells, one that passes over them does not. It passes over them only with
+    # the count a check that read them all returned, and only until an event of
+    # a watched dict (3.12+; 3.11 has no dict watchers: it reads them always).
+    box, kind = {"a": 1}, type("Probed", (), {})
+    probes = ((held_classes._ITEMS, box), (held_classes._CLASS_ITEMS, kind))
+    missing = held_classes._MISSING
+    reading = speedups.held_snapshot(probes, missing)
+    forged = (reading[0], "a", 2, *reading[3:])  # (box read as {"a": 2})
+    watched = speedups.held_watch(probes)
+    assert watched is (sys.version_info >= (3, 12)) is held_classes._DICTS_WATCHED
+    since = speedups.held_unchanged_since(probes, reading, missing, None)
+    assert since is True if not watched else type(since) is int
+    assert speedups.held_unchanged_since(probes, forged, missing, None) is False
+    passed_over = speedups.held_unchanged_since(probes, forged, missing, since)
+    assert passed_over == since if watched else passed_over is False
+    kind.added = 1  # (an event: the class's dict is watched)
+    assert speedups.held_unchanged_since(probes, forged, missing, since) is False
+    del kind.added
+    since = speedups.held_unchanged_since(probes, reading, missing, since)
+    box["b"] = 2
+    assert speedups.held_unchanged_since(probes, reading, missing, since) is False
+    assert speedups.held_unchanged_since(probes, forged[:2], missing, None) is False  # (short)
 
 
 def test_a_task_part_loads_after_a_copied_memo_as_one_unpickler_would():

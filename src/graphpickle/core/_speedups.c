@@ -152,6 +152,9 @@ typedef struct {
     PyObject *modules_dict, *modules_items;
     uint64_t modules_stamp;
     int modules_watcher;
+    /* The dict watcher of the dicts held parts' probes read whole (3.12+:
+     * held_watch; -1 if none could be had, and on 3.11). */
+    int held_watcher;
 } SpeedupsState;
 
 /* Every field of SpeedupsState, for the module's traverse and clear. */
@@ -2942,6 +2945,7 @@ typedef struct {
     PyObject *str_keyed[8]; /* dicts found keyed by exact strs only in this reading (borrowed: */
     int n_str_keyed;        /* nothing runs code while the probes read, so none changes) */
     PyObject *str_spec, *str_modules; /* "__spec__", "modules" (the module state's) */
+    int quiet; /* no event of the watched dicts since `reading`: their items are passed over */
 } Probed;
 
 static int
@@ -3000,6 +3004,25 @@ emit_items(Probed *p, PyObject *dict)
             return -1;
         }
     }
+    return 0;
+}
+
+/* Pass over what emit_items read of a dict no event has touched since (it is
+ * watched: held_watch): its size, then a key and a value per item. */
+static int
+skip_items(Probed *p)
+{
+    Py_ssize_t left = PyTuple_GET_SIZE(p->reading) - p->at;
+    PyObject *size = left > 0 ? PyTuple_GET_ITEM(p->reading, p->at) : NULL;
+    Py_ssize_t items = size != NULL && PyLong_CheckExact(size) ? PyLong_AsSsize_t(size) : -1;
+    if (items == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (items < 0 || items > (left - 1) / 2) {
+        p->same = 0; /* (not what emit_items reads: read as a change) */
+        return 0;
+    }
+    p->at += 1 + 2 * items;
     return 0;
 }
 
@@ -3325,10 +3348,16 @@ read_probe(Probed *p, PyObject *probe)
         }
         return emit_attribute(p, target, argument);
     case PROBE_ITEMS:
+        if (p->quiet && target != NULL && PyDict_CheckExact(target)) {
+            return skip_items(p);
+        }
         return emit_items(p, target);
     case PROBE_CLASS_ITEMS: {
         if (!PyType_Check(target)) {
             return emit(p, Py_None);
+        }
+        if (p->quiet) { /* (a class's dict is an exact dict, and it stays its dict) */
+            return skip_items(p);
         }
 #if PY_VERSION_HEX >= 0x030C0000
         PyObject *dict = PyType_GetDict((PyTypeObject *)target);
@@ -3443,7 +3472,7 @@ held_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     SpeedupsState *st = module_state(module);
-    Probed p = {PyList_New(0), NULL, args[1], 0, 1, NULL, {NULL}, 0, st->str_spec, st->str_modules};
+    Probed p = {PyList_New(0), NULL, args[1], 0, 1, NULL, {NULL}, 0, st->str_spec, st->str_modules, 0};
     if (p.out == NULL) {
         return NULL;
     }
@@ -3461,10 +3490,120 @@ held_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     SpeedupsState *st = module_state(module);
-    Probed p = {NULL, args[1], args[2], 0, 1, NULL, {NULL}, 0, st->str_spec, st->str_modules};
+    Probed p = {NULL, args[1], args[2], 0, 1, NULL, {NULL}, 0, st->str_spec, st->str_modules, 0};
     int failed = read_probes(&p, args[0]);
     Py_XDECREF(p.modules);
     return failed < 0 ? NULL : PyBool_FromLong(p.same && p.at == PyTuple_GET_SIZE(args[1]));
+}
+
+#if PY_VERSION_HEX >= 0x030C0000
+/* The events of the dicts held_watch watches, counted (only ever up, under the
+ * GIL). A watcher's callback runs before each change of a watched dict: every
+ * change made through the dict API, by any code (PEP 509's successor). */
+static uint64_t held_events;
+
+static int
+count_held_event(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
+{
+    held_events++;
+    return 0;
+}
+#endif
+
+/* held_watch(probes): watch each dict the probes read whole (PROBE_ITEMS of an
+ * exact dict, PROBE_CLASS_ITEMS's class dict); whether they are watched (False
+ * without a watcher: 3.11, or none left). */
+static PyObject *
+held_watch(PyObject *module, PyObject *probes)
+{
+    if (!PyTuple_CheckExact(probes)) {
+        PyErr_SetString(PyExc_TypeError, "held_watch(probes: tuple)");
+        return NULL;
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    SpeedupsState *st = module_state(module);
+    if (st->held_watcher < 0) {
+        Py_RETURN_FALSE;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(probes); i++) {
+        PyObject *probe = PyTuple_GET_ITEM(probes, i);
+        if (!PyTuple_CheckExact(probe) || PyTuple_GET_SIZE(probe) < 2) {
+            continue;
+        }
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(probe, 0));
+        if (kind == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        PyObject *target = PyTuple_GET_ITEM(probe, 1), *dict = NULL;
+        if (kind == PROBE_ITEMS && PyDict_CheckExact(target)) {
+            dict = Py_NewRef(target);
+        }
+        else if (kind == PROBE_CLASS_ITEMS && PyType_Check(target)) {
+            dict = PyType_GetDict((PyTypeObject *)target);
+            if (dict == NULL) {
+                return NULL;
+            }
+        }
+        if (dict != NULL) {
+            int failed = PyDict_Watch(st->held_watcher, dict);
+            Py_DECREF(dict);
+            if (failed < 0) {
+                return NULL;
+            }
+        }
+    }
+    Py_RETURN_TRUE;
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
+/* held_unchanged_since(probes, reading, missing, since): held_unchanged, which
+ * passes over the items of the dicts the probes read whole if no event of the
+ * watched dicts came since `since` (a count this function returned for these
+ * very probes, once held_watch(probes) watched them; None: read them all).
+ * False if the probes read otherwise; else the count to pass next time (True
+ * without a watcher). The count is read first: a change in the reading (code
+ * that PROBE_ATTR runs) makes the next call read all again. */
+static PyObject *
+held_unchanged_since(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyTuple_CheckExact(args[0]) || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "held_unchanged_since(probes: tuple, reading: tuple, missing, since)");
+        return NULL;
+    }
+    SpeedupsState *st = module_state(module);
+#if PY_VERSION_HEX >= 0x030C0000
+    int watched = st->held_watcher >= 0;
+    uint64_t now = held_events;
+#else
+    int watched = 0;
+    uint64_t now = 0;
+#endif
+    int quiet = 0;
+    if (watched && PyLong_CheckExact(args[3])) {
+        unsigned long long since = PyLong_AsUnsignedLongLong(args[3]);
+        if (since == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear(); /* (not a count of ours: read all) */
+        }
+        else {
+            quiet = since == now;
+        }
+    }
+    Probed p = {NULL, args[1], args[2], 0, 1, NULL, {NULL}, 0, st->str_spec, st->str_modules, quiet};
+    int failed = read_probes(&p, args[0]);
+    Py_XDECREF(p.modules);
+    if (failed < 0) {
+        return NULL;
+    }
+    if (!p.same || p.at != PyTuple_GET_SIZE(args[1])) {
+        Py_RETURN_FALSE;
+    }
+    if (!watched) {
+        Py_RETURN_TRUE;
+    }
+    return PyLong_FromUnsignedLongLong(now);
 }
 
 /* memo_gets(data, mask): whether the pickle `data` gets a memo entry whose
@@ -3662,6 +3801,11 @@ static PyMethodDef speedups_methods[] = {
     {"held_unchanged", (PyCFunction)(void (*)(void))held_unchanged, METH_FASTCALL,
      PyDoc_STR("held_unchanged(probes, reading, missing): held_snapshot(probes, missing) is reading.")},
     {"str_keys", str_keys, METH_O, NULL},
+    {"held_unchanged_since", (PyCFunction)(void (*)(void))held_unchanged_since, METH_FASTCALL,
+     PyDoc_STR("held_unchanged_since(probes, reading, missing, since): held_unchanged, passing over "
+               "watched dicts no event touched since `since`; False, or the count for next time.")},
+    {"held_watch", (PyCFunction)held_watch, METH_O,
+     PyDoc_STR("held_watch(probes): watch the dicts the probes read whole; whether they are.")},
     {"held_snapshot", (PyCFunction)(void (*)(void))held_snapshot, METH_FASTCALL,
      PyDoc_STR("held_snapshot(probes, missing): what each probe of a held classes' part reads now, flat.")},
     {"modules_items", modules_items, METH_NOARGS,
@@ -3752,8 +3896,13 @@ init_state(PyObject *module, SpeedupsState *st)
     if (st->modules_watcher < 0) {
         PyErr_Clear();
     }
+    st->held_watcher = PyDict_AddWatcher(count_held_event); /* (without one, checks read all) */
+    if (st->held_watcher < 0) {
+        PyErr_Clear();
+    }
 #else
     st->modules_watcher = -1;
+    st->held_watcher = -1;
 #endif
     if (st->empty_bytes == NULL || st->empty_dict == NULL || st->by_reference == NULL
         || st->parent_names == NULL || st->by_value_registries == NULL || st->main_modules == NULL
@@ -3804,6 +3953,10 @@ speedups_clear(PyObject *module)
 {
     SpeedupsState *st = module_state(module);
 #if PY_VERSION_HEX >= 0x030C0000
+    if (st->held_watcher >= 0) {
+        PyDict_ClearWatcher(st->held_watcher); /* (it cannot fail for our own id) */
+        st->held_watcher = -1;
+    }
     if (st->modules_watcher >= 0) {
         PyDict_ClearWatcher(st->modules_watcher); /* (it cannot fail for our own id) */
         st->modules_watcher = -1;

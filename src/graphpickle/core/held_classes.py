@@ -1308,6 +1308,10 @@ def _load_walked(head: bytes) -> tuple[Any, int, tuple[Any, ...] | None, bool]:
         for obj in memo.values():  # (what the classes do not reach: made all the same)
             walk.made(obj)
         walk.published()
+        # (then a check passes over the items of the dicts no event touched
+        # since a check that read them: _unchanged)
+        if _DICTS_WATCHED:
+            _speedups.held_watch(tuple(walk.probes))
     except _Raced:
         return holder, len(memo), None, True
     except RecursionError:
@@ -1363,12 +1367,14 @@ class _Held:
     that did not pay off (``walked``, no probes, ``rest`` tasks to go), or not
     reusable (``walked``, no probes, no rest). Never changed once made but for
     two counts, ``reuses`` and ``rest``, which decide only when to walk (a
-    count two threads lose is a walk sooner or later), so a thread that read one
-    uses one consistent state."""
+    count two threads lose is a walk sooner or later), and ``since``, the count
+    of watched dicts' events a check that read them all passed at (None: none
+    yet; a stale one only makes the next check read them all), so a thread that
+    read one uses one consistent state."""
 
     __slots__ = (
-        "avoid", "blocks", "prefix", "probes", "reading", "rest", "reuses", "stale", "strikes",
-        "unpickler", "walked",
+        "avoid", "blocks", "prefix", "probes", "reading", "rest", "reuses", "since", "stale",
+        "strikes", "unpickler", "walked",
     )  # fmt: skip
 
     def __init__(
@@ -1393,6 +1399,7 @@ class _Held:
         self.blocks = blocks
         self.rest = rest
         self.reuses = 0
+        self.since: int | None = None
         self.stale = False
 
     def staled(self) -> _Held:
@@ -1504,9 +1511,37 @@ def _subclasses_probed() -> bool:
     )  # fmt: skip
 
 
+def _watching_works() -> bool:
+    """Whether a check that passed over watched dicts reads each change made to
+    them since as a change: a dict's item set, a class's attribute set (a dict
+    watcher fires for every change made through the dict API, by any code)."""
+    probed: dict[str, Any] = {"a": 1}
+    kind = type("Probed", (), {})
+    probes = ((_ITEMS, probed), (_CLASS_ITEMS, kind))
+    reading = _speedups.held_snapshot(probes, _MISSING)
+    if _speedups.held_watch(probes) is not True:
+        return False
+    changes: tuple[tuple[Callable[[], None], Callable[[], None]], ...] = (
+        (lambda: probed.__setitem__("a", 2), lambda: probed.__setitem__("a", 1)),
+        (lambda: setattr(kind, "added", 1), lambda: delattr(kind, "added")),
+    )
+    for change, undo in changes:
+        since = _speedups.held_unchanged_since(probes, reading, _MISSING, None)
+        quiet = _speedups.held_unchanged_since(probes, reading, _MISSING, since)
+        change()
+        seen = _speedups.held_unchanged_since(probes, reading, _MISSING, since) is False
+        undo()
+        if type(since) is not int or quiet != since or not seen:
+            return False
+    return True
+
+
 #: Whether this interpreter can reuse classes' parts (C module, the memo
 #: seeding, and its reading of a dict's keys table where it reads it).
 SEEDING = _speedups is not None and _seeding_works() and _dicts_read()
+#: Whether a check passes over the items of watched dicts no event touched
+#: since a check that read them (3.12+; else every check reads them all).
+_DICTS_WATCHED = SEEDING and _watching_works()
 #: Whether classes' parts are reused (``GRAPHPICKLE_HELD_CLASSES=0`` turns it off).
 ENABLED = SEEDING and HELD_CLASSES
 #: Whether a part may hold sets (else a part that holds one is not reused).
@@ -1584,11 +1619,18 @@ def load(receiver: connection.Receiver, name: bytes, head: bytes, body: Any, buf
 
 def _unchanged(held: _Held) -> bool:
     """Whether the probes read what they read after the walk (an error reading
-    them counts as a change: the part is loaded again)."""
+    them counts as a change: the part is loaded again). The items of the dicts
+    they read whole are passed over while no event of theirs came since the
+    last check that read them (3.12+: dict watchers; ``_DICTS_WATCHED``)."""
     try:
-        return _speedups.held_unchanged(held.probes, held.reading, _MISSING) is True
+        since = _speedups.held_unchanged_since(held.probes, held.reading, _MISSING, held.since)
     except Exception:
         return False
+    if since is False:
+        return False
+    if _DICTS_WATCHED:  # (then the walk watched them: held_watch)
+        held.since = since
+    return True
 
 
 def _blocks_held(receiver: connection.Receiver, held: _Held) -> bool:
