@@ -9,7 +9,8 @@
  * by `exec` for each module object: `_speedups`'s caches and its heap types.
  * Static variables hold only constant tables (opcode layouts, a hash seed),
  * made once (see `once`) while the first module is imported (under the import
- * lock) and never changed after. No subinterpreter may load a part (3.12+):
+ * lock) and never changed after, but for what a dict watcher's callback, which
+ * reaches no module state, must keep (_speedups, 3.12+: counts of events). No subinterpreter may load a part (3.12+):
  * graphpickle's Python side is not checked there. Whether a part needs the
  * GIL is said by its slots (Py_mod_gil, 3.13+):
  * - GRAPHPICKLE_GIL_NOT_USED: it reads its arguments through buffers it holds

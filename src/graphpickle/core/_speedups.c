@@ -153,8 +153,10 @@ typedef struct {
     uint64_t modules_stamp;
     int modules_watcher;
     /* The dict watcher of the dicts held parts' probes read whole (3.12+:
-     * held_watch; -1 if none could be had, and on 3.11). */
+     * held_watch; -1 if none could be had, and on 3.11), and a dict only it
+     * watches, which a check changes to know that it still counts. */
     int held_watcher;
+    PyObject *held_sentinel;
 } SpeedupsState;
 
 /* Every field of SpeedupsState, for the module's traverse and clear. */
@@ -166,7 +168,7 @@ typedef struct {
     DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(str_locals)    \
     DO(str_lambda) DO(main_modules) DO(str_modules) DO(sys_dict) DO(empty_bytes)                  \
     DO(str_builtins) DO(str_dict) DO(str_update) DO(str_closure) DO(str_cell_contents)           \
-    DO(str_held) DO(str_import) DO(builtins_dict) DO(receiver_var) DO(receiver_type)              \
+    DO(str_held) DO(held_sentinel) DO(str_import) DO(builtins_dict) DO(receiver_var) DO(receiver_type)              \
     DO(function_ref_slow) DO(function_blocks) DO(held_globals_type) DO(session_type)             \
     DO(function_ref_object) DO(str_sent_as) DO(str_sender) DO(str_carried)                       \
     DO(empty_dict) DO(by_reference) DO(by_value_registries) DO(parent_names)                     \
@@ -3499,14 +3501,40 @@ held_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 #if PY_VERSION_HEX >= 0x030C0000
 /* The events of the dicts held_watch watches, counted (only ever up, under the
  * GIL). A watcher's callback runs before each change of a watched dict: every
- * change made through the dict API, by any code (PEP 509's successor). */
-static uint64_t held_events;
+ * change made through the dict API, by any code (PEP 509's successor). Those
+ * of the module state's `held_sentinel` are counted apart: a check that would
+ * pass over dicts first changes the sentinel, and passes over them only if
+ * that change was counted (a library that cleared or took our watcher's id
+ * stops the counting). A watcher's callback reaches no module state: these
+ * and the sentinel's address are the statics that change. */
+static uint64_t held_events, sentinel_events;
+static PyObject *held_sentinel; /* (the module state holds it) */
 
 static int
 count_held_event(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
 {
-    held_events++;
+    if (dict == held_sentinel) {
+        sentinel_events++;
+    }
+    else {
+        held_events++;
+    }
     return 0;
+}
+
+/* Whether the held watcher still counts: a change of the sentinel was. */
+static int
+still_counting(SpeedupsState *st)
+{
+    PyObject *was = PyDict_GetItemWithError(st->held_sentinel, Py_None); /* (borrowed) */
+    if (was == NULL && PyErr_Occurred()) {
+        return -1;
+    }
+    uint64_t before = sentinel_events;
+    if (PyDict_SetItem(st->held_sentinel, Py_None, was == Py_True ? Py_False : Py_True) < 0) {
+        return -1;
+    }
+    return sentinel_events == before + 1;
 }
 #endif
 
@@ -3591,6 +3619,17 @@ held_unchanged_since(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             quiet = since == now;
         }
     }
+#if PY_VERSION_HEX >= 0x030C0000
+    if (quiet) {
+        int counting = still_counting(st);
+        if (counting < 0) {
+            return NULL;
+        }
+        if (!counting) { /* (no count is worth anything then: read all, and give none) */
+            quiet = watched = 0;
+        }
+    }
+#endif
     Probed p = {NULL, args[1], args[2], 0, 1, NULL, {NULL}, 0, st->str_spec, st->str_modules, quiet};
     int failed = read_probes(&p, args[0]);
     Py_XDECREF(p.modules);
@@ -3656,6 +3695,67 @@ count_modules_event(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyOb
 {
     modules_events++;
     return 0;
+}
+#endif
+
+#if PY_VERSION_HEX >= 0x030C0000
+static int
+count_nothing(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
+{
+    return 0;
+}
+
+/* Our two dict watchers take the highest ids free (held_watcher the highest,
+ * then modules_watcher): CPython calls a dict's watchers in the order of their
+ * ids, before the change, so every other watcher runs before ours (one added
+ * later gets a lower id), and no code runs between our count and the change
+ * (code another watcher ran there, a Python callback or an unraisable hook,
+ * could let a check read the dict as it was after our count moved, and keep
+ * that count). A watcher that cannot be had so is not had: -1 (checks read
+ * all; same_modules walks). */
+static void
+add_watchers_last(SpeedupsState *st)
+{
+    int taken[64], n = 0, top = -1, second = -1, id;
+    st->modules_watcher = st->held_watcher = -1;
+    while (n < 64 && (id = PyDict_AddWatcher(count_nothing)) >= 0) {
+        taken[n++] = id;
+    }
+    PyErr_Clear(); /* (none left) */
+    for (int i = 0; i < n; i++) {
+        if (taken[i] > top) {
+            second = top;
+            top = taken[i];
+        }
+        else if (taken[i] > second) {
+            second = taken[i];
+        }
+    }
+    /* (An id freed is the lowest free one: the next watcher added gets it.) */
+    if (second >= 0 && PyDict_ClearWatcher(second) == 0) {
+        id = PyDict_AddWatcher(count_modules_event);
+        if (id == second) {
+            st->modules_watcher = id;
+        }
+        else if (id >= 0) {
+            (void)PyDict_ClearWatcher(id);
+        }
+    }
+    if (top >= 0 && PyDict_ClearWatcher(top) == 0) {
+        id = PyDict_AddWatcher(count_held_event);
+        if (id == top) {
+            st->held_watcher = id;
+        }
+        else if (id >= 0) {
+            (void)PyDict_ClearWatcher(id);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (taken[i] != top && taken[i] != second) {
+            (void)PyDict_ClearWatcher(taken[i]);
+        }
+    }
+    PyErr_Clear();
 }
 #endif
 
@@ -3892,13 +3992,16 @@ init_state(PyObject *module, SpeedupsState *st)
     st->by_value_registries = PyList_New(0); /* until set_by_reference_policy() */
 #if PY_VERSION_HEX >= 0x030C0000
     /* (An interpreter has 8 dict watchers: without one, same_modules walks.) */
-    st->modules_watcher = PyDict_AddWatcher(count_modules_event);
-    if (st->modules_watcher < 0) {
-        PyErr_Clear();
+    st->held_sentinel = PyDict_New();
+    if (st->held_sentinel == NULL) {
+        return -1;
     }
-    st->held_watcher = PyDict_AddWatcher(count_held_event); /* (without one, checks read all) */
-    if (st->held_watcher < 0) {
-        PyErr_Clear();
+    add_watchers_last(st);
+    if (st->held_watcher >= 0) {
+        if (PyDict_Watch(st->held_watcher, st->held_sentinel) < 0) {
+            return -1;
+        }
+        held_sentinel = st->held_sentinel;
     }
 #else
     st->modules_watcher = -1;
@@ -3953,13 +4056,17 @@ speedups_clear(PyObject *module)
 {
     SpeedupsState *st = module_state(module);
 #if PY_VERSION_HEX >= 0x030C0000
-    if (st->held_watcher >= 0) {
-        PyDict_ClearWatcher(st->held_watcher); /* (it cannot fail for our own id) */
-        st->held_watcher = -1;
+    /* (A library may have cleared our ids: nothing to clear then.) */
+    if (st->held_watcher >= 0 && PyDict_ClearWatcher(st->held_watcher) < 0) {
+        PyErr_Clear();
     }
-    if (st->modules_watcher >= 0) {
-        PyDict_ClearWatcher(st->modules_watcher); /* (it cannot fail for our own id) */
-        st->modules_watcher = -1;
+    st->held_watcher = -1;
+    if (st->modules_watcher >= 0 && PyDict_ClearWatcher(st->modules_watcher) < 0) {
+        PyErr_Clear();
+    }
+    st->modules_watcher = -1;
+    if (held_sentinel == st->held_sentinel) {
+        held_sentinel = NULL;
     }
 #endif
 #define CLEAR_FIELD(field) Py_CLEAR(st->field);

@@ -1513,17 +1513,22 @@ def _subclasses_probed() -> bool:
 
 def _watching_works() -> bool:
     """Whether a check that passed over watched dicts reads each change made to
-    them since as a change: a dict's item set, a class's attribute set (a dict
-    watcher fires for every change made through the dict API, by any code)."""
+    them since as a change: a dict's item set, a class's attribute set, and a
+    plain object's attribute set, which its ``__dict__`` may hold in the
+    object's inline values (3.13.0 fired no watcher's event for those stores:
+    CPython's gh-125608, fixed in 3.13.1)."""
     probed: dict[str, Any] = {"a": 1}
     kind = type("Probed", (), {})
-    probes = ((_ITEMS, probed), (_CLASS_ITEMS, kind))
+    instance = kind()
+    instance.a = 1
+    probes = ((_ITEMS, probed), (_CLASS_ITEMS, kind), (_ITEMS, vars(instance)))
     reading = _speedups.held_snapshot(probes, _MISSING)
     if _speedups.held_watch(probes) is not True:
         return False
     changes: tuple[tuple[Callable[[], None], Callable[[], None]], ...] = (
         (lambda: probed.__setitem__("a", 2), lambda: probed.__setitem__("a", 1)),
         (lambda: setattr(kind, "added", 1), lambda: delattr(kind, "added")),
+        (lambda: setattr(instance, "a", 2), lambda: setattr(instance, "a", 1)),
     )
     for change, undo in changes:
         since = _speedups.held_unchanged_since(probes, reading, _MISSING, None)
