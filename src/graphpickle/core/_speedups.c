@@ -153,10 +153,10 @@ typedef struct {
     uint64_t modules_stamp;
     int modules_watcher;
     /* The dict watcher of the dicts held parts' probes read whole (3.12+:
-     * held_watch; -1 if none could be had, and on 3.11), and a dict only it
-     * watches, which a check changes to know that it still counts. */
+     * held_watch; -1 if none could be had, and on 3.11), and a dict only our
+     * two watchers watch, which a check changes to know that one still counts. */
     int held_watcher;
-    PyObject *held_sentinel;
+    PyObject *watch_sentinel;
 } SpeedupsState;
 
 /* Every field of SpeedupsState, for the module's traverse and clear. */
@@ -168,7 +168,7 @@ typedef struct {
     DO(str_globals_ref) DO(str_package) DO(str_name) DO(str_path) DO(str_file) DO(str_locals)    \
     DO(str_lambda) DO(main_modules) DO(str_modules) DO(sys_dict) DO(empty_bytes)                  \
     DO(str_builtins) DO(str_dict) DO(str_update) DO(str_closure) DO(str_cell_contents)           \
-    DO(str_held) DO(held_sentinel) DO(str_import) DO(builtins_dict) DO(receiver_var) DO(receiver_type)              \
+    DO(str_held) DO(str_import) DO(builtins_dict) DO(receiver_var) DO(receiver_type)              \
     DO(function_ref_slow) DO(function_blocks) DO(held_globals_type) DO(session_type)             \
     DO(function_ref_object) DO(str_sent_as) DO(str_sender) DO(str_carried)                       \
     DO(empty_dict) DO(by_reference) DO(by_value_registries) DO(parent_names)                     \
@@ -176,7 +176,7 @@ typedef struct {
     DO(code_handler) DO(builtin_types) DO(codes) DO(functions) DO(captures_globals)              \
     DO(function_builtins) DO(function_layouts) DO(make_function_slow)                             \
     DO(session_reduction) DO(session_subimport)                                                   \
-    DO(missing_marker) DO(modules_dict) DO(modules_items) DO(str_spec)
+    DO(missing_marker) DO(modules_dict) DO(modules_items) DO(str_spec) DO(watch_sentinel)
 
 static inline SpeedupsState *
 module_state(PyObject *module)
@@ -3502,19 +3502,20 @@ held_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* The events of the dicts held_watch watches, counted (only ever up, under the
  * GIL). A watcher's callback runs before each change of a watched dict: every
  * change made through the dict API, by any code (PEP 509's successor). Those
- * of the module state's `held_sentinel` are counted apart: a check that would
- * pass over dicts first changes the sentinel, and passes over them only if
- * that change was counted (a library that cleared or took our watcher's id
- * stops the counting). A watcher's callback reaches no module state: these
- * and the sentinel's address are the statics that change. */
-static uint64_t held_events, sentinel_events;
-static PyObject *held_sentinel; /* (the module state holds it) */
+ * of the module state's `watch_sentinel`, which both our watchers watch, are
+ * counted apart, by each: a cache that would trust a count first changes the
+ * sentinel, and trusts it only if that change was counted (a library that
+ * cleared or took our watcher's id stops the counting). A watcher's callback
+ * reaches no module state: these and the sentinel's address are the statics
+ * that change. */
+static uint64_t held_events, held_sentinel_events;
+static PyObject *watch_sentinel; /* (the module state holds it) */
 
 static int
 count_held_event(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
 {
-    if (dict == held_sentinel) {
-        sentinel_events++;
+    if (dict == watch_sentinel) {
+        held_sentinel_events++;
     }
     else {
         held_events++;
@@ -3522,19 +3523,22 @@ count_held_event(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObjec
     return 0;
 }
 
-/* Whether the held watcher still counts: a change of the sentinel was. */
+/* Whether the watcher that counts the sentinel's events in `*count` still
+ * counts: a change of the sentinel moved it (an error reads as no). */
 static int
-still_counting(SpeedupsState *st)
+still_counting(SpeedupsState *st, const uint64_t *count)
 {
-    PyObject *was = PyDict_GetItemWithError(st->held_sentinel, Py_None); /* (borrowed) */
-    if (was == NULL && PyErr_Occurred()) {
-        return -1;
+    if (st->watch_sentinel == NULL) {
+        return 0;
     }
-    uint64_t before = sentinel_events;
-    if (PyDict_SetItem(st->held_sentinel, Py_None, was == Py_True ? Py_False : Py_True) < 0) {
-        return -1;
+    PyObject *was = PyDict_GetItemWithError(st->watch_sentinel, Py_None); /* (borrowed) */
+    uint64_t before = *count;
+    if ((was == NULL && PyErr_Occurred())
+        || PyDict_SetItem(st->watch_sentinel, Py_None, was == Py_True ? Py_False : Py_True) < 0) {
+        PyErr_Clear();
+        return 0;
     }
-    return sentinel_events == before + 1;
+    return *count == before + 1;
 }
 #endif
 
@@ -3620,14 +3624,8 @@ held_unchanged_since(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
 #if PY_VERSION_HEX >= 0x030C0000
-    if (quiet) {
-        int counting = still_counting(st);
-        if (counting < 0) {
-            return NULL;
-        }
-        if (!counting) { /* (no count is worth anything then: read all, and give none) */
-            quiet = watched = 0;
-        }
+    if (quiet && !still_counting(st, &held_sentinel_events)) {
+        quiet = watched = 0; /* (no count is worth anything then: read all, and give none) */
     }
 #endif
     Probed p = {NULL, args[1], args[2], 0, 1, NULL, {NULL}, 0, st->str_spec, st->str_modules, quiet};
@@ -3686,14 +3684,18 @@ memo_gets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 #if PY_VERSION_HEX >= 0x030C0000
 /* The events of the dicts watched as sys.modules, counted (only ever up, under
- * the GIL): a dict watcher's callback reaches no module state, so this is the
- * one static that changes. */
-static uint64_t modules_events;
+ * the GIL), and those of the sentinel apart (see held_events). */
+static uint64_t modules_events, modules_sentinel_events;
 
 static int
 count_modules_event(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
 {
-    modules_events++;
+    if (dict == watch_sentinel) {
+        modules_sentinel_events++;
+    }
+    else {
+        modules_events++;
+    }
     return 0;
 }
 #endif
@@ -3768,7 +3770,8 @@ modules_unchanged(SpeedupsState *st, PyObject *modules)
         return 0;
     }
 #if PY_VERSION_HEX >= 0x030C0000
-    return st->modules_watcher >= 0 && modules_events == st->modules_stamp;
+    return st->modules_watcher >= 0 && modules_events == st->modules_stamp
+           && still_counting(st, &modules_sentinel_events);
 #else
     return ((PyDictObject *)modules)->ma_version_tag == st->modules_stamp;
 #endif
@@ -3992,17 +3995,16 @@ init_state(PyObject *module, SpeedupsState *st)
     st->by_value_registries = PyList_New(0); /* until set_by_reference_policy() */
 #if PY_VERSION_HEX >= 0x030C0000
     /* (An interpreter has 8 dict watchers: without one, same_modules walks.) */
-    st->held_sentinel = PyDict_New();
-    if (st->held_sentinel == NULL) {
+    st->watch_sentinel = PyDict_New();
+    if (st->watch_sentinel == NULL) {
         return -1;
     }
     add_watchers_last(st);
-    if (st->held_watcher >= 0) {
-        if (PyDict_Watch(st->held_watcher, st->held_sentinel) < 0) {
-            return -1;
-        }
-        held_sentinel = st->held_sentinel;
+    if ((st->held_watcher >= 0 && PyDict_Watch(st->held_watcher, st->watch_sentinel) < 0)
+        || (st->modules_watcher >= 0 && PyDict_Watch(st->modules_watcher, st->watch_sentinel) < 0)) {
+        return -1;
     }
+    watch_sentinel = st->watch_sentinel;
 #else
     st->modules_watcher = -1;
     st->held_watcher = -1;
@@ -4065,8 +4067,8 @@ speedups_clear(PyObject *module)
         PyErr_Clear();
     }
     st->modules_watcher = -1;
-    if (held_sentinel == st->held_sentinel) {
-        held_sentinel = NULL;
+    if (watch_sentinel == st->watch_sentinel) {
+        watch_sentinel = NULL;
     }
 #endif
 #define CLEAR_FIELD(field) Py_CLEAR(st->field);
