@@ -3506,15 +3506,28 @@ held_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
  * counted apart, by each: a cache that would trust a count first changes the
  * sentinel, and trusts it only if that change was counted (a library that
  * cleared or took our watcher's id stops the counting). A watcher's callback
- * reaches no module state: these and the sentinel's address are the statics
- * that change. */
+ * reaches no module state: these and the sentinels' addresses (one per module
+ * object, at most MAX_SENTINELS: a module object past them has no watchers)
+ * are the statics that change. */
 static uint64_t held_events, held_sentinel_events;
-static PyObject *watch_sentinel; /* (the module state holds it) */
+#define MAX_SENTINELS 8
+static PyObject *watch_sentinels[MAX_SENTINELS]; /* (each module state holds its own) */
+
+static int
+is_sentinel(PyObject *dict)
+{
+    for (int i = 0; i < MAX_SENTINELS; i++) {
+        if (watch_sentinels[i] == dict) {
+            return 1;
+        }
+    }
+    return 0;
+}
 
 static int
 count_held_event(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
 {
-    if (dict == watch_sentinel) {
+    if (is_sentinel(dict)) {
         held_sentinel_events++;
     }
     else {
@@ -3588,6 +3601,15 @@ held_watch(PyObject *module, PyObject *probes)
 #else
     Py_RETURN_FALSE;
 #endif
+}
+
+/* dict_watchers(): the ids of our two dict watchers, (held, modules); -1 where
+ * there is none (3.11, or none could be had). */
+static PyObject *
+dict_watchers(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    SpeedupsState *st = module_state(module);
+    return Py_BuildValue("(ii)", st->held_watcher, st->modules_watcher);
 }
 
 /* held_unchanged_since(probes, reading, missing, since): held_unchanged, which
@@ -3690,7 +3712,7 @@ static uint64_t modules_events, modules_sentinel_events;
 static int
 count_modules_event(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
 {
-    if (dict == watch_sentinel) {
+    if (is_sentinel(dict)) {
         modules_sentinel_events++;
     }
     else {
@@ -3907,6 +3929,8 @@ static PyMethodDef speedups_methods[] = {
     {"held_unchanged_since", (PyCFunction)(void (*)(void))held_unchanged_since, METH_FASTCALL,
      PyDoc_STR("held_unchanged_since(probes, reading, missing, since): held_unchanged, passing over "
                "watched dicts no event touched since `since`; False, or the count for next time.")},
+    {"dict_watchers", (PyCFunction)dict_watchers, METH_NOARGS,
+     PyDoc_STR("dict_watchers(): the ids of the module's dict watchers, (held, modules); -1: none.")},
     {"held_watch", (PyCFunction)held_watch, METH_O,
      PyDoc_STR("held_watch(probes): watch the dicts the probes read whole; whether they are.")},
     {"held_snapshot", (PyCFunction)(void (*)(void))held_snapshot, METH_FASTCALL,
@@ -3999,12 +4023,21 @@ init_state(PyObject *module, SpeedupsState *st)
     if (st->watch_sentinel == NULL) {
         return -1;
     }
-    add_watchers_last(st);
+    int slot = 0;
+    while (slot < MAX_SENTINELS && watch_sentinels[slot] != NULL) {
+        slot++;
+    }
+    if (slot < MAX_SENTINELS) { /* (else no watchers: checks read all, same_modules walks) */
+        watch_sentinels[slot] = st->watch_sentinel;
+        add_watchers_last(st);
+    }
+    else {
+        st->modules_watcher = st->held_watcher = -1;
+    }
     if ((st->held_watcher >= 0 && PyDict_Watch(st->held_watcher, st->watch_sentinel) < 0)
         || (st->modules_watcher >= 0 && PyDict_Watch(st->modules_watcher, st->watch_sentinel) < 0)) {
         return -1;
     }
-    watch_sentinel = st->watch_sentinel;
 #else
     st->modules_watcher = -1;
     st->held_watcher = -1;
@@ -4067,8 +4100,10 @@ speedups_clear(PyObject *module)
         PyErr_Clear();
     }
     st->modules_watcher = -1;
-    if (watch_sentinel == st->watch_sentinel) {
-        watch_sentinel = NULL;
+    for (int i = 0; i < MAX_SENTINELS; i++) {
+        if (watch_sentinels[i] != NULL && watch_sentinels[i] == st->watch_sentinel) {
+            watch_sentinels[i] = NULL;
+        }
     }
 #endif
 #define CLEAR_FIELD(field) Py_CLEAR(st->field);
