@@ -3484,6 +3484,17 @@ held_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return snapshot;
 }
 
+/* Whether `probes` read `reading`, all of it (-1: an error), passing over
+ * watched dicts' items if `quiet` (held_unchanged_since). */
+static int
+probes_read(SpeedupsState *st, PyObject *probes, PyObject *reading, PyObject *missing, int quiet)
+{
+    Probed p = {NULL, reading, missing, 0, 1, NULL, {NULL}, 0, st->str_spec, st->str_modules, quiet};
+    int failed = read_probes(&p, probes);
+    Py_XDECREF(p.modules);
+    return failed < 0 ? -1 : p.same && p.at == PyTuple_GET_SIZE(reading);
+}
+
 static PyObject *
 held_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -3491,11 +3502,8 @@ held_unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "held_unchanged(probes: tuple, reading: tuple, missing)");
         return NULL;
     }
-    SpeedupsState *st = module_state(module);
-    Probed p = {NULL, args[1], args[2], 0, 1, NULL, {NULL}, 0, st->str_spec, st->str_modules, 0};
-    int failed = read_probes(&p, args[0]);
-    Py_XDECREF(p.modules);
-    return failed < 0 ? NULL : PyBool_FromLong(p.same && p.at == PyTuple_GET_SIZE(args[1]));
+    int same = probes_read(module_state(module), args[0], args[1], args[2], 0);
+    return same < 0 ? NULL : PyBool_FromLong(same);
 }
 
 #if PY_VERSION_HEX >= 0x030C0000
@@ -3524,16 +3532,18 @@ is_sentinel(PyObject *dict)
     return 0;
 }
 
+/* A watcher's callback: the event of `dict` counted in `*sentinel` or `*events`. */
+static int
+count_event(PyObject *dict, uint64_t *events, uint64_t *sentinel)
+{
+    ++*(is_sentinel(dict) ? sentinel : events);
+    return 0;
+}
+
 static int
 count_held_event(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
 {
-    if (is_sentinel(dict)) {
-        held_sentinel_events++;
-    }
-    else {
-        held_events++;
-    }
-    return 0;
+    return count_event(dict, &held_events, &held_sentinel_events);
 }
 
 /* Whether the watcher that counts the sentinel's events in `*count` still
@@ -3650,14 +3660,9 @@ held_unchanged_since(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         quiet = watched = 0; /* (no count is worth anything then: read all, and give none) */
     }
 #endif
-    Probed p = {NULL, args[1], args[2], 0, 1, NULL, {NULL}, 0, st->str_spec, st->str_modules, quiet};
-    int failed = read_probes(&p, args[0]);
-    Py_XDECREF(p.modules);
-    if (failed < 0) {
-        return NULL;
-    }
-    if (!p.same || p.at != PyTuple_GET_SIZE(args[1])) {
-        Py_RETURN_FALSE;
+    int same = probes_read(st, args[0], args[1], args[2], quiet);
+    if (same <= 0) {
+        return same < 0 ? NULL : Py_NewRef(Py_False);
     }
     if (!watched) {
         Py_RETURN_TRUE;
@@ -3712,13 +3717,7 @@ static uint64_t modules_events, modules_sentinel_events;
 static int
 count_modules_event(PyDict_WatchEvent event, PyObject *dict, PyObject *key, PyObject *new_value)
 {
-    if (is_sentinel(dict)) {
-        modules_sentinel_events++;
-    }
-    else {
-        modules_events++;
-    }
-    return 0;
+    return count_event(dict, &modules_events, &modules_sentinel_events);
 }
 #endif
 
